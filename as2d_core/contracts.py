@@ -1,0 +1,176 @@
+"""The contracts every drafter, target and bridge implements.
+
+The engine only talks to these protocols, so a plugin never has to import
+anything from the engine, and the engine never imports a model runtime.
+
+Vocabulary of the paper (Appendix C):
+- a *request* fixes the audio view and the instruction for a whole response;
+- a *source* (drafter) reads only that request and its own history, and yields
+  draft pieces; the core converts them to the target vocabulary (a bridge) and
+  publishes immutable batches;
+- a *target* is prepared before the request (audio encoded, prompt prefilled)
+  and then verifies a known root plus up to ``b`` candidates per call.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+import numpy as np
+
+SAMPLE_RATE = 16_000
+TASKS = ("asr", "translate", "qa")
+
+
+def _readonly_audio(audio: np.ndarray) -> np.ndarray:
+    view = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
+    view = view.copy()
+    view.setflags(write=False)
+    return view
+
+
+@attrs.frozen
+class Request:
+    """The fixed input z = (audio view, instruction) of one response (Appendix A.1).
+
+    The audio is copied into a read-only array so neither the producer nor the
+    target can extend or edit it while the response is decoded.
+    """
+
+    request_id: str
+    audio: np.ndarray = attrs.field(converter=_readonly_audio, eq=False, repr=False)
+    language: str | None = None
+    task: str = attrs.field(default="asr", validator=attrs.validators.in_(TASKS))
+    instruction: str | None = None
+    sample_rate: int = SAMPLE_RATE
+
+    def __attrs_post_init__(self) -> None:
+        if self.sample_rate != SAMPLE_RATE:
+            raise ValueError(f"request audio must be {SAMPLE_RATE} Hz, got {self.sample_rate} Hz")
+        if self.audio.size == 0:
+            raise ValueError("request audio is empty")
+
+    @property
+    def duration_s(self) -> float:
+        return self.audio.size / self.sample_rate
+
+
+@attrs.frozen
+class DraftPiece:
+    """What a drafter yields: tokens in its own vocabulary.
+
+    ``boundary`` marks the end of an atomic unit (a finished audio chunk): the
+    producer publishes everything it holds right then. Autoregressive drafters
+    yield one token per piece and leave batching to the producer.
+    """
+
+    tokens: tuple[int, ...]
+    confidences: tuple[float, ...] | None = None
+    boundary: bool = False
+    span_s: tuple[float, float] | None = None
+
+
+@attrs.frozen
+class PublishedBatch:
+    """An immutable run of candidate tokens, already in the target vocabulary (C.1)."""
+
+    request_id: str
+    source_id: str
+    producer_id: str
+    offset: int  # index of tokens[0] in the source record
+    tokens: tuple[int, ...]
+    published_at: float  # time.perf_counter() at publication
+    confidences: tuple[float, ...] | None = None
+    span_s: tuple[float, float] | None = None
+    final: bool = False  # the producer has nothing more for this record
+
+
+@runtime_checkable
+class TargetSession(Protocol):
+    """One request's target state, prepared before the request arrives.
+
+    The cache holds the prompt and ``cache_length`` response tokens. The known
+    root is the last committed token, which is not in the cache yet.
+    """
+
+    language: str
+    eos_token: int
+    max_new_tokens: int
+    cache_length: int
+
+    def first_token(self) -> int:
+        """The target's greedy first response token, from the prefilled prompt."""
+
+    def verify(self, root: int, candidates: Sequence[int]) -> list[int]:
+        """Append root and candidates to the cache in one call.
+
+        Returns the greedy token after each appended position
+        (``len(candidates) + 1`` tokens); greedy must equal one-at-a-time decoding.
+        """
+
+    def truncate(self, cache_length: int) -> None:
+        """Cut the self-attention cache back to ``cache_length`` response tokens."""
+
+    def use_threads(self, threads: int) -> None:
+        """Run later calls on ``threads`` CPU threads (the drafter has finished)."""
+
+    def decode_text(self, tokens: Sequence[int]) -> str:
+        """Text of response tokens (special tokens dropped)."""
+
+    def encode_text(self, text: str) -> list[int]:
+        """Target token ids of plain text (used by text bridges)."""
+
+    def close(self) -> None:
+        """Release request-scoped buffers."""
+
+
+@runtime_checkable
+class Target(Protocol):
+    name: str
+    vocabulary: str  # tokenizer identity; a source with the same one needs no bridge
+
+    def prepare(self, request: Request, threads: int) -> TargetSession:
+        """Encode audio, bind audio KV and prefill the prompt (not on the decode clock)."""
+
+
+@runtime_checkable
+class DraftJob(Protocol):
+    """A drafter's work for one request, prepared before the request."""
+
+    def pieces(self) -> Iterator[DraftPiece]:
+        """Generate drafts from the audio and the drafter's own history only."""
+
+    def close(self) -> None:
+        """Release resources; called by the producer thread when it ends."""
+
+
+@runtime_checkable
+class Source(Protocol):
+    name: str
+    vocabulary: str
+    languages: frozenset[str] | None  # None: any language
+    eos_token: int
+
+    def decode_text(self, tokens: Sequence[int]) -> str:
+        """Text of drafter tokens (used by text bridges)."""
+
+    def prepare(self, request: Request, language: str, threads: int) -> DraftJob:
+        """Encode audio for the drafter (background preparation)."""
+
+
+@runtime_checkable
+class Bridge(Protocol):
+    """Carries drafter tokens into the target vocabulary, never publishing a token that may change."""
+
+    def push(
+        self, tokens: Sequence[int], confidences: Sequence[float] | None
+    ) -> tuple[list[int], list[float] | None]:
+        """Add drafter tokens; return the target tokens that are now final (and their confidences if known)."""
+
+    def finish(self, ended_with_eos: bool) -> tuple[list[int], list[float] | None]:
+        """Flush what is held back; add the target's end token if the drafter ended."""
+
+
+def serves_language(source: Source, language: str) -> bool:
+    return source.languages is None or language in source.languages

@@ -1,0 +1,330 @@
+"""The As²d engine: one producer thread drafting, one target loop verifying.
+
+Neither side waits for the other. The producer runs the drafter over the fixed
+request, bridges its tokens into the target vocabulary and publishes immutable
+batches. At every boundary the target takes whatever is published, lets the
+aligner pick up to ``budget`` candidates after the known root, verifies them in
+one call, commits the matching greedy prefix plus its own next token, and cuts
+rejected entries out of its cache. With nothing usable it decodes one token
+alone. Target-only decoding is the same loop without a producer.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import attrs
+
+from tokenizer_bridges import bridge_for
+
+from .align import Aligner
+from .buffer import CandidateBuffer
+from .contracts import Bridge, DraftJob, Request, Source, Target, TargetSession, serves_language
+from .events import Decomposition, EventLog, decompose
+
+MAX_BUDGET = 64
+METHODS = ("target-only", "as2d")
+
+
+def _positive(instance, attribute, value):
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be at least 1, got {value}")
+
+
+def _budget(instance, attribute, value):
+    if not 1 <= value <= MAX_BUDGET:
+        raise ValueError(f"budget must be between 1 and {MAX_BUDGET} proposals per verification, got {value}")
+
+
+@attrs.frozen
+class DecodeOptions:
+    budget: int = attrs.field(default=7, validator=_budget)
+    publication_size: int = attrs.field(default=8, validator=_positive)  # drafter tokens per published batch
+    align_window: int = attrs.field(default=8, validator=attrs.validators.ge(0))
+    target_threads: int = attrs.field(default=2, validator=_positive)  # target alone
+    shared_target_threads: int = attrs.field(default=1, validator=_positive)  # while the drafter runs
+    drafter_threads: int = attrs.field(default=1, validator=_positive)
+    drain_timeout_s: float = 2.0
+
+
+@attrs.define
+class DecodeResult:
+    request_id: str
+    method: str
+    source: str | None
+    budget: int | None
+    language: str
+    tokens: list[int]
+    text: str
+    decode_s: float  # post-prefill clock (Appendix A.3)
+    prepare_s: float  # both models' audio state and prompt, before the request
+    drain_s: float  # stopping the producer after the final token (charged separately)
+    proposed: int = 0
+    accepted: int = 0
+    verify_calls: int = 0
+    verify_widths: list[int] = attrs.Factory(list)
+    target_only_steps: int = 0
+    note: str | None = None
+    producer_error: str | None = None
+    published: int = 0
+    decomposition: Decomposition | None = None
+    clock: tuple[float, float] = (0.0, 0.0)  # perf_counter() at the request and at the final commit
+    events: Any = attrs.field(default=None, repr=False)
+    trace: list[dict] = attrs.field(factory=list, repr=False)
+    batches: tuple = attrs.field(default=(), repr=False)
+    exact: bool | None = None
+
+    @property
+    def e2e_s(self) -> float:
+        return self.prepare_s + self.decode_s
+
+    @property
+    def tps(self) -> float:
+        return len(self.tokens) / self.decode_s if self.decode_s > 0 else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON-ready fields of ``as2d run --json``."""
+        out = {
+            "request_id": self.request_id,
+            "text": self.text,
+            "tokens": self.tokens,
+            "language": self.language,
+            "method": self.method,
+            "source": self.source,
+            "budget": self.budget,
+            "decode_s": self.decode_s,
+            "tps": self.tps,
+            "e2e_s": self.e2e_s,
+            "prepare_s": self.prepare_s,
+            "drain_s": self.drain_s,
+            "proposed": self.proposed,
+            "accepted": self.accepted,
+            "verify_calls": self.verify_calls,
+            "verify_widths": self.verify_widths,
+            "target_only_steps": self.target_only_steps,
+            "published": self.published,
+            "note": self.note,
+            "producer_error": self.producer_error,
+        }
+        if self.decomposition is not None:
+            out["decomposition"] = self.decomposition.as_dict()
+        if self.exact is not None:
+            out["exact"] = self.exact
+        return out
+
+
+class Producer(threading.Thread):
+    """Runs one drafter over one request and publishes batches; never reads target state."""
+
+    def __init__(
+        self,
+        job: DraftJob,
+        bridge: Bridge,
+        buffer: CandidateBuffer,
+        publication_size: int,
+        events: EventLog,
+    ) -> None:
+        super().__init__(name=f"as2d-producer-{buffer.source_id}", daemon=True)
+        self.job = job
+        self.bridge = bridge
+        self.buffer = buffer
+        self.publication_size = publication_size
+        self.events = events
+        self.stop_requested = threading.Event()
+        self.error: str | None = None
+
+    def run(self) -> None:
+        tokens: list[int] = []
+        confidences: list[float] | None = []
+        drafted = 0
+        try:
+            pieces = iter(self.job.pieces())
+            while not self.stop_requested.is_set():
+                start = time.perf_counter()
+                piece = next(pieces, None)
+                if piece is None:
+                    break
+                ready, ready_conf = self.bridge.push(piece.tokens, piece.confidences)
+                self.events.add("draft", start, tokens=len(piece.tokens))
+                tokens.extend(ready)
+                confidences = confidences + ready_conf if confidences is not None and ready_conf is not None else None
+                drafted += len(piece.tokens)
+                if piece.boundary or drafted >= self.publication_size:
+                    self._publish(tokens, confidences, piece.span_s)
+                    tokens, confidences, drafted = [], [], 0
+            ended = getattr(self.job, "ended_with_eos", False) and not self.stop_requested.is_set()
+            start = time.perf_counter()
+            tail, _ = self.bridge.finish(ended)
+            self.events.add("draft", start, tokens=0)
+            self._publish(tokens + tail, None, None, final=True)
+        except Exception as exc:  # a drafter failure must never reach the target
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.buffer.close(f"producer failed: {self.error}")
+        finally:
+            self.buffer.close("stopped")
+            try:
+                self.job.close()
+            except Exception:
+                pass
+
+    def _publish(self, tokens, confidences, span_s, final: bool = False) -> None:
+        start = time.perf_counter()
+        batch = self.buffer.publish(tokens, confidences if confidences else None, span_s, final=final)
+        if batch is not None:
+            self.events.add("publish", start, batch.published_at, tokens=len(batch.tokens))
+
+
+@attrs.define
+class _Counters:
+    proposed: int = 0
+    accepted: int = 0
+    verify_calls: int = 0
+    widths: list[int] = attrs.Factory(list)
+    target_only_steps: int = 0
+
+
+def target_loop(
+    session: TargetSession,
+    buffer: CandidateBuffer | None,
+    options: DecodeOptions,
+    events: EventLog,
+    counters: _Counters,
+    trace: list[dict] | None = None,
+) -> list[int]:
+    """Greedy decoding of one response; candidates, if any, only decide how many tokens a call checks."""
+    aligner = Aligner(window=options.align_window)
+    response: list[int] = []
+    root = session.first_token()
+    widened = buffer is None
+    while root != session.eos_token and len(response) < session.max_new_tokens:
+        response.append(root)
+        room = session.max_new_tokens - len(response)  # tokens still allowed after the root
+        if room <= 0:
+            break
+        start = time.perf_counter()
+        snapshot = buffer.snapshot() if buffer is not None else None
+        if not widened and snapshot.closed:
+            session.use_threads(options.target_threads)
+            widened = True
+        proposal = aligner.propose(snapshot.tokens if snapshot else (), root, min(options.budget, room - 1))
+        events.add("align", start)
+        candidates = list(proposal.candidates)
+        cache_before = session.cache_length
+        start = time.perf_counter()
+        predictions = session.verify(root, candidates)
+        kind = "verify" if candidates else "step"
+        accepted = 0
+        while accepted < len(candidates) and candidates[accepted] == predictions[accepted]:
+            accepted += 1
+        if accepted < len(candidates):
+            session.truncate(cache_before + 1 + accepted)
+        events.add(kind, start, tokens=accepted + 1, width=len(candidates) + 1)
+        if trace is not None:
+            trace.append(
+                {
+                    "kind": kind,
+                    "start": start,
+                    "root": root,
+                    "anchor": proposal.anchor,
+                    "candidates": candidates,
+                    "accepted": accepted,
+                    "next": predictions[accepted],
+                    "published": len(snapshot) if snapshot else 0,
+                }
+            )
+        if candidates:
+            counters.verify_calls += 1
+            counters.widths.append(len(candidates) + 1)
+            counters.proposed += len(candidates)
+            counters.accepted += accepted
+            aligner.verified(proposal, accepted)
+        else:
+            counters.target_only_steps += 1
+            aligner.stepped(proposal)
+        committed = candidates[:accepted]
+        if session.eos_token in committed:
+            response.extend(committed[: committed.index(session.eos_token)])
+            return response
+        response.extend(committed)
+        root = predictions[accepted]
+    return response[: session.max_new_tokens]
+
+
+def run_request(
+    request: Request,
+    target: Target,
+    source: Source | None = None,
+    method: str = "as2d",
+    options: DecodeOptions | None = None,
+) -> DecodeResult:
+    """Prepare both models' audio state, then decode one response on the post-prefill clock."""
+    options = options or DecodeOptions()
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if method == "as2d" and source is None:
+        raise ValueError("method 'as2d' needs a source (drafter)")
+    events = EventLog()
+    note = None
+    prep_start = time.perf_counter()
+    speculative = method == "as2d"
+    session = target.prepare(request, options.shared_target_threads if speculative else options.target_threads)
+    if speculative and not serves_language(source, session.language):
+        note = (
+            f"source {source.name} does not draft {session.language!r} "
+            f"(it serves {', '.join(sorted(source.languages))}); ran target-only with {options.target_threads} threads"
+        )
+        session.use_threads(options.target_threads)
+        speculative = False
+    job = source.prepare(request, session.language, options.drafter_threads) if speculative else None
+    prepare_s = time.perf_counter() - prep_start
+    events.add("prepare", prep_start)
+
+    buffer = producer = None
+    if speculative:
+        buffer = CandidateBuffer(request.request_id, source.name, f"{source.name}:{id(job):x}")
+        producer = Producer(job, bridge_for(source, target, session), buffer, options.publication_size, events)
+    counters = _Counters()
+    trace: list[dict] = []
+    try:
+        clock_start = time.perf_counter()
+        if producer is not None:
+            producer.start()
+        tokens = target_loop(session, buffer, options, events, counters, trace)
+        clock_end = time.perf_counter()
+        drain_s = 0.0
+        if producer is not None:
+            producer.stop_requested.set()
+            producer.join(options.drain_timeout_s)
+            drain_s = time.perf_counter() - clock_end
+            events.add("drain", clock_end)
+            if producer.is_alive():
+                note = (note + "; " if note else "") + "producer did not stop in time and was left behind"
+        text = session.decode_text(tokens)
+    finally:
+        session.close()
+    return DecodeResult(
+        request_id=request.request_id,
+        method=method,
+        source=source.name if speculative else None,
+        budget=options.budget if speculative else None,
+        language=session.language,
+        tokens=tokens,
+        text=text,
+        decode_s=clock_end - clock_start,
+        prepare_s=prepare_s,
+        drain_s=drain_s,
+        proposed=counters.proposed,
+        accepted=counters.accepted,
+        verify_calls=counters.verify_calls,
+        verify_widths=counters.widths,
+        target_only_steps=counters.target_only_steps,
+        note=note,
+        producer_error=producer.error if producer is not None else None,
+        published=len(buffer.snapshot()) if buffer is not None else 0,
+        decomposition=decompose(events.events, clock_start, clock_end),
+        clock=(clock_start, clock_end),
+        events=events.events,
+        trace=trace,
+        batches=buffer.batches if buffer is not None else (),
+    )

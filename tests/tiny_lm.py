@@ -1,0 +1,148 @@
+"""A small deterministic decoder with a real KV cache, for engine tests.
+
+It implements the Target/TargetSession contracts exactly as a model plugin
+does (batched verification, cache truncation), so the engine is tested on the
+same calls it makes on Whisper. Float64 keeps batched and one-at-a-time
+greedy decisions identical.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+
+import numpy as np
+
+from as2d_core import DraftPiece
+
+
+class TinyLM:
+    name = "tiny-lm"
+    vocabulary = "tiny"
+
+    def __init__(self, vocab: int = 32, dim: int = 16, layers: int = 2, seed: int = 0, max_new_tokens: int = 48):
+        rng = np.random.default_rng(seed)
+        self.vocab, self.dim, self.layers = vocab, dim, layers
+        self.embed = rng.normal(0, 1.0, (vocab, dim))
+        self.pos = rng.normal(0, 0.3, (512, dim))
+        self.wq, self.wk, self.wv, self.wo = (rng.normal(0, dim**-0.5, (layers, dim, dim)) for _ in range(4))
+        self.w1 = rng.normal(0, dim**-0.5, (layers, dim, 2 * dim))
+        self.w2 = rng.normal(0, (2 * dim) ** -0.5, (layers, 2 * dim, dim))
+        self.out = rng.normal(0, 1.0, (dim, vocab))
+        self.eos_token = 1
+        self.max_new_tokens = max_new_tokens
+        self.calls = 0
+
+    def prepare(self, request, threads):
+        digest = hashlib.sha256(np.asarray(request.audio).tobytes()).digest()
+        prompt = [2 + b % (self.vocab - 2) for b in digest[:4]]
+        return TinySession(self, prompt)
+
+
+class TinySession:
+    language = "en"
+
+    def __init__(self, model: TinyLM, prompt: list[int]):
+        self.m = model
+        self.eos_token = model.eos_token
+        self.max_new_tokens = model.max_new_tokens
+        self.k = np.zeros((model.layers, 0, model.dim))
+        self.v = np.zeros((model.layers, 0, model.dim))
+        self.prompt_length = len(prompt)
+        self.cache_length = -len(prompt)  # counts response tokens; the prompt is below zero
+        self._first = self._forward(prompt)[-1]
+        self.threads = None
+
+    def _forward(self, tokens):
+        m = self.m
+        start = self.k.shape[1]
+        x = m.embed[tokens] + m.pos[start : start + len(tokens)]
+        new_k, new_v = [], []
+        for layer in range(m.layers):
+            h = x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6)
+            q, k, v = h @ m.wq[layer], h @ m.wk[layer], h @ m.wv[layer]
+            keys = np.concatenate([self.k[layer], k])
+            values = np.concatenate([self.v[layer], v])
+            scores = q @ keys.T / np.sqrt(m.dim)
+            mask = np.arange(keys.shape[0])[None, :] > (start + np.arange(len(tokens)))[:, None]
+            scores = np.where(mask, -np.inf, scores)
+            weights = np.exp(scores - scores.max(-1, keepdims=True))
+            weights /= weights.sum(-1, keepdims=True)
+            x = x + (weights @ values) @ m.wo[layer]
+            h = x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6)
+            x = x + np.tanh(h @ m.w1[layer]) @ m.w2[layer]
+            new_k.append(k)
+            new_v.append(v)
+        self.k = np.concatenate([self.k, np.stack(new_k)], axis=1)
+        self.v = np.concatenate([self.v, np.stack(new_v)], axis=1)
+        self.cache_length += len(tokens)
+        logits = x @ m.out
+        logits[:, m.eos_token] -= 2.0  # keep responses from ending too early
+        return [int(t) for t in logits.argmax(-1)]
+
+    def first_token(self):
+        return self._first
+
+    def verify(self, root, candidates):
+        self.m.calls += 1
+        return self._forward([root, *candidates])
+
+    def truncate(self, cache_length):
+        keep = self.prompt_length + cache_length
+        self.k, self.v = self.k[:, :keep], self.v[:, :keep]
+        self.cache_length = cache_length
+
+    def use_threads(self, threads):
+        self.threads = threads
+
+    def decode_text(self, tokens):
+        return " ".join(f"t{t}" for t in tokens)
+
+    def encode_text(self, text):
+        return [int(w[1:]) for w in text.split()]
+
+    def close(self):
+        pass
+
+
+class ScriptedSource:
+    """Publishes a given token list with given per-token delays; can crash or stall on purpose."""
+
+    vocabulary = "tiny"
+    languages = frozenset({"en"})
+    eos_token = 1
+
+    def __init__(self, tokens, delays=None, crash_after=None, stall_after=None, name="scripted", boundaries=()):
+        self.name = name
+        self.tokens = list(tokens)
+        self.delays = list(delays or [0.0] * len(self.tokens))
+        self.crash_after = crash_after
+        self.stall_after = stall_after
+        self.boundaries = set(boundaries)
+
+    def decode_text(self, tokens):
+        return " ".join(f"t{t}" for t in tokens)
+
+    def prepare(self, request, language, threads):
+        return ScriptedJob(self)
+
+
+class ScriptedJob:
+    ended_with_eos = False
+
+    def __init__(self, source: ScriptedSource):
+        self.s = source
+        self.release = threading.Event()
+
+    def pieces(self):
+        for i, token in enumerate(self.s.tokens):
+            if self.s.crash_after is not None and i == self.s.crash_after:
+                raise RuntimeError("drafter crashed on purpose")
+            if self.s.stall_after is not None and i == self.s.stall_after:
+                self.release.wait(30)  # a stalled drafter; the target must not wait for it
+            if self.s.delays[i]:
+                time.sleep(self.s.delays[i])
+            yield DraftPiece(tokens=(token,), confidences=(0.5,), boundary=i in self.s.boundaries)
+
+    def close(self):
+        self.release.set()
