@@ -6,6 +6,9 @@ text up to the start of the last word (a space followed by a non-space) and
 holds the rest back; a published token never has to change. Cutting right
 before a word-initial space is a pre-tokenizer boundary of GPT-2 style
 tokenizers, so the pieces encode exactly as the whole text would.
+
+Each target token carries the lowest confidence of the drafter tokens whose
+text it was made from, so a confidence stop still works across vocabularies.
 """
 from __future__ import annotations
 
@@ -31,25 +34,36 @@ class TextBridge:
         self._encode = encode_target
         self._eos = target_eos
         self._source_tokens: list[int] = []
+        self._confidences: list[float | None] = []
         self._converted_chars = 0
+        self._converted_tokens = 0  # drafter tokens whose text is fully converted
 
-    def _convert(self, end: int) -> list[int]:
-        text = self._decode(self._source_tokens)
-        piece = text[self._converted_chars : end if end >= 0 else len(text)]
-        self._converted_chars += len(piece)
-        return list(self._encode(piece)) if piece else []
+    def _convert(self, text: str, end: int, last_token: int):
+        piece = text[self._converted_chars : end]
+        behind = [c for c in self._confidences[self._converted_tokens : last_token] if c is not None]
+        self._converted_chars = end
+        self._converted_tokens = last_token
+        tokens = list(self._encode(piece)) if piece else []
+        confidence = min(behind) if behind else None
+        return tokens, ([confidence] * len(tokens) if confidence is not None else None)
 
     def push(self, tokens: Sequence[int], confidences: Sequence[float] | None = None):
-        """Confidences do not survive re-tokenization, so none are returned."""
         self._source_tokens.extend(int(t) for t in tokens)
+        self._confidences.extend(confidences if confidences is not None else [None] * len(tokens))
         text = self._decode(self._source_tokens)
         cut = last_word_start(text, self._converted_chars)
-        if "\ufffd" in text[self._converted_chars : cut]:
-            return [], None  # an unfinished multi-byte character: wait for its other bytes
-        return (self._convert(cut) if cut > self._converted_chars else []), None
+        if cut <= self._converted_chars or "\ufffd" in text[self._converted_chars : cut]:
+            return [], None  # nothing finished yet, or an unfinished multi-byte character
+        # drafter tokens that end at or before the cut are fully behind the converted text
+        covered = len(self._source_tokens)
+        while covered > self._converted_tokens and len(self._decode(self._source_tokens[:covered])) > cut:
+            covered -= 1
+        return self._convert(text, cut, max(covered, self._converted_tokens))
 
     def finish(self, ended_with_eos: bool):
-        tokens = self._convert(-1)
+        text = self._decode(self._source_tokens)
+        tokens, confidences = self._convert(text, len(text), len(self._source_tokens))
         if ended_with_eos:
             tokens.append(self._eos)
-        return tokens, None
+            confidences = confidences + [confidences[-1]] if confidences else None
+        return tokens, confidences

@@ -1,0 +1,82 @@
+"""Tokenizer bridges: identity, and text with word hold-back."""
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokenizer_bridges import IdentityBridge, TextBridge
+from tokenizer_bridges.text import last_word_start
+
+
+class CharTokenizer:
+    """Drafter side: one token per character (like byte-level pieces)."""
+
+    def decode(self, ids):
+        return "".join(chr(i) for i in ids)
+
+
+class WordTokenizer:
+    """Target side: a merge that depends on the whole word, as BPE does."""
+
+    def encode(self, text):
+        out = []
+        for i, word in enumerate(text.split(" ")):
+            if i:
+                word = " " + word
+            if word:
+                out.append(hash(word) % 100000)
+        return out
+
+
+def run_bridge(text, chunks):
+    bridge = TextBridge(CharTokenizer().decode, WordTokenizer().encode, target_eos=-1)
+    ids = [ord(c) for c in text]
+    out, position = [], 0
+    for size in chunks:
+        piece = ids[position : position + size]
+        position += size
+        tokens, _ = bridge.push(piece, [0.9] * len(piece))
+        out.extend(tokens)
+    tokens, _ = bridge.push(ids[position:], None)
+    out.extend(tokens)
+    tail, _ = bridge.finish(ended_with_eos=True)
+    return out + tail
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    words=st.lists(st.text(alphabet="abc,.'", min_size=1, max_size=6), min_size=1, max_size=12),
+    chunks=st.lists(st.integers(1, 7), max_size=30),
+)
+def test_published_tokens_equal_whole_text_encoding(words, chunks):
+    text = "".join(" " + w for w in words)
+    assert run_bridge(text, chunks) == WordTokenizer().encode(text) + [-1]
+
+
+def test_unfinished_word_is_held_back():
+    bridge = TextBridge(CharTokenizer().decode, WordTokenizer().encode, target_eos=-1)
+    tokens, _ = bridge.push([ord(c) for c in " hello wor"], None)
+    assert tokens == WordTokenizer().encode(" hello")
+    tokens, _ = bridge.push([ord(c) for c in "ld"], None)
+    assert tokens == []  # " world" might still grow
+    tokens, _ = bridge.finish(ended_with_eos=False)
+    assert tokens == WordTokenizer().encode(" world")
+
+
+def test_confidence_is_the_lowest_behind_each_word():
+    bridge = TextBridge(CharTokenizer().decode, WordTokenizer().encode, target_eos=-1)
+    ids = [ord(c) for c in " ab cd "]
+    tokens, conf = bridge.push(ids[:5], [0.9, 0.2, 0.8, 0.7, 0.6])  # " ab" finished, " c" held
+    assert len(tokens) == 1 and conf == [0.2]
+    tokens, conf = bridge.push(ids[5:], [0.5, 0.9])
+    tokens, conf = bridge.finish(ended_with_eos=True)
+    assert conf[0] == 0.5
+
+
+def test_last_word_start():
+    assert last_word_start(" the cat", 0) == 4
+    assert last_word_start(" the", 0) == 0
+
+
+def test_identity_maps_end_token():
+    bridge = IdentityBridge(source_eos=9, target_eos=1)
+    assert bridge.push([3, 9], [0.5, 0.4]) == ([3, 1], [0.5, 0.4])
+    assert bridge.finish(True) == ([1], None)
