@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
+from . import catalog
 from .audio import AudioError, load_audio
+from .config import check_file
 from .contracts import Request
 from .engine import METHODS, DecodeOptions, DecodeResult, run_request
 from .paths import models_dir
@@ -35,8 +37,47 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
+# ``run`` option -> dotted config key it overrides when given on the command line with --config
+_CONFIG_OVERRIDES = {
+    "language": "language",
+    "method": "method",
+    "target_name": "target.model",
+    "source_name": "source.name",
+    "budget": "budget",
+    "publication_size": "source.publication_size",
+    "target_threads": "target.threads",
+    "shared_target_threads": "target.shared_threads",
+    "drafter_threads": "source.threads",
+    "device": "target.device",
+}
+
+
+def _from_config(ctx: click.Context, path: Path, params: dict):
+    """Check ``path`` (with explicit command-line options on top) and build everything ``run`` needs."""
+    overrides = {
+        key: params[name] for name, key in _CONFIG_OVERRIDES.items()
+        if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+    }
+    report = check_file(path, overrides=overrides)
+    if not report.runnable:
+        problems = report.errors + [f"cannot run here: {m}" for m in report.missing]
+        _fail("\n".join(f"{path}: {p}" for p in problems))
+    for warning in report.warnings:
+        click.echo(f"warning: {path}: {warning}", err=True)
+    config = report.config
+    target = build_part("target", config.target.model, backend=config.target.backend,
+                        device=report.devices["target"], threads=config.target.threads)
+    source = None
+    if config.method == "as2d":
+        source = build_part("source", config.source.name, backend=config.source.backend,
+                            device=report.devices["source"], threads=config.source.threads)
+    return config, report, target, source
+
+
 @cli.command()
 @click.argument("audio", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Per-task TOML file; options given on the command line override it.")
 @click.option("--language", default=None, help="Language code; without it the target detects the language.")
 @click.option("--method", type=click.Choice(METHODS), default="as2d", show_default=True)
 @click.option("--target", "target_name", default=DEFAULT_TARGET, show_default=True)
@@ -50,23 +91,32 @@ def _fail(message: str) -> None:
 @click.option("--resample", is_flag=True, help="Resample audio that is not 16 kHz instead of refusing it.")
 @click.option("--check", is_flag=True, help="Also run target-only and report whether the tokens are equal.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
 def run(
-    audio, language, method, target_name, source_name, budget, publication_size,
+    ctx, audio, config_path, language, method, target_name, source_name, budget, publication_size,
     target_threads, shared_target_threads, drafter_threads, device, resample, check, as_json,
 ):
     """Transcribe AUDIO (16 kHz mono WAV) with as2d or target-only decoding."""
+    report = None
     try:
-        options = DecodeOptions(
-            budget=budget,
-            publication_size=publication_size,
-            target_threads=target_threads,
-            shared_target_threads=shared_target_threads,
-            drafter_threads=drafter_threads,
-        )
+        if config_path is not None:
+            config, report, target, source = _from_config(ctx, config_path, ctx.params)
+            options = config.decode_options()
+            method, language = config.method, config.language
+            task, instruction = config.task, config.instruction
+        else:
+            options = DecodeOptions(
+                budget=budget,
+                publication_size=publication_size,
+                target_threads=target_threads,
+                shared_target_threads=shared_target_threads,
+                drafter_threads=drafter_threads,
+            )
+            task, instruction = "asr", None
+            target = build_part("target", target_name, device=device)
+            source = build_part("source", source_name) if method == "as2d" else None
         samples = load_audio(audio, resample=resample)
-        target = build_part("target", target_name, device=device)
-        source = build_part("source", source_name) if method == "as2d" else None
-        request = Request(request_id=audio.stem, audio=samples, language=language)
+        request = Request(request_id=audio.stem, audio=samples, language=language, task=task, instruction=instruction)
     except (AudioError, UnknownPart, ValueError, FileNotFoundError, RuntimeError) as exc:
         _fail(str(exc))
     result = run_request(request, target, source, method, options)
@@ -80,6 +130,10 @@ def run(
             out["target_only_decode_s"] = reference.decode_s
             out["target_only_tps"] = reference.tps
             out["speedup"] = reference.decode_s / result.decode_s if result.decode_s else None
+        if report is not None:
+            out["config"] = str(report.path)
+            out["devices"] = report.devices
+            out["warnings"] = report.warnings
         click.echo(json.dumps(out, ensure_ascii=False))
     else:
         click.echo(result.text.strip())
@@ -144,28 +198,126 @@ def models_list():
         click.echo(f"{name}\t{'installed' if present else 'not installed'}\t{part.plugin}\t{part.info.get('description', '')}")
 
 
+def _listing(kind: str, as_json: bool) -> None:
+    registry = load_registry()
+    rows = [catalog.row(entry, registry) for entry in catalog.entries(kind, registry)]
+    if as_json:
+        click.echo(json.dumps(rows, ensure_ascii=False, indent=1))
+        return
+    for r in rows:
+        status = "available" if r["available"] else ("installed" if r["installed"] else "not installed")
+        extra = []
+        if kind in ("source", "target"):
+            extra = [",".join(r["tasks"]) or "-", ",".join(r["languages"]) if r["languages"] else "any",
+                     f"vocab={r['vocabulary']}"]
+        click.echo("\t".join([r["name"], status, f"plugin={r['plugin']}", *extra, r["description"]]))
+        if kind == "backend":
+            for device, d in r["devices"].items():
+                click.echo(f"    {device}: " + ("runs here" if d["runs"] else f"does not run here: {d['reason']}"))
+        elif r["reason"]:
+            click.echo(f"    {r['reason']}")
+
+
+_JSON_HELP = "Print a JSON list of objects (name, kind, plugin, installed, available, reason, ...)."
+
+
 @cli.group()
 def sources() -> None:
-    """Drafter sources."""
+    """Drafter sources, installed or not."""
 
 
 @sources.command("list")
-def sources_list():
-    registry = load_registry()
-    for name in registry.names("source"):
-        part = registry.get("source", name)
-        click.echo(f"{name}\t{part.plugin}\t{part.info.get('description', '')}")
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
+def sources_list(as_json):
+    """Every known source: provided by an installed plugin, model files present."""
+    _listing("source", as_json)
+
+
+@cli.group()
+def targets() -> None:
+    """Target models, installed or not."""
+
+
+@targets.command("list")
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
+def targets_list(as_json):
+    """Every known target: provided by an installed plugin, model files present."""
+    _listing("target", as_json)
+
+
+@cli.group()
+def backends() -> None:
+    """Runtimes and the devices that really run on this machine."""
+
+
+@backends.command("list")
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
+def backends_list(as_json):
+    """Every known backend, with each device probed (a silent CPU fallback counts as not running)."""
+    _listing("backend", as_json)
+
+
+@cli.group()
+def bridges() -> None:
+    """Tokenizer bridges between drafter and target vocabularies."""
+
+
+@bridges.command("list")
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
+def bridges_list(as_json):
+    """Every known bridge and which vocabularies it connects."""
+    _listing("bridge", as_json)
 
 
 @cli.group()
 def plugins() -> None:
-    """Installed plugins."""
+    """Plugins: loaded, installed but not loaded, and known but not installed."""
 
 
 @plugins.command("list")
-def plugins_list():
-    for plugin in load_registry().plugins:
-        click.echo(f"{plugin['name']}\t{plugin['distribution']}\t{plugin['version']}")
+@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
+def plugins_list(as_json):
+    """Plugin distributions and the parts each registers."""
+    rows = catalog.plugin_rows()
+    if as_json:
+        click.echo(json.dumps(rows, ensure_ascii=False, indent=1))
+        return
+    for r in rows:
+        status = "loaded" if r["available"] else ("installed" if r["installed"] else "not installed")
+        click.echo("\t".join([r["name"], status, str(r["distribution"]), str(r["version"] or "-"),
+                              " ".join(r["parts"]) or "-"]))
+        if r["reason"]:
+            click.echo(f"    {r['reason']}")
+
+
+@cli.group("config")
+def config_group() -> None:
+    """Per-task configuration files."""
+
+
+@config_group.command("check")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--here", is_flag=True, help="Also fail when a plugin, model file or device is missing on this machine.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of reports.")
+def config_check(files, here, as_json):
+    """Validate FILES without running anything; exit 1 if any is wrong."""
+    reports = [check_file(path) for path in files]
+    if as_json:
+        click.echo(json.dumps([r.as_dict() for r in reports], ensure_ascii=False, indent=1))
+    else:
+        for r in reports:
+            if not r.ok:
+                click.echo(f"{r.path}: INVALID")
+                for problem in r.errors:
+                    click.echo(f"{r.path}: {problem}")
+                continue
+            click.echo(f"{r.path}: ok" + ("" if r.runnable else " (not runnable here)"))
+            for missing in r.missing:
+                click.echo(f"{r.path}: missing here: {missing}")
+            for warning in r.warnings:
+                click.echo(f"{r.path}: warning: {warning}")
+    failed = any(not r.ok or (here and not r.runnable) for r in reports)
+    sys.exit(1 if failed else 0)
 
 
 def main() -> None:

@@ -1,7 +1,36 @@
-"""The hooks a plugin implements. Each hook receives a ``register`` callback.
+"""The hooks a plugin implements. Each ``register_*`` hook receives a ``register`` callback.
 
-A plugin is any module with ``@hookimpl`` functions, exposed through the
-``as2d`` entry-point group; the core's own parts are registered the same way.
+A plugin is any module with ``@hookimpl`` functions, exposed through the ``as2d``
+entry-point group; the core's own parts (the ``identity`` and ``text`` bridges) are
+registered the same way, as the plugin ``as2d.builtins``. ``AS2D_PLUGINS`` (a
+comma-separated list of entry-point names; empty means none) restricts which
+entry-point plugins load, so tests see a known set.
+
+Calling convention: ``register(name, factory, **info)``. The ``info`` keywords are
+what listings and ``as2d config check`` read without building anything; every key
+is optional and, where a part is also listed in ``registry.toml``, the registered
+value wins over the catalog's:
+
+- ``description``: one line for listings.
+- ``tasks``: tuple of tasks served (``"asr"``, ``"translate"``, ``"qa"``).
+- ``languages``: tuple of language codes, or ``None`` for any language.
+- ``vocabulary``: tokenizer identity. A source whose vocabulary equals the
+  target's needs no bridge; otherwise some registered bridge must connect them.
+- ``decodes_text`` (sources, default True) / ``encodes_text`` (targets, default
+  True): whether token ids can be turned into text / text into token ids.
+- ``connects`` (bridges): tuple of ``(source_vocabulary, target_vocabulary)``
+  pairs, ``"*"`` matching any vocabulary; ``needs``: capabilities the pair must
+  have, from ``("decodes_text", "encodes_text")``. The built-in ``text`` bridge
+  is ``connects=(("*", "*"),), needs=("decodes_text", "encodes_text")``.
+- ``backends``: tuple of backend names the model runs on (empty: self-contained).
+- ``devices`` (backends): tuple of device names the backend knows.
+- ``model_dir``: folder name under ``as2d_core.paths.models_dir()``.
+- ``required_files``: tuple of file names that folder must hold.
+- ``install``: the command that installs the plugin providing this part.
+
+Factories of targets and sources are called with one options dict: ``models_dir``,
+``backend``, ``device``, ``threads`` and any plugin-specific keys; they return a
+``contracts.Target`` / ``contracts.Source``.
 """
 import pluggy
 
@@ -21,17 +50,17 @@ def register_sources(register):
 
 @hookspec
 def register_backends(register):
-    """Register runtimes: ``register(name, probe, **info)``; ``probe() -> {device: reason-or-None}``."""
+    """Register runtimes: ``register(name, probe, **info)``; ``probe() -> {device: None if it runs here, else why not}``."""
 
 
 @hookspec
 def register_bridges(register):
-    """Register tokenizer bridges: ``register(name, factory, **info)``."""
+    """Register tokenizer bridges: ``register(name, factory, **info)`` with ``connects`` and ``needs`` info."""
 
 
 @hookspec
 def register_models(register):
-    """Register installable model files: ``register(name, installer, **info)``; ``installer(models_dir)``."""
+    """Register installable model files: ``register(name, installer, **info)``; ``installer(models_dir, force=False)``."""
 
 
 @hookspec

@@ -1,7 +1,9 @@
 """Plugin discovery: one pluggy manager, entry points of group ``as2d``.
 
 ``AS2D_PLUGINS`` restricts which entry-point plugins load (a comma-separated
-allowlist; empty means none), so tests can run against a known set.
+allowlist of entry-point names; empty means none), so tests can run against a
+known set. Without it every installed plugin loads. A plugin that fails to
+import is recorded, not fatal: listings must still tell the truth about the rest.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from . import hookspecs
 
 GROUP = "as2d"
 ENV_ALLOWLIST = "AS2D_PLUGINS"
+BUILTINS = "as2d.builtins"
 
 
 @attrs.frozen
@@ -36,14 +39,20 @@ class UnknownPart(LookupError):
 
 @attrs.define
 class Registry:
+    """Everything the loaded plugins registered, plus what was installed but not loaded."""
+
     parts: dict[tuple[str, str], Part] = attrs.Factory(dict)
     plugins: list[dict] = attrs.Factory(list)
+    skipped: dict[str, str] = attrs.Factory(dict)  # entry-point name -> why it did not load
 
     def add(self, kind: str, plugin: str, name: str, factory: Callable, info: dict) -> None:
         key = (kind, name)
         if key in self.parts:
             raise ValueError(f"{kind} {name!r} is registered twice ({self.parts[key].plugin} and {plugin})")
         self.parts[key] = Part(kind, name, factory, plugin, info)
+
+    def find(self, kind: str, name: str) -> Part | None:
+        return self.parts.get((kind, name))
 
     def names(self, kind: str) -> list[str]:
         return sorted(name for k, name in self.parts if k == kind)
@@ -63,22 +72,31 @@ def _allowed() -> set[str] | None:
     return {item.strip() for item in value.split(",") if item.strip()}
 
 
-def plugin_manager() -> tuple[pluggy.PluginManager, dict[str, tuple[str | None, str | None]]]:
-    """The manager with built-ins and allowed entry points, and each plugin's distribution and version."""
+def plugin_manager() -> tuple[pluggy.PluginManager, dict[str, tuple[str | None, str | None]], dict[str, str]]:
+    """The manager with built-ins and allowed entry points; each plugin's distribution and version; what was skipped."""
     manager = pluggy.PluginManager(GROUP)
     manager.add_hookspecs(hookspecs)
     from . import builtins
 
-    manager.register(builtins, name="as2d.builtins")
-    distributions = {"as2d.builtins": ("as2d", _version("as2d"))}
+    manager.register(builtins, name=BUILTINS)
+    distributions = {BUILTINS: ("as2d", _version("as2d"))}
+    skipped: dict[str, str] = {}
     allowed = _allowed()
     for entry_point in metadata.entry_points(group=GROUP):
-        if (allowed is not None and entry_point.name not in allowed) or manager.has_plugin(entry_point.name):
+        if manager.has_plugin(entry_point.name):
             continue
-        manager.register(entry_point.load(), name=entry_point.name)
+        if allowed is not None and entry_point.name not in allowed:
+            skipped[entry_point.name] = f"installed but not loaded ({ENV_ALLOWLIST}={os.environ[ENV_ALLOWLIST]!r})"
+            continue
+        try:
+            module = entry_point.load()
+        except Exception as exc:  # a broken plugin must not hide the others
+            skipped[entry_point.name] = f"failed to load: {type(exc).__name__}: {exc}"
+            continue
+        manager.register(module, name=entry_point.name)
         dist = entry_point.dist
         distributions[entry_point.name] = (dist.name, dist.version) if dist else (None, None)
-    return manager, distributions
+    return manager, distributions, skipped
 
 
 def _version(distribution: str) -> str | None:
@@ -96,8 +114,8 @@ def load_registry(refresh: bool = False) -> Registry:
     global _REGISTRY
     if _REGISTRY is not None and not refresh:
         return _REGISTRY
-    manager, distributions = plugin_manager()
-    registry = Registry()
+    manager, distributions, skipped = plugin_manager()
+    registry = Registry(skipped=skipped)
     hooks = {
         "target": manager.hook.register_targets,
         "source": manager.hook.register_sources,
@@ -105,6 +123,7 @@ def load_registry(refresh: bool = False) -> Registry:
         "bridge": manager.hook.register_bridges,
         "model": manager.hook.register_models,
     }
+    failed: dict[str, str] = {}
     for kind, hook in hooks.items():
         for impl in hook.get_hookimpls():
             plugin_name = manager.get_name(impl.plugin)
@@ -112,15 +131,22 @@ def load_registry(refresh: bool = False) -> Registry:
             def register(name, factory, _kind=kind, _plugin=plugin_name, **info):
                 registry.add(_kind, _plugin, name, factory, info)
 
-            impl.function(register=register)
+            try:
+                impl.function(register=register)
+            except Exception as exc:  # recorded per plugin and shown by ``as2d plugins list``
+                failed.setdefault(plugin_name, f"{type(exc).__name__}: {exc}")
     for name, _plugin in manager.list_name_plugin():
         dist_name, version = distributions.get(name, (None, None))
-        registry.plugins.append({"name": name, "distribution": dist_name, "version": version})
+        parts = sorted(f"{part.kind}:{part.name}" for part in registry.parts.values() if part.plugin == name)
+        registry.plugins.append(
+            {"name": name, "distribution": dist_name, "version": version, "parts": parts, "error": failed.get(name)}
+        )
     registry.plugins.sort(key=lambda p: p["name"])
     _REGISTRY = registry
     return registry
 
 
 def register_commands(cli) -> None:
-    manager, _ = plugin_manager()
+    """Let every loaded plugin add its own commands to the ``as2d`` group."""
+    manager, _, _ = plugin_manager()
     manager.hook.register_commands(cli=cli)

@@ -1,0 +1,249 @@
+"""The catalog (``registry.toml``) merged with what installed plugins register.
+
+Listings and ``as2d config check`` need to know about parts that are not
+installed (to say how to get them) and to tell the truth about those that are:
+is the plugin loaded, are the model files there, which devices really run.
+"""
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from .paths import models_dir as default_models_dir
+from .plugins import Registry, load_registry
+
+CATALOG_FILE = Path(__file__).with_name("registry.toml")
+KINDS = ("source", "target", "backend", "bridge")
+_SECTIONS = {"source": "sources", "target": "targets", "backend": "backends", "bridge": "bridges"}
+_TUPLE_KEYS = ("tasks", "languages", "backends", "required_files", "devices", "needs")
+
+
+@cache
+def load_catalog(path: Path = CATALOG_FILE) -> dict[str, Any]:
+    """The parsed catalog (packaged next to this module, so it works installed non-editable)."""
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+@attrs.define
+class Entry:
+    """One part as the user sees it: catalog facts overlaid with the registered ``info``."""
+
+    kind: str
+    name: str
+    plugin: str | None  # entry-point name of the providing plugin
+    info: dict[str, Any]
+    installed: bool  # a loaded plugin registers it
+    in_catalog: bool
+    factory: Any = None
+
+    @property
+    def vocabulary(self) -> str | None:
+        return self.info.get("vocabulary")
+
+    def tuple_info(self, key: str) -> tuple | None:
+        value = self.info.get(key)
+        return None if value is None else tuple(value)
+
+
+def _plugin_facts(catalog: dict, plugin: str | None) -> dict[str, Any]:
+    return dict(catalog.get("plugins", {}).get(plugin, {})) if plugin else {}
+
+
+def entries(kind: str, registry: Registry | None = None, catalog: dict | None = None) -> list[Entry]:
+    """Every known part of ``kind``: the catalog's and any extra that a plugin registers."""
+    registry = registry if registry is not None else load_registry()
+    catalog = catalog if catalog is not None else load_catalog()
+    known = catalog.get(_SECTIONS[kind], {})
+    names = sorted(set(known) | set(registry.names(kind)))
+    out = []
+    for name in names:
+        facts = dict(known.get(name, {}))
+        part = registry.find(kind, name)
+        plugin = part.plugin if part else facts.get("plugin")
+        info = {**_plugin_facts(catalog, plugin), **facts, **(part.info if part else {})}
+        info.pop("plugin", None)
+        loaded = next((p for p in registry.plugins if p["name"] == plugin), None) if part else None
+        if loaded and loaded["distribution"]:
+            info["distribution"] = loaded["distribution"]
+        for key in _TUPLE_KEYS:
+            if info.get(key) is not None:
+                info[key] = tuple(info[key])
+        out.append(Entry(kind, name, plugin, info, part is not None, name in known, part.factory if part else None))
+    return out
+
+
+def lookup(kind: str, name: str, registry: Registry | None = None, catalog: dict | None = None) -> Entry | None:
+    return next((e for e in entries(kind, registry, catalog) if e.name == name), None)
+
+
+def install_hint(entry: Entry) -> str:
+    """The command that installs the plugin providing ``entry``."""
+    return entry.info.get("install") or f"install a plugin that registers {entry.kind} {entry.name!r}"
+
+
+def not_installed_reason(entry: Entry, registry: Registry | None = None) -> str:
+    registry = registry if registry is not None else load_registry()
+    if entry.plugin in registry.skipped:
+        return f"plugin {entry.plugin!r} {registry.skipped[entry.plugin]}"
+    return f"plugin {entry.plugin or '?'!r} is not installed: {install_hint(entry)}"
+
+
+def missing_files(entry: Entry, models_dir: Path | None = None) -> tuple[Path | None, list[str]]:
+    """The model folder of ``entry`` and which of its required files are absent."""
+    folder_name = entry.info.get("model_dir")
+    if not folder_name:
+        return None, []
+    folder = Path(models_dir or default_models_dir()) / folder_name
+    required = entry.info.get("required_files") or ()
+    return folder, [f for f in required if not (folder / f).is_file()]
+
+
+def files_reason(entry: Entry, folder: Path, missing: list[str]) -> str:
+    how = entry.info.get("model_install")
+    layout = entry.info.get("layout")
+    text = f"model files missing in {folder}: {', '.join(missing)}"
+    if how:
+        text += f"; run `{how}`"
+    elif layout:
+        text += f"; supply {layout}"
+    return text
+
+
+_PROBES: dict[str, dict[str, str | None]] = {}
+
+
+def probe_devices(entry: Entry) -> dict[str, str | None]:
+    """``{device: None if it really runs here, else why not}`` for a backend (probed once per process)."""
+    known = entry.info.get("devices") or ()
+    notes = entry.info.get("notes") or {}
+    if not entry.installed:
+        return {d: "backend plugin not installed" + (f"; {notes[d]}" if d in notes else "") for d in known}
+    if entry.name not in _PROBES:
+        try:
+            result = dict(entry.factory())
+        except Exception as exc:  # a failing probe means nothing is known to run
+            result = {d: f"probe failed: {type(exc).__name__}: {exc}" for d in known or ("cpu",)}
+        _PROBES[entry.name] = result
+    result = dict(_PROBES[entry.name])
+    for device in known:
+        result.setdefault(device, notes.get(device) or "not reported by the backend's probe")
+    return result
+
+
+def row(entry: Entry, registry: Registry | None = None, models_dir: Path | None = None) -> dict[str, Any]:
+    """The JSON row of a listing: the truth about one part on this machine."""
+    info = entry.info
+    out: dict[str, Any] = {
+        "name": entry.name,
+        "kind": entry.kind,
+        "plugin": entry.plugin,
+        "distribution": info.get("distribution"),
+        "installed": entry.installed,
+        "available": False,
+        "reason": None,
+        "install": info.get("install"),
+        "description": info.get("description", ""),
+        "in_catalog": entry.in_catalog,
+    }
+    if entry.kind in ("source", "target"):
+        folder, missing = missing_files(entry, models_dir)
+        out.update(
+            tasks=list(info.get("tasks") or ()),
+            languages=None if info.get("languages") is None else list(info["languages"]),
+            vocabulary=entry.vocabulary,
+            backends=list(info.get("backends") or ()),
+            model_dir=str(folder) if folder else None,
+            required_files=list(info.get("required_files") or ()),
+            missing_files=missing,
+            layout=info.get("layout"),
+        )
+        if not entry.installed:
+            out["reason"] = not_installed_reason(entry, registry)
+        elif missing:
+            out["reason"] = files_reason(entry, folder, missing)
+        else:
+            out["available"] = True
+    elif entry.kind == "backend":
+        devices = probe_devices(entry)
+        out["devices"] = {d: {"runs": why is None, "reason": why} for d, why in devices.items()}
+        running = [d for d, why in devices.items() if why is None]
+        if not entry.installed:
+            out["reason"] = not_installed_reason(entry, registry)
+        elif not running:
+            out["reason"] = "no device runs here: " + "; ".join(dict.fromkeys(devices.values()))
+        else:
+            out["available"] = True
+            down = [f"{d}: {why}" for d, why in devices.items() if why is not None]
+            out["reason"] = f"runs here on {', '.join(running)}" + (f"; not {'; '.join(down)}" if down else "")
+    else:  # bridge
+        out.update(connects=[list(p) for p in info.get("connects") or ()], needs=list(info.get("needs") or ()))
+        if entry.installed:
+            out["available"] = True
+        else:
+            out["reason"] = not_installed_reason(entry, registry)
+    return out
+
+
+def _matches(pattern: str, vocabulary: str | None) -> bool:
+    return vocabulary is not None and fnmatch.fnmatchcase(vocabulary, pattern)
+
+
+def bridge_between(source: Entry, target: Entry, bridges: list[Entry] | None = None) -> str | None:
+    """Name of the bridge that carries ``source`` tokens to ``target`` (``identity`` for equal vocabularies)."""
+    if source.vocabulary is not None and source.vocabulary == target.vocabulary:
+        return "identity"
+    capabilities = {
+        "decodes_text": source.info.get("decodes_text", True),
+        "encodes_text": target.info.get("encodes_text", True),
+    }
+    for bridge in bridges if bridges is not None else entries("bridge"):
+        if not bridge.installed:
+            continue
+        if not all(capabilities.get(need, False) for need in bridge.info.get("needs") or ()):
+            continue
+        for pair in bridge.info.get("connects") or ():
+            if _matches(pair[0], source.vocabulary) and _matches(pair[1], target.vocabulary):
+                return bridge.name
+    return None
+
+
+def plugin_rows(registry: Registry | None = None, catalog: dict | None = None) -> list[dict[str, Any]]:
+    """Loaded plugins, installed-but-skipped ones, and catalog plugins that are not installed."""
+    registry = registry if registry is not None else load_registry()
+    catalog = catalog if catalog is not None else load_catalog()
+    known = catalog.get("plugins", {})
+    rows = []
+    for plugin in registry.plugins:
+        facts = known.get(plugin["name"], {})
+        rows.append({
+            "name": plugin["name"], "kind": "plugin", "plugin": plugin["name"],
+            "distribution": plugin["distribution"], "version": plugin["version"],
+            "installed": True, "available": plugin["error"] is None,
+            "reason": f"registration failed: {plugin['error']}" if plugin["error"] else None,
+            "parts": plugin["parts"], "install": facts.get("install"),
+            "description": facts.get("description", ""),
+        })
+    loaded = {p["name"] for p in registry.plugins}
+    for name, why in registry.skipped.items():
+        facts = known.get(name, {})
+        rows.append({
+            "name": name, "kind": "plugin", "plugin": name, "distribution": facts.get("distribution"),
+            "version": None, "installed": True, "available": False, "reason": why, "parts": [],
+            "install": facts.get("install"), "description": facts.get("description", ""),
+        })
+    for name, facts in known.items():
+        if name in loaded or name in registry.skipped:
+            continue
+        rows.append({
+            "name": name, "kind": "plugin", "plugin": name, "distribution": facts.get("distribution"),
+            "version": None, "installed": False, "available": False,
+            "reason": f"not installed: {facts.get('install')}", "parts": [],
+            "install": facts.get("install"), "description": facts.get("description", ""),
+        })
+    return sorted(rows, key=lambda r: (not r["installed"], r["name"]))

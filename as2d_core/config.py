@@ -1,0 +1,368 @@
+"""Per-task configuration files (TOML): which target, source, backend, device and budget.
+
+Two levels of checking, kept apart on purpose:
+
+- ``errors``: the file itself is wrong (unknown key, bad value, unknown part, a
+  source that cannot draft for this target, a device the backend does not have).
+  These fail ``as2d config check`` everywhere.
+- ``missing``: the file is fine but cannot run on this machine (plugin not
+  installed, model files absent, a device that does not really run here with
+  ``on_missing_device = "error"``). ``config check`` reports them; ``--here`` and
+  ``as2d run --config`` fail on them. A device fallback is never silent: it is
+  only taken with ``on_missing_device = "cpu"`` and is reported as a warning.
+
+Example::
+
+    task = "asr"                # asr | translate | qa
+    language = "en"             # omit to let the target detect it
+    budget = 7                  # proposals per verification, 1..64
+    align_window = 8
+    on_missing_device = "error" # or "cpu"
+    [target]
+    model = "whisper-base"
+    backend = "onnxruntime"
+    device = "cpu"
+    threads = 2                 # target alone
+    shared_threads = 1          # target while the drafter runs
+    [source]
+    name = "whisper-tiny.en"
+    backend = "onnxruntime"
+    device = "cpu"
+    threads = 1
+    publication_size = 8
+    [device_profile]
+    name = "this machine"
+"""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from . import catalog
+from .contracts import TASKS
+from .engine import MAX_BUDGET, METHODS, DecodeOptions
+from .plugins import Registry, load_registry
+
+ON_MISSING_DEVICE = ("error", "cpu")
+
+# key -> (type, required, allowed values or None); tables map to their own schema
+_TOP: dict[str, tuple] = {
+    "task": (str, False, TASKS),
+    "language": (str, False, None),
+    "instruction": (str, False, None),
+    "method": (str, False, METHODS),
+    "budget": (int, False, None),
+    "align_window": (int, False, None),
+    "on_missing_device": (str, False, ON_MISSING_DEVICE),
+}
+_TABLES: dict[str, dict[str, tuple]] = {
+    "target": {
+        "model": (str, True, None),
+        "backend": (str, False, None),
+        "device": (str, False, None),
+        "threads": (int, False, None),
+        "shared_threads": (int, False, None),
+    },
+    "source": {
+        "name": (str, True, None),
+        "backend": (str, False, None),
+        "device": (str, False, None),
+        "threads": (int, False, None),
+        "publication_size": (int, False, None),
+    },
+    "device_profile": {
+        "name": (str, True, None),
+        "description": (str, False, None),
+    },
+}
+_REQUIRED_TABLES = ("target",)
+
+
+@attrs.frozen
+class TargetConfig:
+    model: str
+    backend: str | None = None
+    device: str = "cpu"
+    threads: int = 2
+    shared_threads: int = 1
+
+
+@attrs.frozen
+class SourceConfig:
+    name: str
+    backend: str | None = None
+    device: str = "cpu"
+    threads: int = 1
+    publication_size: int = 8
+
+
+@attrs.frozen
+class Config:
+    """A validated configuration; ``decode_options()`` is what the engine takes."""
+
+    path: Path
+    target: TargetConfig
+    source: SourceConfig | None = None
+    task: str = "asr"
+    language: str | None = None
+    instruction: str | None = None
+    method: str = "as2d"
+    budget: int = 7
+    align_window: int = 8
+    on_missing_device: str = "error"
+    device_profile: dict | None = None
+
+    def decode_options(self) -> DecodeOptions:
+        return DecodeOptions(
+            budget=self.budget,
+            publication_size=self.source.publication_size if self.source else 8,
+            align_window=self.align_window,
+            target_threads=self.target.threads,
+            shared_target_threads=self.target.shared_threads,
+            drafter_threads=self.source.threads if self.source else 1,
+        )
+
+
+@attrs.define
+class Report:
+    """The outcome of checking one file."""
+
+    path: Path
+    config: Config | None = None
+    errors: list[str] = attrs.Factory(list)  # the file is wrong
+    missing: list[str] = attrs.Factory(list)  # the file is fine, this machine lacks something
+    warnings: list[str] = attrs.Factory(list)  # taken fallbacks and other things a user must see
+    devices: dict[str, str] = attrs.Factory(dict)  # "target"/"source" -> device that will really be used
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def runnable(self) -> bool:
+        return not self.errors and not self.missing
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path), "ok": self.ok, "runnable": self.runnable, "errors": self.errors,
+            "missing": self.missing, "warnings": self.warnings, "devices": self.devices,
+        }
+
+
+class ConfigError(ValueError):
+    """A configuration that is wrong (``problems``) or cannot run here; the message lists them all."""
+
+    def __init__(self, path: Path, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        super().__init__("\n".join(f"{path}: {p}" for p in problems))
+
+
+def _type_name(kind: type) -> str:
+    return {str: "a string", int: "an integer"}[kind]
+
+
+def _check_table(values: dict, schema: dict[str, tuple], prefix: str, errors: list[str]) -> dict:
+    clean = {}
+    where = f"[{prefix[:-1]}]" if prefix else "the top level"
+    for key, value in values.items():
+        dotted = prefix + key
+        if key not in schema:
+            allowed = ", ".join(list(schema) + ([] if prefix else [f"[{t}]" for t in _TABLES]))
+            errors.append(f"{dotted}: unknown key; allowed in {where}: {allowed}")
+            continue
+        kind, _required, choices = schema[key]
+        if isinstance(value, bool) or not isinstance(value, kind):
+            errors.append(f"{dotted}: must be {_type_name(kind)}, got {value!r}")
+            continue
+        if choices is not None and value not in choices:
+            errors.append(f"{dotted}: {value!r} is not allowed; choose one of {', '.join(choices)}")
+            continue
+        clean[key] = value
+    for key, (_kind, required, _choices) in schema.items():
+        if required and key not in values:
+            errors.append(f"{prefix}{key}: required in {where}")
+    return clean
+
+
+def _range(errors: list[str], key: str, value: int, low: int, high: int | None = None) -> None:
+    if value < low or (high is not None and value > high):
+        allowed = f"{low}..{high}" if high is not None else f"at least {low}"
+        errors.append(f"{key}: {value} is out of range; allowed: {allowed}")
+
+
+def parse(data: dict, path: Path) -> tuple[Config | None, list[str]]:
+    """Structural checks only (keys, types, ranges); no catalog or plugin lookups."""
+    errors: list[str] = []
+    top = {k: v for k, v in data.items() if not (k in _TABLES and isinstance(v, dict))}
+    clean = _check_table(top, _TOP, "", errors)
+    for name in _REQUIRED_TABLES:
+        if name not in data:
+            errors.append(f"{name}: required table [{name}] is missing")
+    tables = {}
+    for name, schema in _TABLES.items():
+        value = data.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            errors.append(f"{name}: must be a table [{name}], got {value!r}")
+            continue
+        tables[name] = _check_table(value, schema, f"{name}.", errors)
+    for key, low, high in (("budget", 1, MAX_BUDGET), ("align_window", 0, None)):
+        if key in clean:
+            _range(errors, key, clean[key], low, high)
+    for table, key in (("target", "threads"), ("target", "shared_threads"), ("source", "threads"),
+                       ("source", "publication_size")):
+        if key in tables.get(table, {}):
+            _range(errors, f"{table}.{key}", tables[table][key], 1)
+    if errors or "model" not in tables.get("target", {}):
+        return None, errors
+    source = SourceConfig(**tables["source"]) if "name" in tables.get("source", {}) else None
+    method = clean.pop("method", "as2d" if source else "target-only")
+    if method == "as2d" and source is None:
+        errors.append("method: 'as2d' needs a [source] table; use method = \"target-only\" without one")
+        return None, errors
+    config = Config(
+        path=path, target=TargetConfig(**tables["target"]), source=source, method=method,
+        device_profile=tables.get("device_profile"), **clean,
+    )
+    return config, errors
+
+
+def _serves(entry: catalog.Entry, key: str, value: str) -> bool:
+    allowed = entry.info.get(key)
+    return allowed is None or value in allowed
+
+
+def _check_part(config: Config, role: str, name: str, backend: str | None, device: str,
+                registry: Registry, report: Report) -> tuple[catalog.Entry | None, str | None]:
+    """Catalog-level checks of one part; returns its entry and the backend it will run on."""
+    kind = "target" if role == "target" else "source"
+    key = f"{role}.model" if role == "target" else f"{role}.name"
+    entry = catalog.lookup(kind, name, registry)
+    if entry is None:
+        known = ", ".join(e.name for e in catalog.entries(kind, registry))
+        report.errors.append(f"{key}: unknown {kind} {name!r}; known {kind}s: {known}")
+        return None, None
+    if not _serves(entry, "tasks", config.task):
+        report.errors.append(f"task: {kind} {name!r} does not do {config.task!r}; it does {', '.join(entry.info['tasks'])}")
+    if config.language and not _serves(entry, "languages", config.language):
+        report.errors.append(
+            f"language: {kind} {name!r} does not serve {config.language!r}; it serves {', '.join(entry.info['languages'])}"
+        )
+    backends = entry.info.get("backends") or ()
+    if backend is None:
+        backend = backends[0] if backends else None
+    elif backends and backend not in backends:
+        report.errors.append(f"{role}.backend: {name!r} does not run on {backend!r}; allowed: {', '.join(backends)}")
+        return entry, None
+    elif not backends and "backends" in entry.info:
+        report.errors.append(f"{role}.backend: {name!r} brings its own runtime; remove {role}.backend")
+        return entry, None
+    if backend is not None:
+        backend_entry = catalog.lookup("backend", backend, registry)
+        if backend_entry is None:
+            report.errors.append(f"{role}.backend: unknown backend {backend!r}")
+            return entry, None
+        devices = backend_entry.info.get("devices")
+        if devices and device not in devices:
+            report.errors.append(f"{role}.device: {device!r} is not a device of {backend}; allowed: {', '.join(devices)}")
+    return entry, backend
+
+
+def _check_here(config: Config, role: str, entry: catalog.Entry, backend: str | None, device: str,
+                registry: Registry, report: Report) -> None:
+    """What this machine lacks to run one part, and which device it will really use."""
+    if not entry.installed:
+        report.missing.append(f"{role}: {catalog.not_installed_reason(entry, registry)}")
+    else:
+        folder, missing = catalog.missing_files(entry)
+        if missing:
+            report.missing.append(f"{role}: {catalog.files_reason(entry, folder, missing)}")
+    report.devices[role] = device
+    if backend is None:
+        return
+    backend_entry = catalog.lookup("backend", backend, registry)
+    if not backend_entry.installed:
+        report.missing.append(f"{role}.backend: {catalog.not_installed_reason(backend_entry, registry)}")
+        return
+    devices = catalog.probe_devices(backend_entry)
+    why = devices.get(device, f"{backend} does not report device {device!r}")
+    if why is None:
+        return
+    cpu_why = devices.get("cpu", f"{backend} does not report device 'cpu'")
+    if device == "cpu":
+        report.missing.append(f"{role}.device: {backend} cannot run on 'cpu' here: {why}")
+    elif config.on_missing_device == "cpu" and cpu_why is None:
+        report.warnings.append(
+            f"{role}.device: {device!r} does not run here on {backend} ({why}); "
+            f"running on cpu because on_missing_device = \"cpu\""
+        )
+        report.devices[role] = "cpu"
+    elif config.on_missing_device == "cpu":
+        report.missing.append(f"{role}.device: neither {device!r} ({why}) nor the cpu fallback ({cpu_why}) runs here on {backend}")
+    else:
+        report.missing.append(
+            f"{role}.device: {device!r} does not run here on {backend} ({why}); "
+            f"on_missing_device = \"error\" (set it to \"cpu\" to run on CPU instead)"
+        )
+
+
+def check_data(data: dict, path: Path, registry: Registry | None = None) -> Report:
+    """Check a parsed configuration: structure, catalog consistency, and what this machine lacks."""
+    registry = registry if registry is not None else load_registry()
+    report = Report(path=path)
+    config, report.errors = parse(data, path)
+    if config is None:
+        return report
+    target, target_backend = _check_part(
+        config, "target", config.target.model, config.target.backend, config.target.device, registry, report)
+    source = source_backend = None
+    if config.source is not None:
+        source, source_backend = _check_part(
+            config, "source", config.source.name, config.source.backend, config.source.device, registry, report)
+    if target is not None and source is not None:
+        bridge = catalog.bridge_between(source, target, catalog.entries("bridge", registry))
+        if bridge is None:
+            report.errors.append(
+                f"source.name: {source.name!r} (vocabulary {source.vocabulary!r}) and target {target.name!r} "
+                f"(vocabulary {target.vocabulary!r}) use different tokenizers and no installed bridge connects them"
+            )
+    if report.errors:
+        return report
+    report.config = attrs.evolve(
+        config,
+        target=attrs.evolve(config.target, backend=target_backend),
+        source=attrs.evolve(config.source, backend=source_backend) if config.source else None,
+    )
+    _check_here(config, "target", target, target_backend, config.target.device, registry, report)
+    if source is not None and config.method == "as2d":
+        _check_here(config, "source", source, source_backend, config.source.device, registry, report)
+    return report
+
+
+def read(path: Path) -> dict:
+    """The TOML data of ``path``; a syntax error becomes a ConfigError that names the file."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(path, ["no such file"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, [f"not valid TOML: {exc}"]) from None
+
+
+def check_file(path: Path | str, registry: Registry | None = None, overrides: dict | None = None) -> Report:
+    """Check one file; ``overrides`` (dotted keys, e.g. ``"target.device"``) replace its values first."""
+    path = Path(path)
+    try:
+        data = read(path)
+    except ConfigError as exc:
+        return Report(path=path, errors=exc.problems)
+    for dotted, value in (overrides or {}).items():
+        table, _, key = dotted.rpartition(".")
+        (data.setdefault(table, {}) if table else data)[key] = value
+    return check_data(data, path, registry)

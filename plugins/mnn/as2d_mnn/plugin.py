@@ -1,0 +1,15 @@
+"""as2d hooks of the MNN backend (importing this never imports MNN)."""
+from as2d_core.hookspecs import hookimpl
+
+from . import DEVICES, probe
+
+
+@hookimpl
+def register_backends(register):
+    register(
+        "mnn",
+        probe,
+        description="MNN and its LLM engine (device availability probed from the installed build)",
+        devices=DEVICES,
+        install="pip install ./plugins/mnn",
+    )

@@ -1,0 +1,15 @@
+"""as2d hooks of the ONNX Runtime backend (importing this never imports onnxruntime)."""
+from as2d_core.hookspecs import hookimpl
+
+from . import DEVICES, probe
+
+
+@hookimpl
+def register_backends(register):
+    register(
+        "onnxruntime",
+        probe,
+        description="ONNX Runtime (device availability probed from its execution providers)",
+        devices=DEVICES,
+        install="pip install ./plugins/onnxruntime",
+    )

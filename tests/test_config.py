@@ -1,0 +1,138 @@
+"""Per-task configuration files: shipped examples pass, bad files fail naming file, key and what is allowed."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from as2d_core import catalog, config, plugins
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((REPO / "configs").glob("*.toml"))
+
+GOOD = """
+task = "asr"
+language = "en"
+budget = 7
+on_missing_device = "error"
+
+[target]
+model = "whisper-base"
+backend = "onnxruntime"
+device = "cpu"
+threads = 2
+
+[source]
+name = "whisper-tiny.en"
+threads = 1
+"""
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """Only the built-in parts: results must not depend on which plugins this machine has."""
+    monkeypatch.setenv(plugins.ENV_ALLOWLIST, "")
+    catalog._PROBES.clear()
+    yield plugins.load_registry(refresh=True)
+    plugins._REGISTRY = None
+    catalog._PROBES.clear()
+
+
+def _check(tmp_path, text, registry, name="c.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return config.check_file(path, registry)
+
+
+def test_examples_exist():
+    names = {p.name for p in CONFIGS}
+    assert "whisper-asr.toml" in names and len(names) >= 5
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_passes_structure_without_plugins(path, registry):
+    report = config.check_file(path, registry)
+    assert report.ok, report.errors
+    assert not report.runnable and report.missing  # nothing is installed: it must say what is missing
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_passes_with_installed_plugins(path):
+    plugins._REGISTRY = None
+    catalog._PROBES.clear()
+    report = config.check_file(path)
+    assert report.ok, report.errors
+
+
+def test_good_config(tmp_path, registry):
+    report = _check(tmp_path, GOOD, registry)
+    assert report.ok, report.errors
+    options = report.config.decode_options()
+    assert options.budget == 7 and options.target_threads == 2 and options.drafter_threads == 1
+    assert report.config.source.backend == "onnxruntime"  # defaults to the part's first backend
+
+
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (("budget = 7", "budget = 65"), "budget: 65 is out of range; allowed: 1..64"),
+        (("budget = 7", "budget = 0"), "budget: 0 is out of range"),
+        (("budget = 7", "budjet = 7"), "budjet: unknown key; allowed in the top level: task, language"),
+        (("threads = 2", "treads = 2"), "target.treads: unknown key; allowed in [target]: model, backend"),
+        (('"whisper-tiny.en"', '"no-such-drafter"'), "source.name: unknown source 'no-such-drafter'; known sources:"),
+        (('task = "asr"', 'task = "sing"'), "task: 'sing' is not allowed; choose one of asr, translate, qa"),
+        (('language = "en"', 'language = "de"'), "language: source 'whisper-tiny.en' does not serve 'de'"),
+        (('device = "cpu"', 'device = "gpu"'), "target.device: 'gpu' is not a device of onnxruntime; allowed: cpu, nnapi"),
+        (('backend = "onnxruntime"', 'backend = "mnn"'), "target.backend: 'whisper-base' does not run on 'mnn'"),
+        (('on_missing_device = "error"', 'on_missing_device = "silent"'), "on_missing_device: 'silent' is not allowed"),
+        (("threads = 1", "threads = true"), "source.threads: must be an integer"),
+        (("[target]", "[targets]"), "target: required table [target] is missing"),
+    ],
+)
+def test_bad_configs_name_key_and_allowed(tmp_path, registry, edit, expected):
+    report = _check(tmp_path, GOOD.replace(*edit), registry)
+    assert not report.ok
+    assert any(expected in e for e in report.errors), report.errors
+
+
+def test_tokenizer_mismatch_without_bridge(tmp_path, registry):
+    registry.add("source", "test", "ids-only", lambda o: None,
+                 {"vocabulary": "ids-only", "decodes_text": False, "tasks": ("asr",)})
+    report = _check(tmp_path, GOOD.replace('"whisper-tiny.en"', '"ids-only"'), registry)
+    assert any("different tokenizers and no installed bridge connects them" in e for e in report.errors)
+
+
+def test_invalid_toml_names_the_file(tmp_path, registry):
+    report = _check(tmp_path, "budget = = 3", registry, "broken.toml")
+    assert not report.ok and "not valid TOML" in report.errors[0]
+
+
+def _with_backend(registry, devices):
+    registry.add("backend", "test", "onnxruntime", lambda: devices, {"devices": ("cpu", "nnapi")})
+    registry.add("target", "test", "whisper-base", lambda o: None, {})
+    registry.add("source", "test", "whisper-tiny.en", lambda o: None, {})
+
+
+def test_missing_device_with_error_is_not_runnable(tmp_path, registry, monkeypatch):
+    monkeypatch.setenv("AS2D_MODELS_DIR", str(tmp_path))
+    _with_backend(registry, {"cpu": None, "nnapi": "no NNAPI provider in this build"})
+    report = _check(tmp_path, GOOD.replace('device = "cpu"', 'device = "nnapi"'), registry)
+    assert report.ok and not report.runnable
+    assert any(m.startswith("target.device: 'nnapi' does not run here") and "on_missing_device" in m
+               for m in report.missing), report.missing
+
+
+def test_missing_device_with_cpu_falls_back_loudly(tmp_path, registry):
+    _with_backend(registry, {"cpu": None, "nnapi": "no NNAPI provider in this build"})
+    text = GOOD.replace('device = "cpu"', 'device = "nnapi"').replace('"error"', '"cpu"')
+    report = _check(tmp_path, text, registry)
+    assert report.devices["target"] == "cpu"
+    assert any("running on cpu" in w for w in report.warnings)
+    assert not any("device" in m for m in report.missing)
+
+
+def test_overrides_apply_before_checking(tmp_path, registry):
+    path = tmp_path / "c.toml"
+    path.write_text(GOOD)
+    report = config.check_file(path, registry, overrides={"budget": 99})
+    assert any("budget: 99" in e for e in report.errors)

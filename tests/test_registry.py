@@ -1,0 +1,127 @@
+"""The catalog (registry.toml) and the truth of the listings built from it."""
+from __future__ import annotations
+
+import sys
+import tomllib
+import types
+from pathlib import Path
+
+import pytest
+
+from as2d_core import catalog, plugins
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "plugins" / "onnxruntime"), str(REPO / "plugins" / "mnn")]
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """A registry loaded with only the plugins named, so tests do not depend on what is installed."""
+    def load(allow: str = ""):
+        monkeypatch.setenv(plugins.ENV_ALLOWLIST, allow)
+        catalog._PROBES.clear()
+        return plugins.load_registry(refresh=True)
+
+    yield load
+    plugins._REGISTRY = None
+    catalog._PROBES.clear()
+
+
+def test_root_registry_is_the_packaged_one():
+    assert (REPO / "registry.toml").read_bytes() == catalog.CATALOG_FILE.read_bytes()
+
+
+def test_catalog_names_every_seed_part():
+    data = tomllib.loads(catalog.CATALOG_FILE.read_text())
+    assert {"qwen3-asr-0.6b", "parakeet-ctc", "sensevoice-small", "qwen2.5-omni-3b", "whisper-tiny.en",
+            "pocketsphinx"} <= set(data["sources"])
+    assert {"qwen3-asr-1.7b", "qwen2.5-omni-7b", "whisper-base"} <= set(data["targets"])
+    assert set(data["backends"]["onnxruntime"]["devices"]) == {"cpu", "nnapi"}
+    assert set(data["backends"]["mnn"]["devices"]) == {"cpu", "opencl"}
+    assert {"identity", "text"} <= set(data["bridges"])
+    for section in ("sources", "targets"):
+        for name, entry in data[section].items():
+            assert entry["plugin"] in data["plugins"], name
+            assert data["plugins"][entry["plugin"]]["install"].startswith("pip install"), name
+            assert entry["tasks"] and entry["vocabulary"] and "layout" in entry, name
+            assert entry.get("model_dir") or entry["required_files"] == [], name
+
+
+def test_not_installed_parts_say_how_to_install(fresh):
+    registry = fresh("")
+    rows = {e.name: catalog.row(e, registry) for e in catalog.entries("source", registry)}
+    row = rows["qwen3-asr-0.6b"]
+    assert not row["installed"] and not row["available"]
+    assert "pip install ./plugins/qwen3_asr" in row["reason"]
+    assert row["required_files"] and row["layout"]
+
+
+def test_skipped_plugin_is_reported_as_not_loaded(fresh, monkeypatch):
+    monkeypatch.setattr(plugins.metadata, "entry_points", lambda group: [
+        types.SimpleNamespace(name="whisper", load=lambda: None, dist=None)])
+    registry = fresh("")
+    entry = catalog.lookup("target", "whisper-base", registry)
+    assert "AS2D_PLUGINS" in catalog.row(entry, registry)["reason"]
+
+
+def test_missing_model_files_are_named(fresh, tmp_path):
+    registry = plugins.Registry()
+    registry.add("target", "p", "t", lambda o: None, {"model_dir": "t", "required_files": ("a.onnx", "b.json")})
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "a.onnx").write_text("")
+    row = catalog.row(catalog.lookup("target", "t", registry, {}), registry, tmp_path)
+    assert row["installed"] and not row["available"]
+    assert row["missing_files"] == ["b.json"] and str(tmp_path / "t") in row["reason"]
+
+
+def test_onnxruntime_probe_tells_nnapi_is_missing(monkeypatch):
+    import onnxruntime
+
+    import as2d_onnxruntime
+
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    result = as2d_onnxruntime.probe()
+    assert result["cpu"] is None
+    assert "NnapiExecutionProvider" in result["nnapi"] and "CPU" in result["nnapi"]
+    with pytest.raises(RuntimeError, match="nnapi"):
+        as2d_onnxruntime.providers_for("nnapi")
+    monkeypatch.setattr(onnxruntime, "get_available_providers",
+                        lambda: ["NnapiExecutionProvider", "CPUExecutionProvider"])
+    assert as2d_onnxruntime.probe()["nnapi"] is None
+
+
+def test_mnn_probe_without_mnn_says_how_to_install(monkeypatch):
+    import as2d_mnn
+
+    monkeypatch.setitem(sys.modules, "MNN", None)
+    result = as2d_mnn.probe()
+    assert all("pip install MNN" in why for why in result.values())
+
+
+def test_mnn_probe_pypi_build_has_no_opencl(monkeypatch, tmp_path):
+    import as2d_mnn
+
+    (tmp_path / "__init__.py").write_text("")
+    monkeypatch.setitem(sys.modules, "MNN", types.SimpleNamespace(__file__=str(tmp_path / "__init__.py")))
+    result = as2d_mnn.probe()
+    assert result["cpu"] is None and "CPU-only" in result["opencl"]
+
+
+def _entry(kind, name, **info):
+    return catalog.Entry(kind, name, "p", info, True, False)
+
+
+def test_bridge_choice():
+    text = _entry("bridge", "text", connects=(("*", "*"),), needs=("decodes_text", "encodes_text"))
+    target = _entry("target", "t", vocabulary="a")
+    assert catalog.bridge_between(_entry("source", "s", vocabulary="a"), target, [text]) == "identity"
+    assert catalog.bridge_between(_entry("source", "s", vocabulary="b"), target, [text]) == "text"
+    assert catalog.bridge_between(_entry("source", "s", vocabulary="b", decodes_text=False), target, [text]) is None
+    pair = _entry("bridge", "b2a", connects=(("b", "a"),))
+    assert catalog.bridge_between(_entry("source", "s", vocabulary="b", decodes_text=False), target, [pair]) == "b2a"
+
+
+def test_plugin_rows_list_known_but_missing_plugins(fresh):
+    rows = {r["name"]: r for r in catalog.plugin_rows(fresh(""))}
+    assert rows["as2d.builtins"]["installed"] and "bridge:text" in rows["as2d.builtins"]["parts"]
+    assert not rows["omni"]["installed"] and rows["omni"]["install"] == "pip install ./plugins/omni"
