@@ -320,7 +320,15 @@ def config_check(files, here, as_json):
     sys.exit(1 if failed else 0)
 
 
+def _attach_tool_commands() -> None:
+    """Benchmarking and tuning live in their own packages; import them only to attach their commands."""
+    from .bench.cli import bench
+
+    cli.add_command(bench)
+
+
 def main() -> None:
+    _attach_tool_commands()
     register_commands(cli)
     cli()
 

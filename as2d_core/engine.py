@@ -46,6 +46,9 @@ class DecodeOptions:
     shared_target_threads: int = attrs.field(default=1, validator=_positive)  # while the drafter runs
     drafter_threads: int = attrs.field(default=1, validator=_positive)
     drain_timeout_s: float = 2.0
+    # as2d-no-bc (SpecASR's budget rule kept with decoupled drafting): candidates end at the first
+    # published token whose confidence is below this (that token included); None keeps the fixed budget.
+    confidence_stop: float | None = attrs.field(default=None)
 
 
 @attrs.define
@@ -184,6 +187,33 @@ class _Counters:
     target_only_steps: int = 0
 
 
+class _PublishedConfidences:
+    """Per-token drafter confidences of the published record, read batch by batch as they appear.
+
+    Only the confidence-stop option uses them; a batch without confidences counts as confident.
+    """
+
+    def __init__(self, buffer: CandidateBuffer) -> None:
+        self.buffer = buffer
+        self.values: list[float | None] = []
+        self.batches_seen = 0
+
+    def cut(self, candidates: list[int], first_index: int, threshold: float) -> list[int]:
+        """Keep candidates up to the first one below ``threshold`` (included)."""
+        if first_index + len(candidates) > len(self.values):
+            batches = self.buffer.batches
+            for batch in batches[self.batches_seen :]:
+                known = batch.confidences if batch.confidences is not None else ()
+                self.values.extend(known[i] if i < len(known) else None for i in range(len(batch.tokens)))
+            self.batches_seen = len(batches)
+        for i in range(len(candidates)):
+            position = first_index + i
+            value = self.values[position] if position < len(self.values) else None
+            if value is not None and value < threshold:
+                return candidates[: i + 1]
+        return candidates
+
+
 def target_loop(
     session: TargetSession,
     buffer: CandidateBuffer | None,
@@ -194,6 +224,7 @@ def target_loop(
 ) -> list[int]:
     """Greedy decoding of one response; candidates, if any, only decide how many tokens a call checks."""
     aligner = Aligner(window=options.align_window)
+    confidences = _PublishedConfidences(buffer) if buffer is not None and options.confidence_stop is not None else None
     response: list[int] = []
     root = session.first_token()
     widened = buffer is None
@@ -210,6 +241,8 @@ def target_loop(
         proposal = aligner.propose(snapshot.tokens if snapshot else (), root, min(options.budget, room - 1))
         events.add("align", start)
         candidates = list(proposal.candidates)
+        if confidences is not None and candidates:
+            candidates = confidences.cut(candidates, proposal.anchor + 1, options.confidence_stop)
         cache_before = session.cache_length
         start = time.perf_counter()
         predictions = session.verify(root, candidates)

@@ -1,0 +1,308 @@
+"""Serial speculative baselines on the engine's contracts: standard SD, SpecASR's ASP, as2d-no-td.
+
+Drafting and verification take turns on one thread, each on all the cores.
+The drafter is a prefix-conditioned session (``Source.prefix_session``), a
+TargetSession in the drafter's vocabulary. Before each round it is brought in
+step with the target's committed prefix: for another vocabulary the committed
+text is re-encoded into drafter ids and only the part of its cache that
+differs is recomputed. That catch-up, the drafting and the conversion of the
+draft into target ids are all "draft" events, so ``decompose`` charges them to D.
+Verification is the engine's: root plus candidates in one call, commit the
+matching greedy prefix plus the target's own next token, cut the rest out of
+the cache; so every baseline returns exactly the target's greedy tokens.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+
+import attrs
+
+from ..contracts import Request, Source, Target, TargetSession, serves_language
+from ..engine import DecodeOptions, DecodeResult, _Counters
+from ..events import EventLog, decompose
+
+ASP_THRESHOLD = 0.4  # SpecASR's confidence threshold (Appendix D.1.3)
+ASP_CAP = 24  # SpecASR's proposal cap: physical width at most 25
+
+
+class BaselineUnavailable(RuntimeError):
+    """The source cannot be run as a prefix-conditioned drafter."""
+
+
+@attrs.frozen
+class SerialPolicy:
+    """How many drafter tokens a round proposes and whether old drafts are recycled."""
+
+    name: str
+    proposals: int  # drafter tokens per round at most (K - 1 for fixed-width SD)
+    threshold: float | None = None  # stop after the first token whose confidence is below this
+    recycle: bool = False  # reuse the rejected draft where it realigns (SpecASR chain variant)
+
+
+def sd_policy(k: int) -> SerialPolicy:
+    """Standard SD with physical verification width K (K - 1 proposals after the root)."""
+    return SerialPolicy(f"sd-k{k}", k - 1)
+
+
+def asp_policy(threshold: float = ASP_THRESHOLD, cap: int = ASP_CAP) -> SerialPolicy:
+    """SpecASR: adaptive single-sequence prediction with draft recycling."""
+    return SerialPolicy("asp", cap, threshold, recycle=True)
+
+
+def no_td_policy(budget: int) -> SerialPolicy:
+    """as2d without target-decoupled drafting: the same budget, drafted serially from the prefix."""
+    return SerialPolicy("as2d-no-td", budget)
+
+
+def open_prefix_session(source: Source, request: Request, language: str, threads: int) -> TargetSession:
+    make = getattr(source, "prefix_session", None)
+    if make is None:
+        raise BaselineUnavailable(
+            f"source {source.name} offers no prefix-conditioned session (Source.prefix_session); "
+            "serial baselines need one")
+    return make(request, language, threads)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class PrefixDrafter:
+    """A prefix-conditioned drafter kept in step with the target's committed prefix.
+
+    ``cached`` mirrors the drafter's cache (response tokens) and ``next`` is its
+    greedy token after them with that token's probability, so ``cached + [next]``
+    is always what the drafter would say next.
+    """
+
+    def __init__(self, session: TargetSession, target_session: TargetSession, same_vocabulary: bool) -> None:
+        self.s = session
+        self.t = target_session
+        self.same_vocabulary = same_vocabulary
+        self.cached: list[int] = []
+        self.next: tuple[int, float | None] | None = None
+        self.old: tuple[list[int], list[int], list[float | None]] | None = None  # ctx, draft, confidences
+        self.recycled = 0  # drafter tokens reused from rejected drafts
+
+    # -- drafter calls -------------------------------------------------------------------
+    def _call(self, root: int, candidates: Sequence[int]) -> tuple[list[int], list[float | None]]:
+        scored = getattr(self.s, "verify_with_confidence", None)
+        if scored is not None:
+            tokens, confidences = scored(root, candidates)
+            return list(tokens), list(confidences)
+        tokens = self.s.verify(root, candidates)
+        return list(tokens), [None] * len(tokens)
+
+    def _first(self) -> tuple[int, float | None]:
+        scored = getattr(self.s, "first_token_confidence", None)
+        return self.s.first_token(), (scored() if scored is not None else None)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append tokens to the drafter's cache in one call."""
+        predicted, confidences = self._call(tokens[0], tokens[1:])
+        self.cached.extend(int(t) for t in tokens)
+        self.next = (predicted[-1], confidences[-1])
+
+    def sync(self, context: list[int]) -> None:
+        """Make the drafter's cache hold ``context``, recomputing only where it differs (the catch-up)."""
+        keep = _common_prefix(self.cached, context)
+        if keep == len(context) == len(self.cached) and self.next is not None:
+            return
+        if not context:
+            self.s.truncate(0)
+            self.cached, self.next = [], self._first()
+            return
+        keep = min(keep, len(context) - 1)  # re-feed at least the last token to get a prediction
+        self.s.truncate(keep)
+        self.cached = self.cached[:keep]
+        self.extend(context[keep:])
+
+    # -- vocabularies --------------------------------------------------------------------
+    def context(self, committed: Sequence[int]) -> list[int]:
+        """The committed target prefix (root included) in drafter ids."""
+        if self.same_vocabulary:
+            return [int(t) for t in committed]
+        return list(self.s.encode_text(self.t.decode_text(committed)))
+
+    def to_target(self, context: list[int], drafted: Sequence[int]) -> list[int]:
+        """Target ids of the draft's continuation text; a drafted end token becomes the target's."""
+        body = list(drafted)
+        ended = self.s.eos_token in body
+        if ended:
+            body = body[: body.index(self.s.eos_token)]
+        if self.same_vocabulary:
+            out = body
+        else:
+            base = self.s.decode_text(context)
+            full = self.s.decode_text(context + body)
+            cut = len(base) if full.startswith(base) else len(os.path.commonprefix([base, full]))
+            text = full[cut:].rstrip("\ufffd")  # an unfinished multi-byte character cannot be proposed
+            out = list(self.t.encode_text(text)) if text else []
+        return out + [self.t.eos_token] if ended else out
+
+    # -- one round -----------------------------------------------------------------------
+    def _recycle(self, context: list[int], threshold: float | None, limit: int) -> tuple[list[int], list]:
+        """Reuse the rejected draft from where the drafter's new token realigns with it (same or adjacent position)."""
+        if self.old is None or self.next is None:
+            return [], []
+        first, first_conf = self.next
+        if threshold is not None and first_conf is not None and first_conf < threshold:
+            return [], []  # the new first token already ends the round
+        old_context, old_draft, old_conf = self.old
+        full = old_context + old_draft
+        diverged = _common_prefix(full, context)
+        for p in (len(context), len(context) - 1, len(context) + 1):
+            if max(diverged, len(old_context)) <= p < len(full) - 1 and full[p] == first:
+                reused, confidences = [], []
+                for i in range(p + 1, len(full)):
+                    if len(reused) + 1 >= limit or full[i] == self.s.eos_token:
+                        break
+                    conf = old_conf[i - len(old_context)]
+                    reused.append(full[i])
+                    confidences.append(conf)
+                    if threshold is not None and conf is not None and conf < threshold:
+                        break
+                return reused, confidences
+        return [], []
+
+    def draft(self, context: list[int], limit: int, threshold: float | None, recycle: bool) -> list[int]:
+        """Up to ``limit`` drafter tokens after ``context`` (stopping after a low-confidence or end token)."""
+        room = self.s.max_new_tokens - 1
+        if limit <= 0 or len(context) >= room:
+            return []
+        self.sync(context)
+        drafted: list[int] = []
+        confidences: list[float | None] = []
+        if recycle:
+            reused, reused_conf = self._recycle(context, threshold, min(limit, room - len(context)))
+            if reused:
+                first, first_conf = self.next
+                # Refresh the reused suffix's cache under the corrected prefix in one batch.
+                self.extend([first, *reused])
+                drafted, confidences = [first, *reused], [first_conf, *reused_conf]
+                self.recycled += len(reused)
+                last = reused_conf[-1]
+                if threshold is not None and last is not None and last < threshold:
+                    limit = len(drafted)  # the reused draft already stopped on a low-confidence token
+        while len(drafted) < limit and len(self.cached) < room:
+            token, conf = self.next
+            drafted.append(token)
+            confidences.append(conf)
+            stop = token == self.s.eos_token or (threshold is not None and conf is not None and conf < threshold)
+            if stop or len(drafted) >= limit or len(self.cached) + 1 >= room:
+                break
+            self.extend([token])
+        self.old = (list(context), drafted, confidences)
+        return drafted
+
+
+def serial_decode(
+    request: Request,
+    target: Target,
+    source: Source,
+    policy: SerialPolicy,
+    options: DecodeOptions | None = None,
+) -> DecodeResult:
+    """Prefix-conditioned drafting and verification taking turns; exact greedy output."""
+    options = options or DecodeOptions()
+    events = EventLog()
+    prep_start = time.perf_counter()
+    session = target.prepare(request, options.target_threads)
+    drafter, note = None, None
+    try:
+        if serves_language(source, session.language):
+            drafter_session = open_prefix_session(source, request, session.language, options.target_threads)
+            drafter = PrefixDrafter(drafter_session, session, source.vocabulary == target.vocabulary)
+        else:
+            note = (f"source {source.name} does not draft {session.language!r}; "
+                    f"ran target-only with {options.target_threads} threads")
+        prepare_s = time.perf_counter() - prep_start
+        events.add("prepare", prep_start)
+        counters, trace = _Counters(), []
+        clock_start = time.perf_counter()
+        tokens, published = _serial_loop(session, drafter, policy, events, counters, trace)
+        clock_end = time.perf_counter()
+        text = session.decode_text(tokens)
+    finally:
+        session.close()
+        if drafter is not None:
+            drafter.s.close()
+    return DecodeResult(
+        request_id=request.request_id,
+        method=policy.name,
+        source=source.name if drafter is not None else None,
+        budget=policy.proposals if drafter is not None else None,
+        language=session.language,
+        tokens=tokens,
+        text=text,
+        decode_s=clock_end - clock_start,
+        prepare_s=prepare_s,
+        drain_s=0.0,
+        proposed=counters.proposed,
+        accepted=counters.accepted,
+        verify_calls=counters.verify_calls,
+        verify_widths=counters.widths,
+        target_only_steps=counters.target_only_steps,
+        note=note,
+        published=published,
+        decomposition=decompose(events.events, clock_start, clock_end),
+        clock=(clock_start, clock_end),
+        events=events.events,
+        trace=trace,
+    )
+
+
+def _serial_loop(session, drafter, policy, events, counters, trace) -> tuple[list[int], int]:
+    """The target loop of ``engine.target_loop`` with a serial, prefix-conditioned drafting turn before each call."""
+    response: list[int] = []
+    published = 0
+    root = session.first_token()
+    while root != session.eos_token and len(response) < session.max_new_tokens:
+        response.append(root)
+        room = session.max_new_tokens - len(response)
+        if room <= 0:
+            break
+        limit = min(policy.proposals, room - 1)
+        candidates: list[int] = []
+        if drafter is not None and limit > 0:
+            start = time.perf_counter()
+            context = drafter.context(response)
+            drafted = drafter.draft(context, policy.proposals, policy.threshold, policy.recycle)
+            candidates = drafter.to_target(context, drafted)[:limit]
+            event = events.add("draft", start, tokens=len(drafted))
+            trace.append({"kind": "draft", "start": start, "end": event.end, "drafted": len(drafted),
+                          "candidates": candidates, "offset": published})
+            published += len(candidates)
+        cache_before = session.cache_length
+        start = time.perf_counter()
+        predictions = session.verify(root, candidates)
+        accepted = 0
+        while accepted < len(candidates) and candidates[accepted] == predictions[accepted]:
+            accepted += 1
+        if accepted < len(candidates):
+            session.truncate(cache_before + 1 + accepted)
+        kind = "verify" if candidates else "step"
+        event = events.add(kind, start, tokens=accepted + 1, width=len(candidates) + 1)
+        trace.append({"kind": kind, "start": start, "end": event.end, "root": root, "candidates": candidates,
+                      "accepted": accepted, "next": predictions[accepted]})
+        if candidates:
+            counters.verify_calls += 1
+            counters.widths.append(len(candidates) + 1)
+            counters.proposed += len(candidates)
+            counters.accepted += accepted
+        else:
+            counters.target_only_steps += 1
+        committed = candidates[:accepted]
+        if session.eos_token in committed:
+            response.extend(committed[: committed.index(session.eos_token)])
+            return response, published
+        response.extend(committed)
+        root = predictions[accepted]
+    return response[: session.max_new_tokens], published

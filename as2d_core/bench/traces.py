@@ -1,0 +1,65 @@
+"""Operation trajectories of one decode, in the format of docs/traces.md.
+
+A trace holds what a later replay needs to price a run under other costs:
+which candidates were visible when (publication times), which target calls
+were made on which candidates and how many were accepted, what each call
+committed, and every model span. Times are seconds from the request (the
+start of the decode clock).
+"""
+from __future__ import annotations
+
+from ..engine import DecodeResult
+
+FORMAT = "as2d-trace/1"
+
+
+def build_trace(window: str, result: DecodeResult) -> dict:
+    """One JSON-ready trace record for ``result`` (as2d engine or a serial baseline)."""
+    t0 = result.clock[0]
+
+    def rel(t: float) -> float:
+        return round(t - t0, 9)
+
+    events = [e for e in (result.events or ()) if e.kind != "prepare"]
+    target_events = sorted((e for e in events if e.kind in ("verify", "step")), key=lambda e: e.start)
+    published: list[dict] = []
+    calls: list[dict] = []
+    if result.batches:  # decoupled drafting: the producer's immutable batches
+        for b in result.batches:
+            published.append({"offset": b.offset, "tokens": list(b.tokens), "t": rel(b.published_at),
+                              "confidences": list(b.confidences) if b.confidences else None, "final": b.final})
+    rounds = [t for t in result.trace if t["kind"] in ("verify", "step")]
+    for t in result.trace:
+        if t["kind"] == "draft":  # serial drafting: a round's candidates appear when its draft ends
+            published.append({"offset": t["offset"], "tokens": list(t["candidates"]), "t": rel(t["end"]),
+                              "drafted": t["drafted"], "draft_start": rel(t["start"])})
+    for i, t in enumerate(rounds):
+        end = t.get("end", target_events[i].end if i < len(target_events) else t["start"])
+        accepted = t["accepted"]
+        calls.append({
+            "kind": t["kind"],
+            "t0": rel(t["start"]),
+            "t1": rel(end),
+            "root": t["root"],
+            "anchor": t.get("anchor"),
+            "visible": t.get("published"),
+            "candidates": list(t["candidates"]),
+            "width": len(t["candidates"]) + 1,
+            "accepted": accepted,
+            "commit": list(t["candidates"][:accepted]) + [t["next"]],
+        })
+    return {
+        "format": FORMAT,
+        "window": window,
+        "method": result.method,
+        "request_id": result.request_id,
+        "source": result.source,
+        "budget": result.budget,
+        "language": result.language,
+        "tokens": list(result.tokens),
+        "decode_s": result.decode_s,
+        "published": published,
+        "calls": calls,
+        "spans": [{"kind": e.kind, "t0": rel(e.start), "t1": rel(e.end), "tokens": e.tokens, "width": e.width}
+                  for e in sorted(events, key=lambda e: e.start)],
+    }

@@ -1,0 +1,123 @@
+"""The bench: summary arithmetic by hand, and a whole run on TinyLM (files, exactness, decomposition)."""
+import json
+import wave
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from as2d_core import DecodeOptions
+from as2d_core.bench.runner import Bench, expand_methods, read_manifest
+from as2d_core.bench.summary import summarize
+from test_baselines import MODEL, PrefixSource
+
+
+def _row(window, method, tokens, decode_s, exact=True, proposed=0, accepted=0, **extra):
+    return {"window": window, "method": method, "tokens": tokens, "decode_s": decode_s, "tps": tokens / decode_s,
+            "exact": exact, "proposed": proposed, "accepted": accepted, **extra}
+
+
+def test_summary_arithmetic_by_hand():
+    rows = [
+        _row("a", "target-only", 10, 1.0), _row("b", "target-only", 30, 2.0),
+        _row("a", "as2d", 10, 0.5, proposed=8, accepted=6), _row("b", "as2d", 30, 2.5, proposed=20, accepted=10),
+        _row("a", "sd-k5", 10, 1.0, proposed=4, accepted=2), _row("b", "sd-k5", 30, 1.0, proposed=4, accepted=4),
+        _row("a", "sd-k6", 10, 2.0), _row("b", "sd-k6", 30, 3.0, exact=False),
+        _row("a", "sd-k7", 10, 1.0), _row("b", "sd-k7", 30, 1.0),
+        _row("a", "sd-k8", 10, 1.0), _row("b", "sd-k8", 30, 1.0),
+        {"window": "a", "method": "sd", "derived": True, "tokens": 10, "tps": 99.0},  # ignored by the arithmetic
+        {"window": "a", "method": "hf-assisted", "tokens": 0, "decode_s": 0.0, "tps": 0.0, "error": "no model"},
+    ]
+    m = summarize(rows)["methods"]
+    assert m["target-only"]["pooled_tps"] == pytest.approx(40 / 3)
+    assert m["as2d"]["pooled_tps"] == pytest.approx(40 / 3)
+    assert m["as2d"]["ratio_vs_target_only"] == pytest.approx(1.0)
+    assert m["as2d"]["acceptance"] == pytest.approx(16 / 28)
+    assert m["as2d"]["coverage"] == pytest.approx(16 / 40)
+    assert m["as2d"]["slower_windows"] == 1  # b: 12 < 15 tok/s; a: 20 > 10
+    assert m["as2d"]["exact_windows"] == 2 and m["as2d"]["windows"] == 2
+    # sd: each K pooled, then the mean of the four TPS values
+    assert m["sd-k6"]["pooled_tps"] == pytest.approx(8.0)
+    assert m["sd"]["pooled_tps"] == pytest.approx((20 + 8 + 20 + 20) / 4)
+    assert m["sd"]["exact_windows"] == 1  # sd-k6 differs on b
+    # per window: a = mean(10, 5, 10, 10) = 8.75 < 10 (slower), b = mean(30, 10, 30, 30) = 25 > 15
+    assert m["sd"]["slower_windows"] == 1
+    assert m["sd"]["acceptance"] is None  # sd-k6..k8 proposed nothing
+    assert m["target-only"]["slower_windows"] == 0
+    assert m["hf-assisted"]["failed_windows"] == 1 and m["hf-assisted"]["windows"] == 0
+
+
+def test_expand_methods():
+    assert expand_methods(["as2d", "sd"]) == ["target-only", "as2d", "sd-k5", "sd-k6", "sd-k7", "sd-k8"]
+    with pytest.raises(ValueError, match="unknown methods"):
+        expand_methods(["nope"])
+
+
+def _write_wav(path, seed):
+    samples = (np.random.default_rng(seed).normal(0, 0.1, 1600) * 32767).astype(np.int16)
+    with wave.open(str(path), "wb") as f:
+        f.setnchannels(1), f.setsampwidth(2), f.setframerate(16000)
+        f.writeframes(samples.tobytes())
+
+
+@pytest.fixture
+def manifest(tmp_path):
+    (tmp_path / "w").mkdir()
+    lines = []
+    for i in range(3):
+        _write_wav(tmp_path / "w" / f"x{i}.wav", i)
+        lines.append(json.dumps({"id": f"x{i}", "path": f"w/x{i}.wav", "lang": "en", "text": ""}))
+    path = tmp_path / "m.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class _Peer:
+    def __call__(self, window, audio, reference):
+        raise RuntimeError("peer model missing")
+
+
+def test_bench_run_on_tiny_lm(tmp_path, manifest):
+    methods = expand_methods(["sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc", "faster-whisper"])
+    out = tmp_path / "out"
+    source = PrefixSource(tokens=[3, 4, 5, 6], every=4, positional=True)
+    bench = Bench(MODEL, source, DecodeOptions(), methods, out, save_traces=True,
+                  peers={"faster-whisper": _Peer()}, progress=False)
+    summary = bench.run(read_manifest(manifest))
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    ran = [r for r in rows if not r.get("derived") and not r.get("error")]
+    assert {r["method"] for r in ran} == set(methods) - {"faster-whisper"}
+    assert all(r["exact"] for r in ran)
+    for r in ran:
+        d = r["decomposition"]
+        assert r["decomposition_ok"]
+        assert d["T"] == pytest.approx(d["D"] + d["V"] - d["O"] + d["H"], abs=1e-9)
+        assert d["T"] == pytest.approx(r["decode_s"])
+    assert [r for r in rows if r["method"] == "faster-whisper"][0]["error"].endswith("peer model missing")
+    assert sum(1 for r in rows if r["method"] == "sd" and r.get("derived")) == 3
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved["methods"]["as2d"]["windows"] == 3
+    assert set(saved["methods"]) >= {"target-only", "sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc"}
+    assert saved["methods"]["sd"]["exact_windows"] == 3
+    report = (out / "report.md").read_text()
+    assert "| sd |" in report and "faster-whisper" in report
+    assert (out / "tps_distribution.png").stat().st_size > 0
+    traces = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+    assert len(traces) == 3 * len(methods) - 3  # the failing peer leaves no trace
+    for t in traces:
+        assert t["format"] == "as2d-trace/1"
+        committed = []
+        for call in t["calls"]:
+            committed += call["commit"]
+        first = t["tokens"][:1]
+        # replaying the commits rebuilds the output: first token, then each call's commit
+        assert (first + committed)[: len(t["tokens"])] == t["tokens"]
+        assert all(0 <= p["t"] <= t["decode_s"] + 1 for p in t["published"])
+    assert summary["methods"]["target-only"]["ratio_vs_target_only"] == pytest.approx(1.0)
+
+
+def test_bench_command_refuses_unknown_method(manifest, tmp_path):
+    from as2d_core.bench.cli import bench
+
+    result = CliRunner().invoke(bench, [str(manifest), "--methods", "as2d,bogus", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "unknown methods" in result.output
