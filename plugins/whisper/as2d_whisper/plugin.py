@@ -29,7 +29,12 @@ def _model_dir(options: dict, name: str) -> Path:
 def _target(options: dict):
     from .runtime import WhisperTarget
 
-    return WhisperTarget(_model_dir(options, "whisper-base"), backend_device=options.get("device", "cpu"))
+    return WhisperTarget(
+        _model_dir(options, "whisper-base"),
+        backend_device=options.get("device", "cpu"),
+        audio_cache=options.get("audio_cache", 0),
+        preload_threads=options.get("preload_threads", (1, 2)),
+    )
 
 
 def _source(options: dict):
@@ -39,6 +44,8 @@ def _source(options: dict):
         _model_dir(options, "whisper-tiny.en"),
         quantized=options.get("quantized", True),
         backend_device=options.get("device", "cpu"),
+        audio_cache=options.get("audio_cache", 0),
+        preload_threads=options.get("preload_threads", (1, 2)),
     )
 
 

@@ -1,0 +1,80 @@
+"""Whisper's log-mel front end in numpy.
+
+It follows faster-whisper's FeatureExtractor step by step (same STFT framing,
+the same 160 trailing zero samples, the same slaney filters and normalisation),
+because greedy decoding only matches faster-whisper token for token when the
+encoder sees the same features.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+SAMPLE_RATE = 16_000
+N_FFT = 400
+HOP_LENGTH = 160
+N_FRAMES = 3000  # 30 s
+
+
+@functools.lru_cache(maxsize=4)
+def mel_filters(n_mels: int = 80, sr: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:
+    """Slaney-style mel filterbank [n_mels, n_fft // 2 + 1] (as librosa with htk=False)."""
+    fft_freqs = np.fft.rfftfreq(n=n_fft, d=1.0 / sr)
+    f_sp = 200.0 / 3
+    min_log_hz = 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = np.log(6.4) / 27.0
+    max_mel = min_log_mel + np.log(sr / 2 / min_log_hz) / logstep
+    mels = np.linspace(0.0, max_mel, n_mels + 2)
+    freqs = f_sp * mels
+    log_region = mels >= min_log_mel
+    freqs[log_region] = min_log_hz * np.exp(logstep * (mels[log_region] - min_log_mel))
+    fdiff = np.diff(freqs)
+    ramps = freqs[:, None] - fft_freqs[None, :]
+    lower = -ramps[:-2] / fdiff[:-1, None]
+    upper = ramps[2:] / fdiff[1:, None]
+    weights = np.maximum(0.0, np.minimum(lower, upper))
+    weights *= (2.0 / (freqs[2 : n_mels + 2] - freqs[:n_mels]))[:, None]
+    return weights.astype(np.float32)
+
+
+def _power_spectrogram(audio: np.ndarray) -> np.ndarray:
+    """|STFT|^2 with a periodic Hann window and centred reflect padding, last frame dropped."""
+    pad = N_FFT // 2
+    x = np.pad(audio, (pad, pad), mode="reflect")
+    n_frames = 1 + (x.size - N_FFT) // HOP_LENGTH
+    frames = np.lib.stride_tricks.as_strided(x, (n_frames, N_FFT), (HOP_LENGTH * x.strides[0], x.strides[0]))
+    window = np.hanning(N_FFT + 1)[:-1].astype(np.float32)
+    spec = np.fft.rfft(frames * window, n=N_FFT, axis=-1).astype(np.complex64)
+    return (np.abs(spec[:-1]) ** 2).T  # [freq, frames]
+
+
+def log_mel(audio: np.ndarray, n_mels: int = 80, keep_last_frame: bool = False) -> np.ndarray:
+    """Log-mel of the whole clip before padding to 30 s: [n_mels, frames].
+
+    faster-whisper appends 160 zero samples, takes the STFT and then drops the
+    final frame for transcription (``keep_last_frame`` keeps it, as its
+    language detection does).
+    """
+    audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+    audio = np.pad(audio, (0, HOP_LENGTH))
+    power = _power_spectrogram(audio)
+    mel = mel_filters(n_mels) @ power
+    log_spec = np.log10(np.clip(mel, 1e-10, None))
+    log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
+    log_spec = (log_spec + 4.0) / 4.0
+    return log_spec if keep_last_frame else log_spec[:, :-1]
+
+
+def pad_or_trim(features: np.ndarray, frames: int = N_FRAMES) -> np.ndarray:
+    """Cut or zero-pad (in the log-mel domain, as faster-whisper does) to ``frames``."""
+    features = features[:, :frames]
+    if features.shape[1] < frames:
+        features = np.pad(features, ((0, 0), (0, frames - features.shape[1])))
+    return np.ascontiguousarray(features, dtype=np.float32)
+
+
+def encoder_input(audio: np.ndarray, n_mels: int = 80, keep_last_frame: bool = False) -> np.ndarray:
+    """The first 30 s window of features as the encoder takes it: [1, n_mels, 3000]."""
+    return pad_or_trim(log_mel(audio, n_mels, keep_last_frame))[None]

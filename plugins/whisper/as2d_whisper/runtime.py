@@ -1,0 +1,409 @@
+"""Whisper target and drafter for as2d on ONNX Runtime.
+
+The target (whisper-base) verifies a root plus candidates in one decoder call;
+the drafter (whisper-tiny.en, int8) decodes greedily on its own. Both keep the
+audio cross-attention K/V bound once per request through IOBinding and keep
+the self-attention cache in a preallocated numpy buffer whose first positions
+are contiguous, so appending is a write and rejecting is a length change.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from as2d_core.contracts import DraftPiece, Request
+
+from .features import encoder_input
+
+FORMAT_VERSION = 1
+INSTALL_HINT = "run `as2d models install whisper-base whisper-tiny.en`"
+DEVICES = ("cpu", "nnapi")
+
+
+def default_models_dir() -> Path:
+    """Where converted models live: $AS2D_MODELS_DIR or ~/.local/share/as2d/models."""
+    env = os.environ.get("AS2D_MODELS_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".local" / "share" / "as2d" / "models"
+
+
+class ModelFilesMissing(FileNotFoundError):
+    """A converted model folder is absent or incomplete."""
+
+
+def _providers(device: str) -> list[str]:
+    """The ORT providers for a device; refuse rather than silently fall back."""
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    if device == "nnapi":
+        available = ort.get_available_providers()
+        if "NNAPIExecutionProvider" not in available:
+            raise RuntimeError(
+                "device 'nnapi' requested but this onnxruntime build has no NNAPIExecutionProvider "
+                f"(available: {available}); fall back to 'cpu' explicitly if that is acceptable")
+        return ["NNAPIExecutionProvider", "CPUExecutionProvider"]
+    raise ValueError(f"unknown backend device {device!r}; choose one of {DEVICES}")
+
+
+class _Model:
+    """A converted model folder: metadata, tokenizer and lazily built ORT sessions.
+
+    Sessions are cached per (graph, thread count) because building one costs far
+    more than a decoder call, and use_threads switches between them mid-request.
+    """
+
+    def __init__(self, model_dir: str | Path, decoder_file: str, device: str):
+        from tokenizers import Tokenizer
+
+        self.dir = Path(model_dir).expanduser()
+        needed = ["model.json", "tokenizer.json", "encoder.onnx", decoder_file]
+        missing = [f for f in needed if not (self.dir / f).is_file()]
+        if missing:
+            raise ModelFilesMissing(
+                f"model folder {self.dir} lacks {', '.join(missing)}; {INSTALL_HINT}")
+        self.meta = json.loads((self.dir / "model.json").read_text())
+        if self.meta.get("format_version") != FORMAT_VERSION:
+            raise ModelFilesMissing(
+                f"{self.dir} holds model format {self.meta.get('format_version')}, this plugin reads "
+                f"{FORMAT_VERSION}; {INSTALL_HINT} again")
+        self.decoder_file = decoder_file
+        self.device = device
+        self.providers = _providers(device)
+        self.tokenizer = Tokenizer.from_file(str(self.dir / "tokenizer.json"))
+        dims = self.meta["dims"]
+        self.n_layers, self.n_heads = dims["decoder_layers"], dims["decoder_heads"]
+        self.head_dim = dims["d_model"] // dims["decoder_heads"]
+        self.n_vocab, self.n_mels, self.max_length = dims["n_vocab"], dims["n_mels"], self.meta["max_length"]
+        special = self.meta["special"]
+        self.sot, self.eot, self.no_timestamps = special["sot"], special["eot"], special["no_timestamps"]
+        self.special = special
+        self.languages: dict[str, int] = self.meta.get("languages", {})
+        self.suppress = np.asarray(self.meta["suppress_tokens"], dtype=np.int64)
+        self.suppress_blank = np.asarray(self.meta["suppress_blank"], dtype=np.int64)
+        self._sessions: dict[tuple[str, int], ort.InferenceSession] = {}
+        self._lock = threading.Lock()
+        # Opt-in reuse of prepared audio K/V for repeated requests on the same audio (tests, sweeps).
+        # Off by default so end-to-end timings always include the encoder.
+        self.audio_cache_size = 0
+        self._audio_cache: dict[tuple[bytes, bool], np.ndarray] = {}
+
+    def session(self, file: str, threads: int) -> ort.InferenceSession:
+        threads = max(1, int(threads))
+        key = (file, threads)
+        with self._lock:
+            if key not in self._sessions:
+                opts = ort.SessionOptions()
+                opts.intra_op_num_threads = threads
+                opts.inter_op_num_threads = 1
+                opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+                # Idle ORT workers spin by default and would eat the core the other model runs on.
+                opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+                self._sessions[key] = ort.InferenceSession(str(self.dir / file), opts, providers=self.providers)
+            return self._sessions[key]
+
+    def preload(self, thread_counts: Sequence[int]) -> None:
+        """Build the sessions a request will use now, at load time, so no request pays for them."""
+        for threads in thread_counts:
+            self.session("encoder.onnx", threads)
+            self.session(self.decoder_file, threads)
+
+    @property
+    def device_in_use(self) -> list[str]:
+        """Providers the ORT sessions report (what really runs, not what was asked)."""
+        with self._lock:
+            sessions = list(self._sessions.values())
+        return sessions[0].get_providers() if sessions else list(self.providers)
+
+    def cross_kv(self, mel: np.ndarray, threads: int) -> np.ndarray:
+        return self.session("encoder.onnx", threads).run(["cross_kv"], {"mel": mel})[0]
+
+    def greedy(self, logits: np.ndarray, first_step: bool = False) -> np.ndarray:
+        """Apply the suppression lists faster-whisper uses at beam 1, in place (the buffer is ours)."""
+        logits[..., self.suppress] = -np.inf
+        if first_step:
+            logits[..., self.suppress_blank] = -np.inf
+        return logits
+
+    def decode_text(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer.decode([int(t) for t in tokens if int(t) < self.eot])
+
+    def encode_text(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+
+class _DecoderState:
+    """The self-attention cache plus the bound audio K/V of one request."""
+
+    def __init__(self, model: _Model, cross_kv: np.ndarray, threads: int):
+        self.model = model
+        self.cache = np.zeros((model.max_length, model.n_layers, 2, model.n_heads, model.head_dim), np.float32)
+        self.length = 0  # positions (prompt + response) held in the cache
+        self._cross = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(cross_kv, dtype=np.float32))
+        self._logits = np.empty((1, 1, model.n_vocab), np.float32)
+        self.bind(threads)
+
+    def bind(self, threads: int) -> None:
+        """(Re)bind the audio K/V once to the decoder session for ``threads``."""
+        self.session = self.model.session(self.model.decoder_file, threads)
+        self.binding = self.session.io_binding()
+        self.binding.bind_ortvalue_input("cross_kv", self._cross)
+
+    def append(self, tokens: Sequence[int]) -> np.ndarray:
+        """Run the decoder on ``tokens`` after the cache; returns logits [K, vocab] (a reused buffer)."""
+        k, p = len(tokens), self.length
+        if k == 0:
+            raise ValueError("append needs at least one token")
+        if p + k > self.model.max_length:
+            raise ValueError(f"decoder context is {self.model.max_length} positions; {p} + {k} exceeds it")
+        if self._logits.shape[1] < k:
+            self._logits = np.empty((1, max(k, 2 * self._logits.shape[1]), self.model.n_vocab), np.float32)
+        ids = np.asarray(tokens, dtype=np.int64).reshape(1, k)
+        row = self.cache[0].shape
+        b = self.binding
+        b.bind_cpu_input("tokens", ids)
+        b.bind_input("past", "cpu", 0, np.float32, [p, *row], self.cache.ctypes.data)
+        # new K/V land straight in the cache right after the first p positions.
+        b.bind_output("new_kv", "cpu", 0, np.float32, [k, *row], self.cache[p:].ctypes.data)
+        b.bind_output("logits", "cpu", 0, np.float32, [1, k, self.model.n_vocab], self._logits.ctypes.data)
+        self.session.run_with_iobinding(b)
+        self.length = p + k
+        return self._logits[0, :k]
+
+    def close(self) -> None:
+        self.binding = None
+        self._cross = None
+        self.cache = np.zeros((0,), np.float32)
+
+
+def _audio_kv(model: _Model, request: Request, threads: int, keep_last_frame: bool = False) -> np.ndarray:
+    key = None
+    if model.audio_cache_size:
+        key = (hashlib.sha1(request.audio.tobytes()).digest(), keep_last_frame)
+        with model._lock:
+            if key in model._audio_cache:
+                return model._audio_cache[key]
+    mel = encoder_input(request.audio, model.n_mels, keep_last_frame=keep_last_frame)
+    cross = model.cross_kv(mel, threads)
+    if key is not None:
+        with model._lock:
+            while len(model._audio_cache) >= model.audio_cache_size:
+                model._audio_cache.pop(next(iter(model._audio_cache)))
+            model._audio_cache[key] = cross
+    return cross
+
+
+def _top_probability(row: np.ndarray) -> float:
+    """Softmax probability of the arg-max entry of one logits row."""
+    return 1.0 / float(np.exp(row - row.max()).sum())
+
+
+# --------------------------------------------------------------------------- target
+
+
+class WhisperTargetSession:
+    """One request on the target: prompt prefilled, verify appends root + candidates."""
+
+    def __init__(self, target: "WhisperTarget", request: Request, threads: int):
+        model = self._model = target._model
+        if request.task not in ("asr", "translate"):
+            raise ValueError(f"whisper supports the tasks 'asr' and 'translate', not {request.task!r}")
+        cross = _audio_kv(model, request, threads)
+        language = request.language
+        if model.meta["multilingual"]:
+            if language is None:
+                language = target.detect_language(request, threads, cross)
+            if language not in model.languages:
+                raise ValueError(f"{model.meta['name']} has no language {language!r}")
+            task = model.special["translate" if request.task == "translate" else "transcribe"]
+            self.prompt = [model.sot, model.languages[language], task, model.no_timestamps]
+        else:
+            if language not in (None, "en") or request.task != "asr":
+                raise ValueError(f"{model.meta['name']} only transcribes English")
+            language = "en"
+            self.prompt = [model.sot, model.no_timestamps]
+        self.language = language
+        self.eos_token = model.eot
+        self.max_new_tokens = model.max_length - len(self.prompt)
+        self._state = _DecoderState(model, cross, threads)
+        logits = self._state.append(self.prompt)
+        first_row = model.greedy(logits[-1], first_step=True)
+        self._first = int(np.argmax(first_row))
+        self._first_confidence = _top_probability(first_row)
+
+    @property
+    def cache_length(self) -> int:
+        """Response tokens in the cache (the prompt is not counted)."""
+        return self._state.length - len(self.prompt)
+
+    @property
+    def device_in_use(self) -> list[str]:
+        return self._state.session.get_providers()
+
+    def first_token(self) -> int:
+        return self._first
+
+    def verify(self, root: int, candidates: Sequence[int]) -> list[int]:
+        logits = self._state.append([int(root), *(int(c) for c in candidates)])
+        return [int(t) for t in np.argmax(self._model.greedy(logits), axis=-1)]
+
+    def verify_with_confidence(self, root: int, candidates: Sequence[int]) -> tuple[list[int], list[float]]:
+        """Like verify, plus the probability of each greedy token (SpecASR's stopping rule needs it)."""
+        logits = self._model.greedy(self._state.append([int(root), *(int(c) for c in candidates)]))
+        return [int(t) for t in np.argmax(logits, axis=-1)], [_top_probability(row) for row in logits]
+
+    def first_token_confidence(self) -> float:
+        return self._first_confidence
+
+    def truncate(self, cache_length: int) -> None:
+        if not 0 <= cache_length <= self.cache_length:
+            raise ValueError(f"cannot truncate a cache of {self.cache_length} response tokens to {cache_length}")
+        self._state.length = len(self.prompt) + cache_length
+
+    def use_threads(self, threads: int) -> None:
+        self._state.bind(threads)
+
+    def decode_text(self, tokens: Sequence[int]) -> str:
+        return self._model.decode_text(tokens)
+
+    def encode_text(self, text: str) -> list[int]:
+        return self._model.encode_text(text)
+
+    def close(self) -> None:
+        self._state.close()
+
+
+class WhisperTarget:
+    """whisper-base as the verifying target."""
+
+    def __init__(
+        self,
+        model_dir: str | Path | None = None,
+        backend_device: str = "cpu",
+        audio_cache: int = 0,
+        preload_threads: Sequence[int] = (),
+    ):
+        model_dir = default_models_dir() / "whisper-base" if model_dir is None else model_dir
+        self._model = _Model(model_dir, "decoder.onnx", backend_device)
+        self._model.audio_cache_size = audio_cache
+        self._model.preload(preload_threads)
+        self.name: str = self._model.meta["name"]
+        self.vocabulary: str = self._model.meta["vocabulary"]
+        self.device = backend_device
+
+    @property
+    def device_in_use(self) -> list[str]:
+        return self._model.device_in_use
+
+    def prepare(self, request: Request, threads: int) -> WhisperTargetSession:
+        return WhisperTargetSession(self, request, threads)
+
+    def detect_language(self, request: Request, threads: int, cross_kv: np.ndarray | None = None) -> str:
+        """Whisper's language id: decoder on [SOT], argmax over the language tokens.
+
+        faster-whisper detects on features that keep the final STFT frame, which
+        transcription drops; we do the same so the decision matches, at the cost
+        of a second encoder pass when the clip is shorter than 30 s.
+        """
+        model = self._model
+        if request.audio.size < 30 * request.sample_rate or cross_kv is None:
+            cross_kv = _audio_kv(model, request, threads, keep_last_frame=True)
+        state = _DecoderState(model, cross_kv, threads)
+        try:
+            logits = state.append([model.sot])[-1]
+        finally:
+            state.close()
+        names = list(model.languages)
+        ids = np.asarray([model.languages[n] for n in names])
+        return names[int(np.argmax(logits[ids]))]
+
+
+# --------------------------------------------------------------------------- drafter
+
+
+class WhisperDraftJob:
+    """Greedy tiny.en decoding for one request, from its audio and its own history only."""
+
+    def __init__(self, model: _Model, request: Request, threads: int):
+        self._model = model
+        self._state = _DecoderState(model, _audio_kv(model, request, threads), threads)
+        self.prompt = [model.sot, model.no_timestamps]
+        self.max_new_tokens = model.max_length - len(self.prompt)
+        self.ended_with_eos = False
+
+    def pieces(self) -> Iterator[DraftPiece]:
+        model, state = self._model, self._state
+        logits = state.append(self.prompt)[-1:]
+        first = True
+        for _ in range(self.max_new_tokens):
+            row = model.greedy(logits[0], first_step=first)
+            first = False
+            tok = int(np.argmax(row))
+            if tok == model.eot:
+                self.ended_with_eos = True
+                return
+            yield DraftPiece(tokens=(tok,), confidences=(_top_probability(row),))
+            if state.length >= model.max_length:
+                return
+            logits = state.append([tok])
+
+    def close(self) -> None:
+        self._state.close()
+
+
+class WhisperSource:
+    """whisper-tiny.en as an English drafter (int8 decoder by default: its precision never affects output)."""
+
+    languages = frozenset({"en"})
+
+    def __init__(
+        self,
+        model_dir: str | Path | None = None,
+        quantized: bool = True,
+        backend_device: str = "cpu",
+        audio_cache: int = 0,
+        preload_threads: Sequence[int] = (),
+    ):
+        model_dir = default_models_dir() / "whisper-tiny.en" if model_dir is None else model_dir
+        self._model = _Model(model_dir, "decoder.int8.onnx" if quantized else "decoder.onnx", backend_device)
+        self._model.audio_cache_size = audio_cache
+        self._model.preload(preload_threads)
+        self.name: str = self._model.meta["name"]
+        self.vocabulary: str = self._model.meta["vocabulary"]
+        self.eos_token: int = self._model.eot
+
+    @property
+    def device_in_use(self) -> list[str]:
+        return self._model.device_in_use
+
+    def prepare(self, request: Request, language: str, threads: int) -> WhisperDraftJob:
+        if language not in self.languages:
+            raise ValueError(f"{self.name} drafts English only, not {language!r}")
+        return WhisperDraftJob(self._model, request, threads)
+
+    def decode_text(self, tokens: Sequence[int]) -> str:
+        return self._model.decode_text(tokens)
+
+    def encode_text(self, text: str) -> list[int]:
+        return self._model.encode_text(text)
+
+    def prefix_session(self, request: Request, language: str, threads: int) -> WhisperTargetSession:
+        """The drafter as a session that can be fed the committed prefix (serial baselines)."""
+        if language not in self.languages:
+            raise ValueError(f"{self.name} drafts English only, not {language!r}")
+        return WhisperTargetSession(self, request, threads)
+
+
+def greedy_reference(session: WhisperTargetSession, max_new_tokens: int | None = None) -> list[int]:
+    """Target-only greedy decoding through the session API (for tests and baselines)."""
+    limit = session.max_new_tokens if max_new_tokens is None else max_new_tokens
+    tokens = [session.first_token()]
+    while tokens[-1] != session.eos_token and len(tokens) < limit:
+        tokens.append(session.verify(tokens[-1], [])[0])
+    return tokens[:-1] if tokens[-1] == session.eos_token else tokens

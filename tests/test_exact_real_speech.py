@@ -1,0 +1,50 @@
+"""As²d equals target-only greedy decoding on every real clip and window, at budgets 1, 3 and 7.
+
+Runs the real Whisper models (whisper-base target, int8 tiny.en drafter in its
+own thread) on ONNX Runtime. A mismatch fails the test and names the request.
+"""
+import json
+
+import pytest
+
+from as2d_core import DecodeOptions, Request, load_audio, run_request
+from as2d_core.paths import models_dir
+from as2d_core.plugins import load_registry
+from conftest import SHARED_SPEECH
+
+BUDGETS = (1, 3, 7)
+
+
+def _manifest(name):
+    rows = [json.loads(line) for line in (SHARED_SPEECH / name).read_text().splitlines() if line.strip()]
+    return [pytest.param(row, id=row["id"]) for row in rows]
+
+
+@pytest.fixture(scope="module")
+def whisper_pair():
+    registry = load_registry()
+    options = {"models_dir": models_dir(), "audio_cache": 4}  # reuse each clip's audio K/V across the runs
+    try:
+        target = registry.get("target", "whisper-base").factory(options)
+        source = registry.get("source", "whisper-tiny.en").factory(options)
+    except FileNotFoundError as exc:
+        pytest.fail(f"Whisper models are missing ({exc}); run `as2d models install whisper-base whisper-tiny.en`")
+    return target, source
+
+
+@pytest.mark.parametrize("row", _manifest("windows.jsonl") + _manifest("clips.jsonl"))
+def test_as2d_equals_target_only(whisper_pair, row):
+    target, source = whisper_pair
+    request = Request(row["id"], load_audio(SHARED_SPEECH / row["path"]))
+    reference = run_request(request, target, None, "target-only")
+    assert reference.tokens, f"{row['id']}: the target produced no tokens"
+    for budget in BUDGETS:
+        result = run_request(request, target, source, "as2d", DecodeOptions(budget=budget))
+        assert result.tokens == reference.tokens, (
+            f"{row['id']} budget {budget}: as2d {result.text!r} != target-only {reference.text!r}"
+        )
+        assert result.producer_error is None
+        if reference.language == "en":
+            assert result.source == source.name and result.published > 0
+        else:
+            assert result.verify_calls == 0 and "does not draft" in result.note

