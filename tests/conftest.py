@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -6,7 +7,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-SHARED_SPEECH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech"
+# Real recorded speech lives beside the checkout (../shared), never inside the repository.
+SHARED_SPEECH = Path(
+    os.environ.get("AS2D_SPEECH_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech")
+)
 
 
 @pytest.fixture

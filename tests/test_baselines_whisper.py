@@ -1,0 +1,58 @@
+"""Serial baselines on real speech with the Whisper pair: exactly the target's greedy tokens.
+
+The models must be installed (`as2d models install whisper-base whisper-tiny.en`); without them
+these tests fail with that instruction rather than skip, so a missing model is never mistaken for a pass.
+"""
+import json
+import pytest
+
+from as2d_core import Request, load_audio, run_request
+from as2d_core.bench.baselines import asp_policy, no_td_policy, sd_policy, serial_decode
+from conftest import SHARED_SPEECH
+
+MANIFEST = SHARED_SPEECH / "windows.jsonl"
+WINDOWS = ("fleurs_en_w02", "jfk_en_w00")
+
+
+@pytest.fixture(scope="module")
+def pair():
+    try:
+        from as2d_whisper.runtime import WhisperSource, WhisperTarget, default_models_dir
+    except ImportError as exc:
+        pytest.fail(f"the Whisper plugin is not installed ({exc}): pip install -e plugins/whisper")
+    models = default_models_dir()
+    missing = [n for n in ("whisper-base", "whisper-tiny.en") if not (models / n / "model.json").is_file()]
+    if missing:
+        pytest.fail(f"Whisper models {missing} are missing in {models}: run `as2d models install whisper-base whisper-tiny.en`")
+    return WhisperTarget(models / "whisper-base"), WhisperSource(models / "whisper-tiny.en")
+
+
+def _request(window_id):
+    if not MANIFEST.is_file():
+        pytest.fail(f"real speech manifest {MANIFEST} is missing")
+    row = next(json.loads(l) for l in MANIFEST.read_text().splitlines() if json.loads(l)["id"] == window_id)
+    return Request(window_id, load_audio(MANIFEST.parent / row["path"]), language=row["lang"])
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+def test_serial_baselines_exact_on_real_speech(pair, window):
+    target, source = pair
+    request = _request(window)
+    ref = run_request(request, target, None, "target-only")
+    assert len(ref.tokens) > 10
+    for policy in (sd_policy(5), sd_policy(8), asp_policy(), no_td_policy(7)):
+        result = serial_decode(request, target, source, policy)
+        assert result.tokens == ref.tokens, f"{policy.name} differs from target-only on {window}"
+        assert result.accepted > 0 and result.decomposition.check()
+
+
+def test_as2d_without_budget_configuration_is_exact(pair):
+    """as2d-no-bc: SpecASR's confidence stop (0.4, cap 24) on decoupled drafts, through the text bridge."""
+    from as2d_core import DecodeOptions
+
+    target, source = pair
+    request = _request("jfk_en_w00")
+    ref = run_request(request, target, None, "target-only")
+    result = run_request(request, target, source, "as2d", DecodeOptions(budget=24, confidence_stop=0.4))
+    assert result.tokens == ref.tokens
+    assert result.verify_calls > 0
