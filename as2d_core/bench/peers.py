@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -147,60 +148,163 @@ def build_hf_folder(name: str, root: Path | None = None) -> Path:
     return folder
 
 
+def _whisper_generation_fields(tokenizer, multilingual: bool) -> dict:
+    """The generation-config fields Whisper's own ``generate()`` reads (hub checkpoints carry them; ours must add them)."""
+    ids = tokenizer.convert_tokens_to_ids
+    fields = {
+        "is_multilingual": multilingual,
+        "no_timestamps_token_id": ids("<|notimestamps|>"),
+        "prev_sot_token_id": ids("<|startofprev|>"),
+        "return_timestamps": False,
+        "forced_decoder_ids": None,
+    }
+    if multilingual:
+        from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+        fields["lang_to_id"] = {f"<|{code}|>": ids(f"<|{code}|>") for code in LANGUAGES}
+        fields["task_to_id"] = {"transcribe": ids("<|transcribe|>"), "translate": ids("<|translate|>")}
+    return fields
+
+
+def _prompt_only_specials(tokenizer, prompt: list[int]) -> None:
+    """Make ``tokenizer(text, add_special_tokens=True)`` give the decoder prompt followed by the text.
+
+    Universal assisted decoding moves text between the two vocabularies by decoding without special
+    tokens and re-encoding *with* them. Whisper's tokenizer would append <|endoftext|> to every such
+    re-encoding, which then reaches the assistant as input and the target as a candidate; Whisper's
+    real decoder input is the prompt followed by the text, so that is what re-encoding should give.
+    """
+    from tokenizers import processors
+
+    names = tokenizer.convert_ids_to_tokens(prompt)
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single=" ".join([*(f"{n}:0" for n in names), "$A:0"]),
+        pair=" ".join([*(f"{n}:0" for n in names), "$A:0", "$B:1"]),
+        special_tokens=list(zip(names, prompt)),
+    )
+
+
+@contextmanager
+def _encoder_precomputed(model, features, output):
+    """While active, the model's encoder returns ``output`` for ``features`` instead of running again.
+
+    transformers runs the assistant's encoder inside ``generate()`` and has no argument to pass its
+    output in; this keeps that encoder off the decode clock, as the target's is via ``encoder_outputs``.
+    """
+    encoder = model.get_encoder()
+    hits = []
+
+    def forward(input_features=None, **kwargs):
+        if input_features is not features and not _same_tensor(input_features, features):
+            raise RuntimeError("the assistant encoder was called on other features than the precomputed ones")
+        hits.append(1)
+        return output
+
+    encoder.forward = forward
+    try:
+        yield hits
+    finally:
+        del encoder.forward
+
+
+def _same_tensor(a, b) -> bool:
+    import torch
+
+    return a is not None and a.shape == b.shape and bool(torch.equal(a.to(b.device), b))
+
+
 class HFAssistedPeer:
-    """transformers assisted generation: whisper-base target, tiny.en assistant, both tokenizers given."""
+    """transformers assisted generation: whisper-base target, tiny.en assistant, both tokenizers given.
+
+    Whisper's own ``generate()`` drives the target (language, task, no timestamps, greedy); because
+    the vocabularies differ, transformers uses universal assisted decoding: assistant text is
+    re-tokenized into target ids and the target verifies it. The target's encoder runs before the
+    clock and enters through ``encoder_outputs``; the assistant's is precomputed as well (see
+    ``_encoder_precomputed``). The clock holds what follows: both decoders, the prompt included.
+    With an assistant, transformers drops Whisper's begin-suppression (blank and <|endoftext|> as the
+    first token) so the target may end at once; elsewhere its greedy choice is the plain one.
+    """
 
     method = "hf-assisted"
+    MAX_TOKENS = 448  # Whisper's decoder context
 
     def __init__(self, threads: int, root: Path | None = None):
         try:
             import torch
-            from transformers import WhisperForConditionalGeneration, WhisperTokenizerFast
+            import transformers
+            from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration, WhisperTokenizerFast
         except ImportError as exc:
             raise PeerUnavailable(f"transformers is not installed: {exc}") from exc
         torch.set_num_threads(threads)
+        self.version = transformers.__version__
         base, tiny = build_hf_folder("whisper-base", root), build_hf_folder("whisper-tiny.en", root)
         self.model = WhisperForConditionalGeneration.from_pretrained(base).eval()
         self.assistant = WhisperForConditionalGeneration.from_pretrained(tiny).eval()
         self.tokenizer = WhisperTokenizerFast.from_pretrained(base)
         self.assistant_tokenizer = WhisperTokenizerFast.from_pretrained(tiny)
+        for model, tok, multilingual in ((self.model, self.tokenizer, True), (self.assistant, self.assistant_tokenizer, False)):
+            for key, value in _whisper_generation_fields(tok, multilingual).items():
+                setattr(model.generation_config, key, value)
+        ids = self.tokenizer.convert_tokens_to_ids
+        self.eot = ids("<|endoftext|>")
+        self.prompt = [ids("<|startoftranscript|>"), ids("<|en|>"), ids("<|transcribe|>"), ids("<|notimestamps|>")]
+        tiny_ids = self.assistant_tokenizer.convert_tokens_to_ids
+        _prompt_only_specials(self.tokenizer, self.prompt)
+        _prompt_only_specials(self.assistant_tokenizer, [tiny_ids("<|startoftranscript|>"), tiny_ids("<|notimestamps|>")])
+        self.features = WhisperFeatureExtractor(feature_size=self.model.config.num_mel_bins)
 
     def __call__(self, window, audio: np.ndarray, reference) -> dict:
         import torch
-        from transformers import WhisperFeatureExtractor
+        from transformers.modeling_outputs import BaseModelOutput
 
-        language = window.lang or (reference.language if reference is not None else "en")
+        language = window.lang or (reference.language if reference is not None else None)
         if language != "en":
-            raise PeerUnavailable("the tiny.en assistant drafts English only")
-        features = WhisperFeatureExtractor(feature_size=80)(audio, sampling_rate=16000, return_tensors="pt")
-        sot = self.tokenizer.convert_tokens_to_ids(["<|startoftranscript|>", f"<|{language}|>", "<|transcribe|>",
-                                                     "<|notimestamps|>"])
-        from transformers import GenerationMixin
+            raise PeerUnavailable(f"skipped: the tiny.en assistant drafts English only (window language {language!r})")
+        features = self.features(audio, sampling_rate=16000, return_tensors="pt").input_features
+        decoders = {"target": self.model.get_decoder(), "assistant": self.assistant.get_decoder()}
+        calls = dict.fromkeys(decoders, 0)
+
+        def counter(name):
+            def hook(module, args, kwargs):
+                calls[name] += 1
+            return hook
 
         with torch.inference_mode():
-            start = time.perf_counter()
-            # The plain generation loop (Whisper's own generate() wants hub-style language tables); the
-            # assistant needs the audio too, so both encoders run inside this clock.
+            target_audio = BaseModelOutput(last_hidden_state=self.model.get_encoder()(features).last_hidden_state)
+            assistant_audio = self.assistant.get_encoder()(features)
+            handles = [d.register_forward_pre_hook(counter(n), with_kwargs=True) for n, d in decoders.items()]
             try:
-                out = self._generate(GenerationMixin, features, sot)
-            except Exception as exc:
-                raise PeerUnavailable(
-                    "transformers assisted generation failed with a tiny.en assistant of another vocabulary "
-                    f"(the assistant is driven through WhisperForConditionalGeneration.generate): {type(exc).__name__}: "
-                    f"{str(exc)[:200]}") from exc
-            decode_s = time.perf_counter() - start
-        tokens = [int(t) for t in out[0][len(sot):] if int(t) < 50257]
-        return _row(window, self.method, tokens, self.tokenizer.decode(tokens), decode_s, reference,
-                    "end-to-end clock: transformers generate including both encoders")
-
-    def _generate(self, mixin, features, sot):
-        import torch
-
-        return mixin.generate(
-                self.model, input_features=features.input_features, decoder_input_ids=torch.tensor([sot]),
-                do_sample=False, num_beams=1, max_new_tokens=448 - len(sot), assistant_model=self.assistant,
-                tokenizer=self.tokenizer, assistant_tokenizer=self.assistant_tokenizer,
-            )
+                with _encoder_precomputed(self.assistant, features, assistant_audio) as hits:
+                    start = time.perf_counter()
+                    try:
+                        out = self.model.generate(
+                            input_features=features, encoder_outputs=target_audio, language=language,
+                            task="transcribe", return_timestamps=False, do_sample=False, num_beams=1,
+                            max_new_tokens=self.MAX_TOKENS - len(self.prompt), assistant_model=self.assistant,
+                            tokenizer=self.tokenizer, assistant_tokenizer=self.assistant_tokenizer,
+                        )
+                    except Exception as exc:
+                        raise PeerUnavailable(
+                            f"transformers {self.version} assisted generate() failed (whisper-base target, "
+                            f"tiny.en assistant, different tokenizers): {type(exc).__name__}: {str(exc)[:300]}") from exc
+                    decode_s = time.perf_counter() - start
+            finally:
+                for h in handles:
+                    h.remove()
+        sequence = [int(t) for t in (out.sequences if hasattr(out, "sequences") else out)[0]]
+        if sequence[: len(self.prompt)] == self.prompt:
+            sequence = sequence[len(self.prompt):]
+        tokens = sequence[: sequence.index(self.eot)] if self.eot in sequence else sequence
+        if any(t >= self.eot for t in tokens):
+            raise PeerUnavailable(f"transformers returned special tokens inside the text: {tokens}")
+        clock = ("decode clock: both decoders incl. the prompt; both encoders ran before it"
+                 if hits else "clock includes the assistant encoder (the precomputed output was not used)")
+        row = _row(window, self.method, tokens, self.tokenizer.decode(tokens), decode_s, reference,
+                   f"{clock}; transformers {self.version} universal assisted decoding, greedy; "
+                   f"{calls['target']} target / {calls['assistant']} assistant decoder calls")
+        row["verify_calls"] = calls["target"]
+        row["transformers"] = self.version
+        return row
 
 
 def make_peers(methods: list[str], threads: int, root: Path | None = None) -> dict:

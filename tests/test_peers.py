@@ -1,0 +1,65 @@
+"""The outside peers on one short English clip: both run, and each row says whether it equals target-only.
+
+faster-whisper greedy must give the target's greedy tokens exactly. transformers assisted generation
+(whisper-base target, tiny.en assistant, different tokenizers) must run and report equality as a
+boolean; it is not asserted equal, since any difference is a finding to report, not to hide.
+The models must be installed (`as2d models install whisper-base whisper-tiny.en`); without them
+these tests fail with that instruction rather than skip.
+"""
+from pathlib import Path
+
+import pytest
+
+from as2d_core import Request, load_audio, run_request
+from as2d_core.bench.runner import Window
+
+CLIP = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech" / "clips" / "ljspeech_LJ001-0001.wav"
+
+
+@pytest.fixture(scope="module")
+def clip():
+    try:
+        from as2d_whisper.runtime import WhisperTarget, default_models_dir
+    except ImportError as exc:
+        pytest.fail(f"the Whisper plugin is not installed ({exc}): pip install -e plugins/whisper")
+    models = default_models_dir()
+    if not (models / "whisper-base" / "model.json").is_file():
+        pytest.fail(f"whisper-base is missing in {models}: run `as2d models install whisper-base whisper-tiny.en`")
+    if not CLIP.is_file():
+        pytest.fail(f"speech clip {CLIP} is missing")
+    window = Window("ljspeech_LJ001-0001", CLIP, "en")
+    audio = load_audio(CLIP)
+    reference = run_request(Request(window.id, audio, "en"), WhisperTarget(models / "whisper-base"), None, "target-only")
+    assert len(reference.tokens) > 10
+    return window, audio, reference
+
+
+def _check_row(row, window, method):
+    assert "error" not in row, row.get("error")
+    assert row["method"] == method and row["window"] == window.id
+    assert row["tokens"] > 0 and row["decode_s"] > 0
+    assert isinstance(row["exact"], bool) and isinstance(row["text_equal"], bool)
+
+
+def test_faster_whisper_equals_target_only(clip):
+    from as2d_core.bench.peers import FasterWhisperPeer
+
+    window, audio, reference = clip
+    row = FasterWhisperPeer(threads=2)(window, audio, reference)
+    _check_row(row, window, "faster-whisper")
+    assert row["exact"], f"faster-whisper differs from target-only: {row['text']!r} vs {reference.text!r}"
+
+
+def test_hf_assisted_runs_and_reports_equality(clip):
+    from as2d_core.bench.peers import HFAssistedPeer, PeerUnavailable
+
+    window, audio, reference = clip
+    peer = HFAssistedPeer(threads=2)
+    row = peer(window, audio, reference)
+    _check_row(row, window, "hf-assisted")
+    assert row["verify_calls"] >= 1 and row["transformers"]
+    assert "decode clock" in row["note"] or "clock includes" in row["note"]
+    print(f"hf-assisted exact={row['exact']} text_equal={row['text_equal']} decode_s={row['decode_s']:.2f} "
+          f"{row['note']}")
+    with pytest.raises(PeerUnavailable, match="English only"):
+        peer(Window("de", CLIP, "de"), audio, None)
