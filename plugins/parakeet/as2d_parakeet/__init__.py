@@ -1,0 +1,1 @@
+"""Parakeet CTC as a chunked as2d drafter (see ``source.ParakeetSource``)."""

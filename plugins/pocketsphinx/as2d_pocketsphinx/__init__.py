@@ -1,0 +1,1 @@
+"""PocketSphinx as a chunked as2d drafter (see ``source.PocketSphinxSource``)."""

@@ -1,0 +1,1 @@
+"""SenseVoice Small as a chunked as2d drafter (see ``source.SenseVoiceSource``)."""
