@@ -1,4 +1,7 @@
 """Tokenizer bridges: identity, and text with word hold-back."""
+import re
+import zlib
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,16 +17,13 @@ class CharTokenizer:
 
 
 class WordTokenizer:
-    """Target side: a merge that depends on the whole word, as BPE does."""
+    """Target side: GPT-2 style pre-tokens (words with their leading space, digit runs, punctuation
+    runs), each merged as a whole, so a cut inside a pre-token would change the ids, as in BPE."""
+
+    PRE_TOKENS = re.compile(r"'(?:s|t|re|ve|m|ll|d)| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+")
 
     def encode(self, text):
-        out = []
-        for i, word in enumerate(text.split(" ")):
-            if i:
-                word = " " + word
-            if word:
-                out.append(hash(word) % 100000)
-        return out
+        return [zlib.crc32(piece.encode()) % 100000 for piece in self.PRE_TOKENS.findall(text)]
 
 
 def run_bridge(text, chunks):
@@ -43,12 +43,36 @@ def run_bridge(text, chunks):
 
 @settings(max_examples=200, deadline=None)
 @given(
-    words=st.lists(st.text(alphabet="abc,.'", min_size=1, max_size=6), min_size=1, max_size=12),
+    words=st.lists(st.text(alphabet="abc,.'你好", min_size=1, max_size=6), min_size=1, max_size=12),
     chunks=st.lists(st.integers(1, 7), max_size=30),
 )
 def test_published_tokens_equal_whole_text_encoding(words, chunks):
     text = "".join(" " + w for w in words)
     assert run_bridge(text, chunks) == WordTokenizer().encode(text) + [-1]
+
+
+def test_real_whisper_tokenizer_pieces_equal_whole():
+    """The cut rule on the real target tokenizer: English with punctuation, and unspaced Chinese."""
+    from tokenizers import Tokenizer
+
+    from as2d_core.paths import models_dir
+
+    path = models_dir() / "whisper-base" / "tokenizer.json"
+    assert path.is_file(), f"{path} missing: run `as2d models install whisper-base`"
+    tok = Tokenizer.from_file(str(path))
+    encode = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
+    for text in (" Printing, in the only sense, differs (from) most: if not all.", "而对楼市成交抑制作用最大的，限购自六月底。呼和浩特市"):
+        assert run_bridge_with(text, encode, [3, 5, 2, 7, 1, 4] * 20) == encode(text) + [-1], text
+
+
+def run_bridge_with(text, encode, chunks):
+    bridge = TextBridge(CharTokenizer().decode, encode, target_eos=-1)
+    ids, out, position = [ord(c) for c in text], [], 0
+    for size in chunks:
+        out.extend(bridge.push(ids[position : position + size], None)[0])
+        position += size
+    out.extend(bridge.push(ids[position:], None)[0])
+    return out + bridge.finish(ended_with_eos=True)[0]
 
 
 def test_unfinished_word_is_held_back():
@@ -74,6 +98,8 @@ def test_confidence_is_the_lowest_behind_each_word():
 def test_last_word_start():
     assert last_word_start(" the cat", 0) == 4
     assert last_word_start(" the", 0) == 0
+    assert last_word_start("你好，世界", 0) == 2  # unspaced text is cut at its punctuation
+    assert last_word_start(" end,", 0) == 0  # a trailing punctuation run may still grow
 
 
 def test_identity_maps_end_token():

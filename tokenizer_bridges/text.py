@@ -16,11 +16,24 @@ from collections.abc import Callable, Sequence
 
 
 def last_word_start(text: str, start: int) -> int:
-    """Index of the last word-initial whitespace after ``start`` (``start`` if none)."""
+    """Index of the last safe cut after ``start`` (``start`` if none).
+
+    Safe cuts are pre-tokenizer boundaries that later text cannot move: a
+    whitespace followed by a non-space (a new word), or punctuation right after
+    a letter or digit (so unspaced scripts such as Chinese still publish at
+    their punctuation). The character at the cut must itself be followed by
+    something, so that a growing run is never split.
+    """
     for i in range(len(text) - 2, start, -1):
         if text[i].isspace() and not text[i + 1].isspace():
             return i
+        if _is_punctuation(text[i]) and text[i - 1].isalnum():
+            return i
     return start
+
+
+def _is_punctuation(char: str) -> bool:
+    return not (char.isalnum() or char.isspace())
 
 
 class TextBridge:
