@@ -1,0 +1,138 @@
+"""Target session and draft job over any incremental LM with all-position logits and cache cut-back.
+
+Qwen-family models on MNN's LLM engine and on torch expose the same three
+primitives (prefill a prompt, append tokens and get logits for each of them,
+cut the KV cache back to a length), so the as2d contracts are written once here
+over a small ``LMState`` and each backend only implements that state.
+Importing this module imports no runtime.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Callable, Protocol
+
+import numpy as np
+
+from as2d_core.contracts import DraftPiece
+
+
+class ModelFilesMissing(FileNotFoundError):
+    """A model folder is absent or incomplete; the message names the files and the expected layout."""
+
+
+def check_folder(folder: str | Path, required: Sequence[str], layout: str) -> Path:
+    """Fail with the missing file names and the expected layout rather than a runtime's own error."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise ModelFilesMissing(f"model folder {folder} does not exist; expected {layout} with {', '.join(required)}")
+    missing = [name for name in required if not (folder / name).is_file()]
+    if missing:
+        raise ModelFilesMissing(
+            f"model folder {folder} lacks {', '.join(missing)}; expected {layout} with {', '.join(required)}")
+    return folder
+
+
+class LMState(Protocol):
+    """One request's KV state on a backend."""
+
+    length: int  # positions held (prompt + response)
+
+    def append(self, tokens: Sequence[int]) -> np.ndarray:
+        """Run ``tokens`` after the cache; float logits ``[len(tokens), vocab]``."""
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` positions."""
+
+    def use_threads(self, threads: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LMTargetSession:
+    """A prepared target: prompt (with audio) prefilled; verify appends root + candidates in one call."""
+
+    def __init__(self, state: LMState, prompt_logits: np.ndarray, *, language: str, eos_token: int,
+                 max_new_tokens: int, decode: Callable[[Sequence[int]], str], encode: Callable[[str], list[int]],
+                 suppress: Sequence[int] = ()):
+        self._state = state
+        self._prompt_length = state.length
+        self._suppress = np.asarray(list(suppress), dtype=np.int64)
+        self._first = int(np.argmax(self._mask(np.asarray(prompt_logits, np.float64)[-1])))
+        self._decode, self._encode = decode, encode
+        self.language = language
+        self.eos_token = int(eos_token)
+        self.max_new_tokens = int(max_new_tokens)
+
+    def _mask(self, logits: np.ndarray) -> np.ndarray:
+        if self._suppress.size:
+            logits = np.array(logits, dtype=np.float64)
+            logits[..., self._suppress] = -np.inf
+        return logits
+
+    @property
+    def cache_length(self) -> int:
+        return self._state.length - self._prompt_length
+
+    def first_token(self) -> int:
+        return self._first
+
+    def verify(self, root: int, candidates: Sequence[int]) -> list[int]:
+        logits = self._state.append([int(root), *(int(c) for c in candidates)])
+        return [int(t) for t in np.argmax(self._mask(logits), axis=-1)]
+
+    def truncate(self, cache_length: int) -> None:
+        if not 0 <= cache_length <= self.cache_length:
+            raise ValueError(f"cannot truncate a cache of {self.cache_length} response tokens to {cache_length}")
+        self._state.truncate(self._prompt_length + cache_length)
+
+    def use_threads(self, threads: int) -> None:
+        self._state.use_threads(threads)
+
+    def decode_text(self, tokens: Sequence[int]) -> str:
+        return self._decode(tokens)
+
+    def encode_text(self, text: str) -> list[int]:
+        return self._encode(text)
+
+    def close(self) -> None:
+        self._state.close()
+
+
+class LMDraftJob:
+    """Greedy drafting from the drafter's own prefilled prompt and history only (never the target's)."""
+
+    def __init__(self, state: LMState, prompt_logits: np.ndarray, *, eos_token: int, max_new_tokens: int,
+                 suppress: Sequence[int] = ()):
+        self._state = state
+        self._logits = np.asarray(prompt_logits)[-1:]
+        self._suppress = np.asarray(list(suppress), dtype=np.int64)
+        self.eos_token = int(eos_token)
+        self.max_new_tokens = int(max_new_tokens)
+        self.ended_with_eos = False
+
+    def pieces(self) -> Iterator[DraftPiece]:
+        logits = self._logits
+        for _ in range(self.max_new_tokens):
+            row = np.array(logits[-1], dtype=np.float64)
+            if self._suppress.size:
+                row[self._suppress] = -np.inf
+            token = int(np.argmax(row))
+            if token == self.eos_token:
+                self.ended_with_eos = True
+                return
+            confidence = 1.0 / float(np.exp(row - row[token]).sum())
+            yield DraftPiece(tokens=(token,), confidences=(confidence,))
+            logits = self._state.append([token])
+
+    def close(self) -> None:
+        self._state.close()
+
+
+def greedy_reference(session: LMTargetSession, max_new_tokens: int | None = None) -> list[int]:
+    """Target-only greedy decoding through the session API, one token per call (tests and baselines)."""
+    limit = session.max_new_tokens if max_new_tokens is None else max_new_tokens
+    tokens = [session.first_token()]
+    while tokens[-1] != session.eos_token and len(tokens) < limit:
+        tokens.append(session.verify(tokens[-1], [])[0])
+    return tokens[:-1] if tokens[-1] == session.eos_token else tokens

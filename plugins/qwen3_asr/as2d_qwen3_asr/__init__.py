@@ -1,0 +1,1 @@
+"""Qwen3-ASR target and drafter for as2d."""

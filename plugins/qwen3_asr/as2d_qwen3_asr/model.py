@@ -1,0 +1,160 @@
+"""Qwen3-ASR as as2d target (1.7B) and drafter (0.6B) on torch, through the qwen-asr package.
+
+The prompt is the model's own: the processor's chat template over a system turn
+(context, empty by default) and a user turn holding the audio, then the assistant
+turn; with a language hint qwen-asr appends ``language X<asr_text>`` so the
+response is the text alone. The thinker's KV cache is a transformers
+DynamicCache: ``crop`` is the cache repair. Both sizes share the tokenizer.
+
+On MNN this model needs an MNN build newer than 3.6.1 (its audio encoder fails
+on 3.6.1), which ``as2d_mnn.llm.qwen3_asr_audio_reason`` detects.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from as2d_core.contracts import Request
+from as2d_mnn.lm import LMDraftJob, LMTargetSession, check_folder
+
+TORCH_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.json",
+               "merges.txt", "preprocessor_config.json")
+TORCH_LAYOUT = "the Hugging Face checkpoint folder of Qwen/Qwen3-ASR-1.7B or -0.6B (qwen-asr / transformers 4.57 layout)"
+# ISO codes of the languages Qwen3-ASR names in its prompt (qwen_asr.inference.utils.SUPPORTED_LANGUAGES).
+LANGUAGES = {"zh": "Chinese", "en": "English", "yue": "Cantonese", "ar": "Arabic", "de": "German", "fr": "French",
+             "es": "Spanish", "pt": "Portuguese", "id": "Indonesian", "it": "Italian", "ko": "Korean", "ru": "Russian",
+             "th": "Thai", "vi": "Vietnamese", "ja": "Japanese", "tr": "Turkish", "hi": "Hindi", "ms": "Malay",
+             "nl": "Dutch", "sv": "Swedish", "da": "Danish", "fi": "Finnish", "pl": "Polish", "cs": "Czech",
+             "fil": "Filipino", "fa": "Persian", "el": "Greek", "hu": "Hungarian", "mk": "Macedonian",
+             "ro": "Romanian"}
+
+
+def _files(folder: Path) -> Sequence[str]:
+    """Sharded checkpoints carry an index instead of one model.safetensors."""
+    if (folder / "model.safetensors.index.json").is_file():
+        return tuple(f for f in TORCH_FILES if f != "model.safetensors") + ("model.safetensors.index.json",)
+    return TORCH_FILES
+
+
+class _TorchState:
+    """The thinker's KV cache for one request (as2d_mnn.lm.LMState)."""
+
+    def __init__(self, model: "_Qwen3ASR"):
+        from transformers import DynamicCache
+
+        self.m = model
+        self.cache = DynamicCache()
+        self.length = 0
+
+    def prefill(self, inputs: dict) -> np.ndarray:
+        torch = self.m.torch
+        with torch.inference_mode():
+            out = self.m.thinker(**inputs, past_key_values=self.cache, use_cache=True)
+        self.length = int(inputs["input_ids"].shape[1])
+        return out.logits[0].double().numpy()
+
+    def append(self, tokens: Sequence[int]) -> np.ndarray:
+        torch = self.m.torch
+        k, p = len(tokens), self.length
+        positions = torch.arange(p, p + k).view(1, 1, k).expand(3, 1, k)
+        with torch.inference_mode():
+            out = self.m.thinker(input_ids=torch.tensor([list(tokens)]), position_ids=positions,
+                                 cache_position=torch.arange(p, p + k), past_key_values=self.cache, use_cache=True)
+        self.length = p + k
+        return out.logits[0].double().numpy()
+
+    def truncate(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot cut {self.length} cached positions to {length}")
+        self.cache.crop(length)
+        self.length = length
+
+    def use_threads(self, threads: int) -> None:
+        self.m.torch.set_num_threads(max(1, int(threads)))  # process-wide in torch
+
+    def close(self) -> None:
+        self.cache = None
+
+
+class _Qwen3ASR:
+    vocabulary = "qwen3-asr"
+
+    def __init__(self, folder: str | Path, backend: str = "torch", device: str = "cpu", max_new_tokens: int = 512,
+                 dtype: str = "float32", context: str = "", name: str | None = None):
+        folder = Path(folder).expanduser()
+        if backend == "mnn":
+            from as2d_mnn.llm import qwen3_asr_audio_reason
+
+            why = qwen3_asr_audio_reason()
+            raise RuntimeError(why or "the MNN path of Qwen3-ASR is not implemented in this plugin yet; use backend 'torch'")
+        if backend != "torch":
+            raise ValueError(f"unknown backend {backend!r} for Qwen3-ASR; choose 'torch' or 'mnn'")
+        if device != "cpu":
+            raise RuntimeError(f"device {device!r}: this plugin runs Qwen3-ASR on torch CPU only")
+        check_folder(folder, _files(folder), TORCH_LAYOUT)
+        import torch
+        import qwen_asr  # noqa: F401  (registers qwen3_asr with transformers' Auto classes)
+        from transformers import AutoModel, AutoProcessor
+
+        self.torch = torch
+        self.model = AutoModel.from_pretrained(folder, dtype=getattr(torch, dtype)).eval()
+        self.thinker = self.model.thinker
+        self.processor = AutoProcessor.from_pretrained(folder, fix_mistral_regex=True)
+        self.tokenizer = self.processor.tokenizer
+        self.name = name or folder.name
+        self.max_new_tokens = max_new_tokens
+        self.context = context
+        self.eos_token = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.asr_text = self.tokenizer.convert_tokens_to_ids("<asr_text>")
+        self.device_in_use = "cpu"
+
+    def prompt(self, language: str | None) -> str:
+        messages = [{"role": "system", "content": self.context},
+                    {"role": "user", "content": [{"type": "audio", "audio": ""}]}]
+        text = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        if language:
+            if language not in LANGUAGES:
+                raise ValueError(f"Qwen3-ASR has no language {language!r}; known: {', '.join(sorted(LANGUAGES))}")
+            text += f"language {LANGUAGES[language]}<asr_text>"
+        return text
+
+    def _start(self, request: Request, threads: int):
+        if request.task != "asr":
+            raise ValueError(f"Qwen3-ASR serves the task 'asr' only, not {request.task!r}")
+        inputs = self.processor(text=[self.prompt(request.language)], audio=[np.asarray(request.audio)],
+                                return_tensors="pt", padding=True)
+        inputs["input_features"] = inputs["input_features"].to(self.model.dtype)
+        state = _TorchState(self)
+        state.use_threads(threads)
+        return state, state.prefill(dict(inputs))
+
+    def decode_text(self, tokens: Sequence[int]) -> str:
+        """Text after ``<asr_text>`` (an unhinted response starts with ``language X<asr_text>``)."""
+        tokens = [int(t) for t in tokens if int(t) != self.eos_token]
+        if self.asr_text in tokens:
+            tokens = tokens[len(tokens) - tokens[::-1].index(self.asr_text):]
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def encode_text(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+
+class Qwen3ASRTarget(_Qwen3ASR):
+    """The verifying target (Qwen3-ASR-1.7B)."""
+
+    def prepare(self, request: Request, threads: int) -> LMTargetSession:
+        state, logits = self._start(request, threads)
+        return LMTargetSession(state, logits, language=request.language or "auto", eos_token=self.eos_token,
+                               max_new_tokens=self.max_new_tokens, decode=self.decode_text, encode=self.encode_text)
+
+
+class Qwen3ASRSource(_Qwen3ASR):
+    """The audio-conditioned drafter (Qwen3-ASR-0.6B), same tokenizer as the target."""
+
+    languages = None
+
+    def prepare(self, request: Request, language: str, threads: int) -> LMDraftJob:
+        state, logits = self._start(request, threads)
+        return LMDraftJob(state, logits, eos_token=self.eos_token, max_new_tokens=self.max_new_tokens)

@@ -1,0 +1,147 @@
+"""Build tiny random-weight Qwen2.5-Omni models in the real formats (HF folder and MNN llmexport folder).
+
+Usage (a minute on 2 cores; needs transformers 4.x, llmexport 0.0.5, MNN):
+
+    python tests/build_tiny_omni.py [OUT_DIR]      # default: tests/fixtures
+
+It writes ``tiny-omni-7b-hf/`` (the HF checkpoint layout, used as the logits
+reference), ``tiny-omni-7b/`` (target) and ``tiny-omni-3b/`` (drafter) as MNN
+folders. The drafter is the target with noise on its weights, so it shares the
+tokenizer and agrees with the target often but not always: as2d then sees both
+accepted and rejected candidates.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from build_tiny_qwen_tokenizer import build as build_tokenizer  # noqa: E402
+from build_tiny_qwen_llmexport import export_mnn  # noqa: E402
+
+SPECIAL = [
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>",
+    "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>",
+    "<|IMAGE|>", "<|VIDEO|>", "<|vision_bos|>", "<|vision_eos|>", "<|vision_pad|>",
+]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'audio' or 'audio' in content %}<|audio_bos|><|AUDIO|><|audio_eos|>"
+    "{% elif content['type'] == 'image' %}<|vision_bos|><|IMAGE|><|vision_eos|>"
+    "{% elif content['type'] == 'video' %}<|vision_bos|><|VIDEO|><|vision_eos|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+HIDDEN, LAYERS, HEADS, KV_HEADS = 64, 2, 4, 2
+DRAFTER_NOISE = 0.015  # relative to each weight's std
+
+
+def config(ids: dict[str, int], vocab: int):
+    from transformers import Qwen2_5OmniConfig
+
+    head_dim = HIDDEN // HEADS
+    thinker = {
+        "audio_config": {
+            "num_mel_bins": 128, "encoder_layers": 1, "encoder_attention_heads": 2, "encoder_ffn_dim": 64,
+            "d_model": 32, "output_dim": HIDDEN, "n_window": 100, "max_source_positions": 1500,
+        },
+        "vision_config": {
+            "depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": HIDDEN,
+            "fullatt_block_indexes": [0],
+        },
+        "text_config": {
+            "vocab_size": vocab, "hidden_size": HIDDEN, "intermediate_size": 128, "num_hidden_layers": LAYERS,
+            "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "max_position_embeddings": 4096,
+            "rope_theta": 1000000.0,
+            "rope_scaling": {"mrope_section": [2, 3, 3], "rope_type": "default", "type": "default"},
+            "tie_word_embeddings": False,
+        },
+        "audio_token_index": ids["<|AUDIO|>"], "audio_start_token_id": ids["<|audio_bos|>"],
+        "audio_end_token_id": ids["<|audio_eos|>"], "image_token_index": ids["<|IMAGE|>"],
+        "video_token_index": ids["<|VIDEO|>"], "vision_start_token_id": ids["<|vision_bos|>"],
+        "vision_end_token_id": ids["<|vision_eos|>"], "vision_token_id": ids["<|vision_pad|>"],
+        "bos_token_id": ids["<|im_start|>"], "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"],
+        "user_token_id": ids["<|im_start|>"],
+    }
+    assert sum(thinker["text_config"]["rope_scaling"]["mrope_section"]) * 2 == head_dim
+    return Qwen2_5OmniConfig(thinker_config=thinker, enable_audio_output=False)
+
+
+def build_hf(out: Path, seed: int, noise_from=None) -> None:
+    """Save a seeded random Omni checkpoint (thinker only) with tokenizer, processor and a dummy spk_dict.pt."""
+    import torch
+    from transformers import Qwen2_5OmniForConditionalGeneration, WhisperFeatureExtractor
+
+    ids = build_tokenizer(out, SPECIAL, CHAT_TEMPLATE)
+    torch.manual_seed(seed)
+    model = Qwen2_5OmniForConditionalGeneration(config(ids, _vocab(out))).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.5 / p.shape[-1] ** 0.5)
+            elif "norm" in name or "ln" in name:
+                p.fill_(1.0)
+            else:
+                p.zero_()
+        model.thinker.lm_head.weight.mul_(8.0)  # spread logits so argmax has no near ties
+        model.thinker.model.embed_tokens.weight.normal_(0, 1.0)
+        model.thinker.audio_tower.proj.weight.mul_(4.0)  # let the audio move the output of a random model
+        if noise_from is not None:
+            model.load_state_dict(noise_from.state_dict())
+            gen = torch.Generator().manual_seed(seed)
+            for p in model.parameters():
+                if p.dim() > 1:
+                    p.add_(torch.randn(p.shape, generator=gen) * p.std() * DRAFTER_NOISE)
+    model.generation_config.eos_token_id = ids["<|im_end|>"]
+    model.generation_config.pad_token_id = ids["<|endoftext|>"]
+    model.save_pretrained(out, safe_serialization=True)
+    WhisperFeatureExtractor(feature_size=128).save_pretrained(out)
+    torch.save({"Chelsie": {"cond": torch.zeros(1, 192), "ref_mel": torch.zeros(1, 30, 80), "bos_token": 0}},
+               out / "spk_dict.pt")
+    return model
+
+
+def _vocab(folder: Path) -> int:
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab_size()
+
+
+def finish_mnn(hf: Path, mnn: Path) -> None:
+    """Add the audio token ids llmexport 0.0.5 leaves out of llm_config.json for Omni."""
+    cfg = json.loads((hf / "config.json").read_text())["thinker_config"]
+    path = mnn / "llm_config.json"
+    llm_config = json.loads(path.read_text())
+    llm_config.update({"audio_pad": cfg["audio_token_index"], "audio_start": cfg["audio_start_token_id"],
+                       "audio_end": cfg["audio_end_token_id"]})
+    path.write_text(json.dumps(llm_config, indent=2, ensure_ascii=False))
+
+
+def main(out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        target_hf = tmp / "tiny-omni-7b-hf"
+        target = build_hf(target_hf, seed=7)
+        drafter_hf = tmp / "tiny-omni-3b-hf"
+        build_hf(drafter_hf, seed=3, noise_from=target)
+        for hf, name in ((target_hf, "tiny-omni-7b"), (drafter_hf, "tiny-omni-3b")):
+            dest = out_dir / name
+            export_mnn(hf, dest)
+            finish_mnn(hf, dest)
+        keep = out_dir / "tiny-omni-7b-hf"
+        shutil.rmtree(keep, ignore_errors=True)
+        shutil.copytree(target_hf, keep)
+    print(f"wrote {out_dir}/tiny-omni-7b-hf, tiny-omni-7b, tiny-omni-3b")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "fixtures")
