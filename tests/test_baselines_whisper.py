@@ -15,16 +15,8 @@ WINDOWS = ("fleurs_en_w02", "jfk_en_w00")
 
 
 @pytest.fixture(scope="module")
-def pair():
-    try:
-        from as2d_whisper.runtime import WhisperSource, WhisperTarget, default_models_dir
-    except ImportError as exc:
-        pytest.fail(f"the Whisper plugin is not installed ({exc}): pip install -e plugins/whisper")
-    models = default_models_dir()
-    missing = [n for n in ("whisper-base", "whisper-tiny.en") if not (models / n / "model.json").is_file()]
-    if missing:
-        pytest.fail(f"Whisper models {missing} are missing in {models}: run `as2d models install whisper-base whisper-tiny.en`")
-    return WhisperTarget(models / "whisper-base"), WhisperSource(models / "whisper-tiny.en")
+def pair(whisper_target, whisper_source):
+    return whisper_target, whisper_source
 
 
 def _request(window_id):

@@ -8,8 +8,6 @@ import json
 import pytest
 
 from as2d_core import DecodeOptions, Request, load_audio, run_request
-from as2d_core.paths import models_dir
-from as2d_core.plugins import load_registry
 from conftest import SHARED_SPEECH
 
 BUDGETS = (1, 3, 7)
@@ -20,21 +18,9 @@ def _manifest(name):
     return [pytest.param(row, id=row["id"]) for row in rows]
 
 
-@pytest.fixture(scope="module")
-def whisper_pair():
-    registry = load_registry()
-    options = {"models_dir": models_dir(), "audio_cache": 4}  # reuse each clip's audio K/V across the runs
-    try:
-        target = registry.get("target", "whisper-base").factory(options)
-        source = registry.get("source", "whisper-tiny.en").factory(options)
-    except FileNotFoundError as exc:
-        pytest.fail(f"Whisper models are missing ({exc}); run `as2d models install whisper-base whisper-tiny.en`")
-    return target, source
-
-
 @pytest.mark.parametrize("row", _manifest("windows.jsonl") + _manifest("clips.jsonl"))
-def test_as2d_equals_target_only(whisper_pair, row):
-    target, source = whisper_pair
+def test_as2d_equals_target_only(whisper_target, whisper_source, row):
+    target, source = whisper_target, whisper_source
     request = Request(row["id"], load_audio(SHARED_SPEECH / row["path"]))
     reference = run_request(request, target, None, "target-only")
     assert reference.tokens, f"{row['id']}: the target produced no tokens"

@@ -6,30 +6,23 @@ boolean; it is not asserted equal, since any difference is a finding to report, 
 The models must be installed (`as2d models install whisper-base whisper-tiny.en`); without them
 these tests fail with that instruction rather than skip.
 """
-from pathlib import Path
 
 import pytest
 
 from as2d_core import Request, load_audio, run_request
 from as2d_core.bench.runner import Window
+from conftest import SHARED_SPEECH
 
-CLIP = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech" / "clips" / "ljspeech_LJ001-0001.wav"
+CLIP = SHARED_SPEECH / "clips" / "ljspeech_LJ001-0001.wav"
 
 
 @pytest.fixture(scope="module")
-def clip():
-    try:
-        from as2d_whisper.runtime import WhisperTarget, default_models_dir
-    except ImportError as exc:
-        pytest.fail(f"the Whisper plugin is not installed ({exc}): pip install -e plugins/whisper")
-    models = default_models_dir()
-    if not (models / "whisper-base" / "model.json").is_file():
-        pytest.fail(f"whisper-base is missing in {models}: run `as2d models install whisper-base whisper-tiny.en`")
+def clip(whisper_target):
     if not CLIP.is_file():
         pytest.fail(f"speech clip {CLIP} is missing")
     window = Window("ljspeech_LJ001-0001", CLIP, "en")
     audio = load_audio(CLIP)
-    reference = run_request(Request(window.id, audio, "en"), WhisperTarget(models / "whisper-base"), None, "target-only")
+    reference = run_request(Request(window.id, audio, "en"), whisper_target, None, "target-only")
     assert len(reference.tokens) > 10
     return window, audio, reference
 

@@ -7,17 +7,12 @@ import pytest
 
 from as2d_core.contracts import DraftJob, DraftPiece, Request, Source
 
-from test_whisper_target import INSTALL, load_item, models_dir
+from test_whisper_target import load_item
 
 
 @pytest.fixture(scope="module")
-def source():
-    from as2d_whisper.runtime import ModelFilesMissing, WhisperSource
-
-    try:
-        return WhisperSource(models_dir() / "whisper-tiny.en")
-    except ModelFilesMissing as exc:
-        pytest.fail(f"converted whisper-tiny.en missing ({exc}); run `{INSTALL}`")
+def source(whisper_source):
+    return whisper_source
 
 
 def words(text: str) -> list[str]:

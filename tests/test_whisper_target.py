@@ -8,7 +8,6 @@ never skip, when the models are absent, so a missing install cannot pass silentl
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -17,10 +16,8 @@ import pytest
 
 from as2d_core.contracts import Request, Target, TargetSession
 
-SPEECH = Path("/work/shared/data/speech")
-if not SPEECH.is_dir():
-    SPEECH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech"
-INSTALL = "as2d models install whisper-base whisper-tiny.en"
+from conftest import SHARED_SPEECH as SPEECH
+from conftest import WHISPER_INSTALL as INSTALL
 
 # English and non-English items, short enough to keep the file near a minute.
 CASES = [
@@ -31,11 +28,6 @@ CASES = [
     ("clips", "fleurs_fr_008"),
     ("windows", "pocketsphinx_en_w00"),
 ]
-
-
-def models_dir() -> Path:
-    env = os.environ.get("AS2D_MODELS_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".local/share/as2d/models"
 
 
 def load_item(kind: str, item_id: str) -> tuple[np.ndarray, dict]:
@@ -51,13 +43,8 @@ def load_item(kind: str, item_id: str) -> tuple[np.ndarray, dict]:
 
 
 @pytest.fixture(scope="module")
-def target():
-    from as2d_whisper.runtime import ModelFilesMissing, WhisperTarget
-
-    try:
-        return WhisperTarget(models_dir() / "whisper-base")
-    except ModelFilesMissing as exc:
-        pytest.fail(f"converted whisper-base missing ({exc}); run `{INSTALL}`")
+def target(whisper_target):
+    return whisper_target
 
 
 @pytest.fixture(scope="module")
@@ -65,17 +52,9 @@ def faster_whisper_base(tmp_path_factory):
     """faster-whisper on a CTranslate2 folder assembled from the same PyPI packages."""
     from faster_whisper import WhisperModel
 
-    from as2d_whisper.convert import source_files
+    from as2d_core.bench.peers import build_ct2_folder
 
-    files = source_files("whisper-base")
-    folder = tmp_path_factory.mktemp("ct2-base")
-    with open(folder / "model.bin", "wb") as out:
-        for part in files["weights"]:
-            with open(part, "rb") as f:
-                shutil.copyfileobj(f, out)
-    shutil.copyfile(files["config"], folder / "config.json")
-    shutil.copyfile(files["tokenizer"], folder / "tokenizer.json")
-    shutil.copyfile(files["config"].with_name("vocabulary.txt"), folder / "vocabulary.txt")
+    folder = build_ct2_folder(tmp_path_factory.mktemp("ct2"))
     return WhisperModel(str(folder), device="cpu", compute_type="float32", cpu_threads=2)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -19,18 +18,13 @@ import numpy as np
 import onnxruntime as ort
 
 from as2d_core.contracts import DraftPiece, Request
+from as2d_core.paths import models_dir as default_models_dir
 
 from .features import encoder_input
 
 FORMAT_VERSION = 1
 INSTALL_HINT = "run `as2d models install whisper-base whisper-tiny.en`"
 DEVICES = ("cpu", "nnapi")
-
-
-def default_models_dir() -> Path:
-    """Where converted models live: $AS2D_MODELS_DIR or ~/.local/share/as2d/models."""
-    env = os.environ.get("AS2D_MODELS_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".local" / "share" / "as2d" / "models"
 
 
 class ModelFilesMissing(FileNotFoundError):
