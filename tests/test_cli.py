@@ -12,13 +12,18 @@ from as2d_core.cli import cli
 
 REPO = Path(__file__).resolve().parents[1]
 FIELDS = {"name", "kind", "plugin", "installed", "available", "reason"}
+QWEN3_ASR_INSTALL = "pip install ./plugins/mnn './plugins/qwen3_asr[torch]'"
 
 
 @pytest.fixture
 def invoke(monkeypatch, tmp_path):
     monkeypatch.setenv("AS2D_MODELS_DIR", str(tmp_path / "models"))
+    entry_points = plugins.metadata.entry_points
 
-    def run(*args, allow: str | None = ""):
+    def run(*args, allow: str | None = "", absent: tuple[str, ...] = ()):
+        """``absent``: entry-point names that look not installed, whatever this venv holds."""
+        monkeypatch.setattr(plugins.metadata, "entry_points",
+                            lambda group: [ep for ep in entry_points(group=group) if ep.name not in absent])
         if allow is None:
             monkeypatch.delenv(plugins.ENV_ALLOWLIST, raising=False)
         else:
@@ -42,10 +47,10 @@ def test_listings_json(invoke, group, kind):
 
 
 def test_sources_plain_says_how_to_install(invoke):
-    result = invoke("sources", "list")
+    result = invoke("sources", "list", absent=("qwen3_asr",))
     assert result.exit_code == 0
     assert "qwen3-asr-0.6b\tnot installed" in result.output
-    assert "pip install ./plugins/qwen3_asr" in result.output
+    assert f"plugin 'qwen3_asr' is not installed: {QWEN3_ASR_INSTALL}" in result.output
 
 
 def test_backends_list_reports_devices_that_really_run(invoke):
@@ -79,9 +84,21 @@ def test_config_check_all_shipped(invoke):
 
 def test_config_check_here_fails_on_what_is_missing(invoke):
     path = REPO / "configs" / "redmi-k70-pro-qwen3-asr.toml"
-    result = invoke("config", "check", "--here", path)
+    result = invoke("config", "check", "--here", path, absent=("qwen3_asr", "mnn"))
     assert result.exit_code == 1
-    assert "missing here: target: plugin 'qwen3_asr' is not installed: pip install ./plugins/qwen3_asr" in result.output
+    assert f"missing here: target: plugin 'qwen3_asr' is not installed: {QWEN3_ASR_INSTALL}" in result.output
+    assert "missing here: target.backend: plugin 'mnn' is not installed: pip install ./plugins/mnn" in result.output
+
+
+def test_config_check_here_names_missing_model_files(invoke, tmp_path):
+    pytest.importorskip("as2d_whisper")
+    path = REPO / "configs" / "whisper-asr.toml"
+    result = invoke("config", "check", "--here", path, allow="whisper,onnxruntime")
+    assert result.exit_code == 1
+    folder = tmp_path / "models" / "whisper-base"
+    assert (f"missing here: target: model files missing in {folder}: encoder.onnx, decoder.onnx, tokenizer.json, "
+            "model.json; run `as2d models install whisper-base`") in result.output
+    assert f"missing here: source: model files missing in {tmp_path / 'models' / 'whisper-tiny.en'}" in result.output
 
 
 def test_config_check_bad_file(invoke, tmp_path):
@@ -103,8 +120,8 @@ def test_run_config_refuses_bad_and_unrunnable(invoke, tmp_path):
     result = invoke("run", audio, "--config", bad)
     assert result.exit_code != 0 and f"{bad}: source.name: unknown source 'nope'" in result.output
     k70 = REPO / "configs" / "redmi-k70-pro-qwen3-asr.toml"
-    result = invoke("run", audio, "--config", k70)
+    result = invoke("run", audio, "--config", k70, absent=("qwen3_asr", "mnn"))
     assert result.exit_code != 0
-    assert "cannot run here: target: plugin 'qwen3_asr' is not installed" in result.output
+    assert f"cannot run here: target: plugin 'qwen3_asr' is not installed: {QWEN3_ASR_INSTALL}" in result.output
     result = invoke("run", audio, "--config", k70, "--budget", "0")
     assert result.exit_code != 0 and "budget: 0 is out of range" in result.output

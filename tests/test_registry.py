@@ -12,6 +12,14 @@ from as2d_core import catalog, plugins
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "plugins" / "onnxruntime"), str(REPO / "plugins" / "mnn")]
+QWEN3_ASR_INSTALL = "pip install ./plugins/mnn './plugins/qwen3_asr[torch]'"
+
+
+def uninstall(monkeypatch, *names: str) -> None:
+    """Make the plugins ``names`` look not installed (their entry points vanish), whatever this venv holds."""
+    entry_points = plugins.metadata.entry_points
+    monkeypatch.setattr(plugins.metadata, "entry_points",
+                        lambda group: [ep for ep in entry_points(group=group) if ep.name not in names])
 
 
 @pytest.fixture
@@ -47,13 +55,45 @@ def test_catalog_names_every_seed_part():
             assert entry.get("model_dir") or entry["required_files"] == [], name
 
 
-def test_not_installed_parts_say_how_to_install(fresh):
+FACTS = ("tasks", "languages", "vocabulary", "backends", "model_dir", "required_files", "devices")
+
+
+def test_catalog_agrees_with_installed_plugins(fresh):
+    """What a listing says before a plugin is installed is what the plugin registers once it is."""
+    data = catalog.load_catalog()
+    registry = fresh(",".join(data["plugins"]))
+    for (kind, name), part in registry.parts.items():
+        if kind == "model":
+            continue
+        facts = data[catalog._SECTIONS[kind]].get(name)
+        assert facts is not None, f"{kind} {name!r} of plugin {part.plugin!r} is not in the catalog"
+        assert facts["plugin"] == part.plugin, name
+        for key in FACTS:
+            if key in part.info:
+                registered, listed = part.info[key], facts.get(key)
+                if key == "required_files":
+                    registered, listed = set(registered), set(listed)
+                elif registered is not None and listed is not None:
+                    registered, listed = tuple(registered), tuple(listed)
+                assert registered == listed, (kind, name, key)
+        install = part.info.get("install", "")
+        if install.startswith("pip "):  # whisper's parts name their model installer here instead
+            assert data["plugins"][part.plugin]["install"] == install, (kind, name)
+
+
+def test_not_installed_parts_say_how_to_install(fresh, monkeypatch):
+    uninstall(monkeypatch, "qwen3_asr", "mnn")
     registry = fresh("")
+    assert "qwen3_asr" not in registry.skipped  # not installed, rather than installed but left out
     rows = {e.name: catalog.row(e, registry) for e in catalog.entries("source", registry)}
     row = rows["qwen3-asr-0.6b"]
     assert not row["installed"] and not row["available"]
-    assert "pip install ./plugins/qwen3_asr" in row["reason"]
-    assert row["required_files"] and row["layout"]
+    assert row["reason"] == f"plugin 'qwen3_asr' is not installed: {QWEN3_ASR_INSTALL}"
+    assert row["install"] == QWEN3_ASR_INSTALL
+    assert "model.safetensors" in row["required_files"] and row["layout"]
+    backends = {e.name: catalog.row(e, registry) for e in catalog.entries("backend", registry)}
+    assert not backends["torch"]["installed"] and QWEN3_ASR_INSTALL in backends["torch"]["reason"]
+    assert backends["torch"]["devices"].keys() == {"cpu", "cuda"}
 
 
 def test_skipped_plugin_is_reported_as_not_loaded(fresh, monkeypatch):
@@ -121,7 +161,10 @@ def test_bridge_choice():
     assert catalog.bridge_between(_entry("source", "s", vocabulary="b", decodes_text=False), target, [pair]) == "b2a"
 
 
-def test_plugin_rows_list_known_but_missing_plugins(fresh):
+def test_plugin_rows_list_known_but_missing_plugins(fresh, monkeypatch):
+    uninstall(monkeypatch, "omni")
     rows = {r["name"]: r for r in catalog.plugin_rows(fresh(""))}
     assert rows["as2d.builtins"]["installed"] and "bridge:text" in rows["as2d.builtins"]["parts"]
-    assert not rows["omni"]["installed"] and rows["omni"]["install"] == "pip install ./plugins/omni"
+    omni = rows["omni"]
+    assert not omni["installed"] and not omni["available"] and omni["distribution"] == "as2d-omni"
+    assert omni["install"] == "pip install ./plugins/mnn ./plugins/omni" and omni["install"] in omni["reason"]
