@@ -1,5 +1,6 @@
 """The bench: summary arithmetic by hand, and a whole run on TinyLM (files, exactness, decomposition)."""
 import json
+import time
 import wave
 
 import numpy as np
@@ -121,3 +122,105 @@ def test_bench_command_refuses_unknown_method(manifest, tmp_path):
 
     result = CliRunner().invoke(bench, [str(manifest), "--methods", "as2d,bogus", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "unknown methods" in result.output
+
+
+def test_summary_per_source_by_hand():
+    rows = [
+        _row("a", "target-only", 10, 1.0), _row("b", "target-only", 10, 1.0),
+        _row("a", "as2d", 10, 0.5, proposed=10, accepted=5, source="s1", first_publish_s=0.1, all_published_s=0.4),
+        _row("b", "as2d", 10, 0.5, proposed=10, accepted=5, source="s1", first_publish_s=0.3, all_published_s=0.6),
+        _row("a", "as2d@s2", 10, 2.0, proposed=4, accepted=1, source="s2", first_publish_s=None, all_published_s=None),
+        _row("b", "as2d@s2", 10, 2.0, proposed=4, accepted=1, source="s2", first_publish_s=0.5, all_published_s=0.9),
+        *[_row(w, f"{k}@s2", 10, 1.0, source="s2") for w in "ab" for k in ("sd-k5", "sd-k6", "sd-k7", "sd-k8")],
+        {"window": "a", "method": "asp@s2", "source": "s2", "tokens": 0, "decode_s": 0.0, "tps": 0.0,
+         "error": "no prefix session"},
+    ]
+    m = summarize(rows)["methods"]
+    assert m["as2d"]["ratio_vs_target_only"] == pytest.approx(2.0) and m["as2d"]["source"] == "s1"
+    assert m["as2d@s2"]["ratio_vs_target_only"] == pytest.approx(0.5) and m["as2d@s2"]["source"] == "s2"
+    assert m["as2d@s2"]["method"] == "as2d" and m["as2d@s2"]["slower_windows"] == 2
+    assert m["as2d"]["acceptance"] == pytest.approx(0.5) and m["as2d@s2"]["coverage"] == pytest.approx(2 / 20)
+    assert m["as2d"]["median_first_publish_s"] == pytest.approx(0.2)
+    assert m["as2d"]["median_all_published_s"] == pytest.approx(0.5)
+    assert m["as2d@s2"]["median_first_publish_s"] == pytest.approx(0.5)  # nulls do not count
+    assert m["target-only"]["median_first_publish_s"] is None and m["target-only"]["source"] is None
+    assert m["sd@s2"]["pooled_tps"] == pytest.approx(10.0) and m["sd@s2"]["source"] == "s2"
+    assert "sd" not in m
+    assert m["asp@s2"]["failed_windows"] == 1 and m["asp@s2"]["source"] == "s2"
+
+
+class _SlowTarget:
+    """TinyLM whose calls take a little time, so a drafter publishes before the response is done."""
+
+    name, vocabulary = MODEL.name, MODEL.vocabulary
+
+    def prepare(self, request, threads):
+        session = MODEL.prepare(request, threads)
+        verify = session.verify
+
+        def slow_verify(root, candidates):
+            time.sleep(0.002)
+            return verify(root, candidates)
+
+        session.verify = slow_verify
+        return session
+
+
+def test_bench_with_two_sources(tmp_path, manifest):
+    from tiny_lm import ScriptedSource
+
+    first = PrefixSource(tokens=[3, 4, 5, 6], every=4, positional=True)  # offers prefix_session
+    second = ScriptedSource([5, 6, 7, 8, 9, 10], boundaries={1}, name="scripted")  # does not
+    german = ScriptedSource([5, 6], name="german")
+    german.languages = frozenset({"de"})
+    methods = expand_methods(["as2d", "as2d-no-bc", "sd-k5"])
+    out = tmp_path / "out"
+    summary = Bench(_SlowTarget(), [first, second, german], DecodeOptions(), methods, out, save_traces=True,
+                    progress=False, warmup=False).run(read_manifest(manifest))
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    by = {}
+    for r in rows:
+        by.setdefault(r["method"], []).append(r)
+    assert set(by) == {"target-only", "as2d", "as2d@scripted", "as2d@german", "as2d-no-bc", "as2d-no-bc@scripted",
+                       "as2d-no-bc@german", "sd-k5", "sd-k5@scripted", "sd-k5@german"}
+    assert all(len(v) == 3 for v in by.values())
+    assert {r["source"] for r in by["as2d"]} == {"prefix-drafter"}
+    assert {r["source"] for r in by["as2d@scripted"]} == {"scripted"}
+    assert {r["source"] for r in by["target-only"]} == {None}
+    assert all(r["proposed"] > 0 for r in by["sd-k5"])
+    for label in ("as2d", "as2d@scripted", "as2d-no-bc@scripted", "sd-k5"):
+        for r in by[label]:
+            assert r["exact"] is True
+            assert r["first_publish_s"] is not None and r["first_publish_s"] >= 0
+            assert r["all_published_s"] >= r["first_publish_s"]
+    assert all(r["first_publish_s"] is None for r in by["target-only"])
+    # the source does not serve the windows' language: target-only, and the row says so
+    for r in by["as2d@german"]:
+        assert r["exact"] is True and r["proposed"] == 0 and "does not draft 'en'" in r["note"]
+        assert r["first_publish_s"] is None and r["source"] == "german"
+    # a serial method on a source without prefix_session: an error row per window, not a crash
+    for r in by["sd-k5@scripted"]:
+        assert "prefix_session" in r["error"] and r["source"] == "scripted"
+    m = summary["methods"]
+    assert m["as2d"]["source"] == "prefix-drafter" and m["as2d@scripted"]["source"] == "scripted"
+    assert m["as2d"]["windows"] == m["as2d@scripted"]["windows"] == 3
+    assert m["as2d@scripted"]["ratio_vs_target_only"] is not None
+    assert m["as2d@scripted"]["median_first_publish_s"] >= 0
+    assert m["sd-k5@scripted"]["failed_windows"] == 3
+    assert summary["sources"] == ["prefix-drafter", "scripted", "german"]
+    report = (out / "report.md").read_text()
+    assert "first publish" in report and "| as2d@scripted | scripted |" in report
+    traces = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+    labels = {t["label"] for t in traces}
+    assert "as2d@scripted" in labels and "sd-k5@scripted" not in labels
+    assert all(t["method"] == t["label"].partition("@")[0] for t in traces)
+
+
+def test_bench_command_source_options(manifest, tmp_path):
+    from as2d_core.bench.cli import bench
+
+    runner = CliRunner()
+    both = runner.invoke(bench, [str(manifest), "--source", "a", "--sources", "a,b", "--out", str(tmp_path / "o")])
+    assert both.exit_code == 2 and "not both" in both.output
+    twice = runner.invoke(bench, [str(manifest), "--sources", "a,a", "--out", str(tmp_path / "o")])
+    assert twice.exit_code == 2 and "twice" in twice.output

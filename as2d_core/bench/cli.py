@@ -1,4 +1,8 @@
-"""``as2d bench MANIFEST --methods LIST --out DIR [--save-traces]`` (attached to the ``as2d`` group by the core)."""
+"""``as2d bench MANIFEST --methods LIST --out DIR [--sources A,B] [--save-traces]`` (attached to ``as2d`` by the core).
+
+With ``--sources A,B`` every source-dependent method runs once per source: ``as2d`` with A, ``as2d@B`` with B
+(likewise ``as2d-no-bc``, ``sd-k*``, ``asp``, ``as2d-no-td``); see ``runner``.
+"""
 from __future__ import annotations
 
 import json
@@ -9,6 +13,7 @@ import click
 
 from .runner import METHODS
 
+DEFAULT_SOURCE = "whisper-tiny.en"
 DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
 
 
@@ -19,7 +24,11 @@ DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--save-traces", is_flag=True, help="Write every window's operation trajectory to DIR/traces.jsonl.")
 @click.option("--target", "target_name", default="whisper-base", show_default=True)
-@click.option("--source", "source_name", default="whisper-tiny.en", show_default=True)
+@click.option("--source", "source_name", default=None, show_default=DEFAULT_SOURCE,
+              help="The drafter (one registered source; see `as2d sources list`).")
+@click.option("--sources", "source_names", default=None,
+              help="Several drafters, comma-separated, instead of --source: each source-dependent method runs once "
+                   "per source, named METHOD for the first and METHOD@SOURCE for the others.")
 @click.option("--budget", type=int, default=7, show_default=True)
 @click.option("--publication-size", type=int, default=8, show_default=True)
 @click.option("--target-threads", type=int, default=2, show_default=True)
@@ -28,15 +37,22 @@ DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
 @click.option("--limit", type=int, default=None, help="Only the first N windows.")
 @click.option("--languages", default=None, help="Only windows of these comma-separated languages.")
 @click.option("--warmup/--no-warmup", default=True, show_default=True, help="One untimed pass on the first window.")
-def bench(manifest, methods, out_dir, save_traces, target_name, source_name, budget, publication_size,
+def bench(manifest, methods, out_dir, save_traces, target_name, source_name, source_names, budget, publication_size,
           target_threads, shared_target_threads, drafter_threads, limit, languages, warmup):
     """Run METHODS on every window of MANIFEST (JSONL: id, path, lang, text) and write results to OUT."""
     from ..cli import build_part
     from ..engine import DecodeOptions
     from .peers import make_peers
-    from .runner import PEERS, Bench, expand_methods, read_manifest
+    from .runner import SOURCE_METHODS, Bench, expand_methods, plan_runs, read_manifest
 
     try:
+        if source_name and source_names:
+            raise ValueError("give --source or --sources, not both")
+        names = [x.strip() for x in (source_names or source_name or DEFAULT_SOURCE).split(",") if x.strip()]
+        if not names:
+            raise ValueError("--sources names no source")
+        if len(set(names)) != len(names):
+            raise ValueError(f"--sources names a source twice: {', '.join(names)}")
         chosen = expand_methods(methods.split(","))
         options = DecodeOptions(budget=budget, publication_size=publication_size, target_threads=target_threads,
                                 shared_target_threads=shared_target_threads, drafter_threads=drafter_threads)
@@ -48,14 +64,16 @@ def bench(manifest, methods, out_dir, save_traces, target_name, source_name, bud
         if not windows:
             raise ValueError("no windows to run")
         target = build_part("target", target_name)
-        needs_source = any(m not in ("target-only", *PEERS) for m in chosen)
-        source = build_part("source", source_name) if needs_source else None
+        needs_source = any(m in SOURCE_METHODS for m in chosen)
+        sources = [build_part("source", name) for name in names] if needs_source else []
+        plan_runs(chosen, sources)  # distinct source names
     except Exception as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
     peers = make_peers(chosen, target_threads)
-    summary = Bench(target, source, options, chosen, out_dir, save_traces, peers, warmup).run(windows)
+    summary = Bench(target, sources, options, chosen, out_dir, save_traces, peers, warmup).run(windows)
     for name, s in summary["methods"].items():
         click.echo(json.dumps({"method": name, **{k: s.get(k) for k in (
-            "pooled_tps", "ratio_vs_target_only", "windows", "exact_windows", "slower_windows", "failed_windows")}}))
+            "source", "pooled_tps", "ratio_vs_target_only", "windows", "exact_windows", "slower_windows",
+            "acceptance", "coverage", "median_first_publish_s", "failed_windows")}}))
     click.echo(f"wrote {out_dir / 'results.jsonl'}, {out_dir / 'summary.json'}, {out_dir / 'report.md'}")

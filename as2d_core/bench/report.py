@@ -20,13 +20,16 @@ def _fmt(value, digits=2) -> str:
 
 
 def _summary_table(summary: dict) -> list[str]:
-    lines = ["| method | pooled TPS | x target-only | windows | exact | slower | acceptance | coverage | failed |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| method | source | pooled TPS | x target-only | windows | exact | slower | acceptance | coverage "
+             "| first publish (s, median) | all published (s, median) | failed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in summary["methods"].items():
         lines.append(
-            f"| {name} | {_fmt(s.get('pooled_tps'))} | {_fmt(s.get('ratio_vs_target_only'))} | {s.get('windows')} "
+            f"| {name} | {_fmt(s.get('source'))} | {_fmt(s.get('pooled_tps'))} "
+            f"| {_fmt(s.get('ratio_vs_target_only'))} | {s.get('windows')} "
             f"| {s.get('exact_windows')} | {s.get('slower_windows')} | {_fmt(s.get('acceptance'))} "
-            f"| {_fmt(s.get('coverage'))} | {s.get('failed_windows', 0)} |")
+            f"| {_fmt(s.get('coverage'))} | {_fmt(s.get('median_first_publish_s'), 3)} "
+            f"| {_fmt(s.get('median_all_published_s'), 3)} | {s.get('failed_windows', 0)} |")
     return lines
 
 
@@ -116,7 +119,10 @@ def write_report(out_dir: Path, rows: list[dict], summary: dict, traces: dict) -
     lines = ["# as2d bench report", "",
              f"{len(summary.get('windows', []))} windows; TPS is committed tokens over the post-prefill decode clock.",
              "`sd` is the mean of the fixed-K TPS values (pooled per K, then averaged; per window for the CDF and "
-             "slowdown counts). `exact`: tokens equal to target-only greedy decoding.", "",
+             "slowdown counts). `exact`: tokens equal to target-only greedy decoding.",
+             "A method run with a later source is named `METHOD@SOURCE`. First publish / all published: seconds "
+             "from the start of the decode clock to the first non-empty published batch / the final one "
+             "(serial methods: the end of the first / last proposing drafting round).", "",
              "## Summary", "", *_summary_table(summary), "",
              "## Time decomposition (Appendix D.2.7), all windows summed", "", *_decomposition_table(rows), ""]
     try:

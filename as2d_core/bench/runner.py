@@ -4,6 +4,24 @@ Methods are interleaved per window (each window runs all methods back to
 back), so slow drifts of the machine touch all methods alike. Target-only
 always runs first on each window: it is the reference for ``exact`` and for
 slowdown counts.
+
+Several sources: every source-dependent method (``as2d``, ``as2d-no-bc`` and
+the serial ``sd-k*``, ``asp``, ``as2d-no-td``) runs once per source. Its name
+in ``results.jsonl``, ``summary.json`` and ``report.md`` is the plain method
+name for the first source and ``METHOD@SOURCE`` for every later one (so a
+single-source run looks as before); ``target-only`` and the peers run once.
+Every row carries ``source``: the source the method was run with (null for
+target-only and peers). A window whose language the source does not serve
+runs target-only, as the engine does, and its row's ``note`` says so. Serial
+methods need ``Source.prefix_session``; on a source without one each window
+gets an error row instead of a run.
+
+Every row also carries ``first_publish_s`` (seconds from the start of the
+decode clock to the first non-empty published batch, or for serial methods
+the end of the first drafting round that proposed something; null when
+nothing was published) and ``all_published_s`` (to the producer's final
+batch, or the end of the last proposing round for serial methods; null when
+there was none).
 """
 from __future__ import annotations
 
@@ -25,6 +43,47 @@ PEERS = ("faster-whisper", "hf-assisted")
 METHODS = ("target-only", *SD_PARTS, "sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc", *PEERS)
 NO_BC_THRESHOLD = 0.4
 NO_BC_CAP = 24
+SERIAL = (*SD_PARTS, "asp", "as2d-no-td")
+SOURCE_METHODS = ("as2d", "as2d-no-bc", *SERIAL)  # run once per source
+LABEL_SEP = "@"
+
+
+def method_label(method: str, source_name: str | None, first: bool = True) -> str:
+    """The bench's name of ``method`` run with a source: plain for the first source, ``METHOD@SOURCE`` after."""
+    return method if first or source_name is None else f"{method}{LABEL_SEP}{source_name}"
+
+
+def split_label(label: str) -> tuple[str, str]:
+    """``as2d@pocketsphinx`` -> (``as2d``, ``@pocketsphinx``); a plain name has an empty suffix."""
+    method, sep, source = label.partition(LABEL_SEP)
+    return method, sep + source
+
+
+@attrs.frozen
+class Run:
+    """One column of the bench: a method, with the source it uses (if any), under its label."""
+
+    label: str
+    method: str
+    source: object = None
+
+    @property
+    def source_name(self) -> str | None:
+        return None if self.source is None else self.source.name
+
+
+def plan_runs(methods: Iterable[str], sources: list) -> list[Run]:
+    """Each source-dependent method once per source, the others once; method-major order."""
+    names = [s.name for s in sources]
+    if len(set(names)) != len(names):
+        raise ValueError(f"sources must have distinct names, got {names}")
+    runs = []
+    for method in methods:
+        if method in SOURCE_METHODS and sources:
+            runs += [Run(method_label(method, s.name, i == 0), method, s) for i, s in enumerate(sources)]
+        else:
+            runs.append(Run(method, method))
+    return runs
 
 
 @attrs.frozen
@@ -84,8 +143,23 @@ def run_method(method: str, request: Request, target, source, options: DecodeOpt
     raise ValueError(f"{method} is not an engine method")
 
 
-def result_row(window: Window, method: str, result: DecodeResult, reference: DecodeResult | None) -> dict:
+def publish_times(result: DecodeResult) -> tuple[float | None, float | None]:
+    """(first non-empty publication, final publication) in seconds from the start of the decode clock."""
+    t0 = result.clock[0]
+    if result.batches:  # decoupled drafting: the producer's batches
+        first = next((b.published_at for b in result.batches if b.tokens), None)
+        last = next((b.published_at for b in reversed(result.batches) if b.final), None)
+    else:  # serial drafting: a round's candidates appear when its draft ends
+        ends = [t["end"] for t in result.trace if t["kind"] == "draft" and t.get("candidates")]
+        first, last = (ends[0], ends[-1]) if ends else (None, None)
+    return tuple(None if t is None else max(0.0, t - t0) for t in (first, last))
+
+
+def result_row(window: Window, method: str, result: DecodeResult, reference: DecodeResult | None,
+               source: str | None = None) -> dict:
+    """One ``results.jsonl`` row; ``method`` is the bench label and ``source`` the source it was run with."""
     d = result.decomposition
+    first_publish_s, all_published_s = publish_times(result)
     row = {
         "window": window.id,
         "lang": result.language,
@@ -101,7 +175,9 @@ def result_row(window: Window, method: str, result: DecodeResult, reference: Dec
         "target_only_steps": result.target_only_steps,
         "prepare_s": result.prepare_s,
         "drain_s": result.drain_s,
-        "source": result.source,
+        "first_publish_s": first_publish_s,
+        "all_published_s": all_published_s,
+        "source": source if source is not None else result.source,
         "budget": result.budget,
         "note": result.note,
         "producer_error": result.producer_error,
@@ -113,24 +189,33 @@ def result_row(window: Window, method: str, result: DecodeResult, reference: Dec
     return row
 
 
-def error_row(window: Window, method: str, message: str) -> dict:
-    return {"window": window.id, "lang": window.lang, "method": method, "tokens": 0, "decode_s": 0.0,
-            "tps": 0.0, "exact": None, "error": message}
+def error_row(window: Window, method: str, message: str, source: str | None = None) -> dict:
+    return {"window": window.id, "lang": window.lang, "method": method, "source": source, "tokens": 0,
+            "decode_s": 0.0, "tps": 0.0, "exact": None, "error": message}
 
 
-def sd_mean_row(window: Window, rows: list[dict]) -> dict | None:
-    """The derived ``sd`` row of one window: the mean TPS of its four fixed-K rows (Appendix D.4)."""
-    parts = [r for r in rows if r["method"] in SD_PARTS and not r.get("error")]
-    if len(parts) != len(SD_PARTS):
-        return None
-    return {"window": window.id, "lang": parts[0]["lang"], "method": "sd", "derived": True, "of": list(SD_PARTS),
-            "tokens": parts[0]["tokens"], "tps": mean(r["tps"] for r in parts),
-            "exact": all(r["exact"] for r in parts)}
+def sd_mean_rows(window: Window, rows: list[dict]) -> list[dict]:
+    """The derived ``sd`` row(s) of one window, one per source: the mean TPS of its four fixed-K rows (D.4)."""
+    out = []
+    suffixes = dict.fromkeys(split_label(r["method"])[1] for r in rows if split_label(r["method"])[0] in SD_PARTS)
+    for suffix in suffixes:
+        names = [p + suffix for p in SD_PARTS]
+        parts = [r for r in rows if r["method"] in names and not r.get("error")]
+        if len(parts) != len(SD_PARTS):
+            continue
+        out.append({"window": window.id, "lang": parts[0]["lang"], "method": "sd" + suffix, "derived": True,
+                    "of": names, "source": parts[0].get("source"), "tokens": parts[0]["tokens"],
+                    "tps": mean(r["tps"] for r in parts), "exact": all(r["exact"] for r in parts)})
+    return out
 
 
 @attrs.define
 class Bench:
-    """Everything one ``as2d bench`` run needs: models, options, methods and where to write."""
+    """Everything one ``as2d bench`` run needs: models, options, methods and where to write.
+
+    ``source`` is one source, a list of sources (source-dependent methods run once per source,
+    see the module docstring) or None.
+    """
 
     target: object
     source: object
@@ -142,17 +227,28 @@ class Bench:
     warmup: bool = True
     progress: bool = True
 
+    @property
+    def sources(self) -> list:
+        if self.source is None:
+            return []
+        return list(self.source) if isinstance(self.source, (list, tuple)) else [self.source]
+
+    @property
+    def runs(self) -> list[Run]:
+        return plan_runs(self.methods, self.sources)
+
     def run(self, windows: list[Window]) -> dict:
         from .report import write_report
         from .traces import build_trace
 
+        runs = self.runs  # checks the sources before anything is written
         self.out_dir.mkdir(parents=True, exist_ok=True)
         rows: list[dict] = []
         traces: dict[tuple[str, str], dict] = {}
         trace_file = (self.out_dir / "traces.jsonl").open("w") if self.save_traces else None
         if self.warmup and windows:
             self._warm(windows[0])
-        bar = _progress(len(windows) * len(self.methods), self.progress)
+        bar = _progress(len(windows) * len(runs), self.progress)
         try:
             with (self.out_dir / "results.jsonl").open("w") as results:
                 for window in windows:
@@ -160,23 +256,21 @@ class Bench:
                     audio = load_audio(window.path)
                     request = Request(request_id=window.id, audio=audio, language=window.lang)
                     reference = None
-                    for method in self.methods:
-                        bar.set_description(f"{window.id} {method}")
-                        row = self._one(window, method, request, audio, reference)
+                    for run in runs:
+                        bar.set_description(f"{window.id} {run.label}")
+                        row = self._one(window, run, request, audio, reference)
                         if isinstance(row, DecodeResult):
                             result = row
-                            if method == "target-only":
+                            if run.method == "target-only":
                                 reference = result
-                            row = result_row(window, method, result, reference)
-                            trace = build_trace(window.id, result)
-                            traces[(window.id, method)] = _timeline_only(trace)
+                            row = result_row(window, run.label, result, reference, run.source_name)
+                            trace = build_trace(window.id, result, run.label)
+                            traces[(window.id, run.label)] = _timeline_only(trace)
                             if trace_file is not None:
                                 trace_file.write(json.dumps(trace) + "\n")
                         window_rows.append(row)
                         bar.update(1)
-                    derived = sd_mean_row(window, window_rows)
-                    if derived is not None:
-                        window_rows.append(derived)
+                    window_rows += sd_mean_rows(window, window_rows)
                     for row in window_rows:
                         results.write(json.dumps(row, ensure_ascii=False) + "\n")
                     results.flush()
@@ -187,28 +281,34 @@ class Bench:
                 trace_file.close()
         summary = summarize(rows)
         summary["options"] = attrs.asdict(self.options)
-        summary["methods_run"] = self.methods
+        summary["methods_run"] = [r.label for r in runs]
+        summary["sources"] = [s.name for s in self.sources]
         summary["windows"] = [w.id for w in windows]
         (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
         write_report(self.out_dir, rows, summary, traces)
         return summary
 
-    def _one(self, window: Window, method: str, request: Request, audio, reference):
+    def _one(self, window: Window, run: Run, request: Request, audio, reference):
+        method, label, source = run.method, run.label, run.source_name
         try:
             if method in self.peers:
                 return self.peers[method](window, audio, reference)
             if method in PEERS:
-                return error_row(window, method, "peer not configured for this run")
-            return run_method(method, request, self.target, self.source, self.options)
+                return error_row(window, label, "peer not configured for this run")
+            if method in SERIAL and run.source is not None and getattr(run.source, "prefix_session", None) is None:
+                return error_row(window, label, f"source {source} offers no prefix-conditioned session "
+                                                f"(Source.prefix_session); serial method {method} cannot run on it",
+                                 source)
+            return run_method(method, request, self.target, run.source, self.options)
         except Exception as exc:  # one failing method must not end the benchmark; the row says why
-            return error_row(window, method, f"{type(exc).__name__}: {exc}")
+            return error_row(window, label, f"{type(exc).__name__}: {exc}", source)
 
     def _warm(self, window: Window) -> None:
         """One untimed pass of every method, so session builds and first-call costs stay off the clock."""
         audio = load_audio(window.path)
         request = Request(request_id=f"warmup-{window.id}", audio=audio, language=window.lang)
-        for method in self.methods:
-            self._one(window, method, request, audio, None)
+        for run in self.runs:
+            self._one(window, run, request, audio, None)
 
 
 def _timeline_only(trace: dict) -> dict:

@@ -4,16 +4,40 @@ Pooled TPS is all committed tokens over all decode time. ``sd`` follows the
 paper (D.1.3): pool each fixed K = 5..8 on its own, then average the four
 TPS values; per window (for slowdown counts) average the four TPS values.
 Rows with an ``error`` did not run and count in no statistic but ``failed_windows``.
+
+Methods are keyed by their bench label: ``as2d`` for the first source,
+``as2d@NAME`` for another (see ``runner``); ``sd@NAME`` pools ``sd-k5@NAME``..
+``sd-k8@NAME``. Each entry also names its ``method`` and ``source``, and gives
+``median_first_publish_s`` / ``median_all_published_s``: the medians of the
+rows' non-null ``first_publish_s`` / ``all_published_s`` (null if none).
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from statistics import mean
+from statistics import mean, median
 
 SD_PARTS = ("sd-k5", "sd-k6", "sd-k7", "sd-k8")
 REFERENCE = "target-only"
 TIE = 1e-9  # relative TPS difference treated as a numerical tie, not a slowdown
+
+
+def _split(label: str) -> tuple[str, str]:
+    """``sd-k5@pocketsphinx`` -> (``sd-k5``, ``@pocketsphinx``)."""
+    method, sep, source = label.partition("@")
+    return method, sep + source
+
+
+def _sd_suffixes(labels: Iterable[str]) -> list[str]:
+    """The source suffixes for which all four fixed-K parts are present."""
+    labels = set(labels)
+    suffixes = dict.fromkeys(_split(m)[1] for m in labels if _split(m)[0] in SD_PARTS)
+    return [s for s in suffixes if all(p + s in labels for p in SD_PARTS)]
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    values = [v for v in values if v is not None]
+    return median(values) if values else None
 
 
 def _ok(row: dict) -> bool:
@@ -39,6 +63,8 @@ def _pooled(rows: list[dict]) -> dict:
         "coverage": _ratio(accepted, tokens),
         "proposed": proposed,
         "accepted": accepted,
+        "median_first_publish_s": _median(r.get("first_publish_s") for r in rows),
+        "median_all_published_s": _median(r.get("all_published_s") for r in rows),
     }
 
 
@@ -48,10 +74,10 @@ def window_tps(rows: Iterable[dict]) -> dict[str, dict[str, float]]:
     for r in rows:
         if _ok(r):
             out[r["method"]][r["window"]] = r["tps"]
-    parts = [out[m] for m in SD_PARTS if m in out]
-    if len(parts) == len(SD_PARTS):
+    for suffix in _sd_suffixes(out):
+        parts = [out[m + suffix] for m in SD_PARTS]
         common = set.intersection(*(set(p) for p in parts))
-        out["sd"] = {w: mean(p[w] for p in parts) for w in sorted(common)}
+        out["sd" + suffix] = {w: mean(p[w] for p in parts) for w in sorted(common)}
     return dict(out)
 
 
@@ -66,23 +92,31 @@ def summarize(rows: list[dict]) -> dict:
         else:
             by_method[r["method"]].append(r)
     methods = {name: _pooled(group) for name, group in by_method.items()}
-    if all(m in methods for m in SD_PARTS):
-        parts = [methods[m] for m in SD_PARTS]
-        exact_sets = [{r["window"] for r in by_method[m] if r.get("exact") is True} for m in SD_PARTS]
-        window_sets = [{r["window"] for r in by_method[m]} for m in SD_PARTS]
+    for suffix in _sd_suffixes(methods):
+        names = [m + suffix for m in SD_PARTS]
+        parts = [methods[m] for m in names]
+        exact_sets = [{r["window"] for r in by_method[m] if r.get("exact") is True} for m in names]
+        window_sets = [{r["window"] for r in by_method[m]} for m in names]
+        pooled_rows = [r for m in names for r in by_method[m]]
 
         def _mean(key):
             values = [p[key] for p in parts]
             return None if any(v is None for v in values) else mean(values)
 
-        methods["sd"] = {
+        methods["sd" + suffix] = {
             "pooled_tps": mean(p["pooled_tps"] for p in parts),
             "windows": len(set.intersection(*window_sets)),
             "exact_windows": len(set.intersection(*exact_sets)),
             "acceptance": _mean("acceptance"),
             "coverage": _mean("coverage"),
-            "of": list(SD_PARTS),
+            "median_first_publish_s": _median(r.get("first_publish_s") for r in pooled_rows),
+            "median_all_published_s": _median(r.get("all_published_s") for r in pooled_rows),
+            "of": names,
         }
+    sources = {}
+    for r in rows:
+        if r.get("source") is not None:
+            sources.setdefault(r["method"], r["source"])
     per_window = window_tps(rows)
     reference = per_window.get(REFERENCE, {})
     base = methods.get(REFERENCE, {}).get("pooled_tps")
@@ -96,5 +130,10 @@ def summarize(rows: list[dict]) -> dict:
     for name, count in failed.items():
         methods.setdefault(name, {"pooled_tps": None, "windows": 0, "exact_windows": 0, "slower_windows": 0,
                                   "acceptance": None, "coverage": None, "ratio_vs_target_only": None,
+                                  "median_first_publish_s": None, "median_all_published_s": None,
                                   "failed_windows": count})
+    for name, stats in methods.items():
+        method, suffix = _split(name)
+        stats["method"] = method
+        stats["source"] = sources.get(name, sources.get("sd-k5" + suffix) if method == "sd" else None)
     return {"methods": methods, "reference": REFERENCE}

@@ -13,8 +13,12 @@ from ..engine import DecodeResult
 FORMAT = "as2d-trace/1"
 
 
-def build_trace(window: str, result: DecodeResult) -> dict:
-    """One JSON-ready trace record for ``result`` (as2d engine or a serial baseline)."""
+def build_trace(window: str, result: DecodeResult, label: str | None = None) -> dict:
+    """One JSON-ready trace record for ``result`` (as2d engine or a serial baseline).
+
+    ``label`` is the bench's name of the run (``as2d@pocketsphinx`` for a later source); ``method``
+    stays the method itself so a replay knows how to price it.
+    """
     t0 = result.clock[0]
 
     def rel(t: float) -> float:
@@ -52,6 +56,7 @@ def build_trace(window: str, result: DecodeResult) -> dict:
         "format": FORMAT,
         "window": window,
         "method": result.method,
+        "label": label or result.method,
         "request_id": result.request_id,
         "source": result.source,
         "budget": result.budget,
