@@ -55,14 +55,14 @@ class DecodeOptions:
 class DecodeResult:
     request_id: str
     method: str
-    source: str | None
-    budget: int | None
     language: str
     tokens: list[int]
     text: str
     decode_s: float  # post-prefill clock (Appendix A.3)
     prepare_s: float  # both models' audio state and prompt, before the request
-    drain_s: float  # stopping the producer after the final token (charged separately)
+    source: str | None = None
+    budget: int | None = None
+    drain_s: float = 0.0  # stopping the producer after the final token (charged separately)
     proposed: int = 0
     accepted: int = 0
     verify_calls: int = 0
@@ -179,7 +179,9 @@ class Producer(threading.Thread):
 
 
 @attrs.define
-class _Counters:
+class Counters:
+    """Verification bookkeeping shared by the engine and the serial baselines."""
+
     proposed: int = 0
     accepted: int = 0
     verify_calls: int = 0
@@ -219,7 +221,7 @@ def target_loop(
     buffer: CandidateBuffer | None,
     options: DecodeOptions,
     events: EventLog,
-    counters: _Counters,
+    counters: Counters,
     trace: list[dict] | None = None,
 ) -> list[int]:
     """Greedy decoding of one response; candidates, if any, only decide how many tokens a call checks."""
@@ -332,7 +334,7 @@ def run_request(
     if speculative:
         buffer = CandidateBuffer(request.request_id, source.name, f"{source.name}:{id(job):x}")
         producer = Producer(job, bridge_for(source, target, session), buffer, options.publication_size, events)
-    counters = _Counters()
+    counters = Counters()
     trace: list[dict] = []
     try:
         clock_start = time.perf_counter()
@@ -351,28 +353,48 @@ def run_request(
         text = session.decode_text(tokens)
     finally:
         session.close()
+    return build_result(
+        request, method, session, tokens, text, (clock_start, clock_end), prepare_s, counters, events, trace,
+        source=source.name if speculative else None,
+        budget=options.budget if speculative else None,
+        drain_s=drain_s,
+        note=note,
+        producer_error=producer.error if producer is not None else None,
+        published=len(buffer.snapshot()) if buffer is not None else 0,
+        batches=buffer.batches if buffer is not None else (),
+    )
+
+
+def build_result(
+    request: Request,
+    method: str,
+    session: TargetSession,
+    tokens: list[int],
+    text: str,
+    clock: tuple[float, float],
+    prepare_s: float,
+    counters: Counters,
+    events: EventLog,
+    trace: list[dict],
+    **fields: Any,
+) -> DecodeResult:
+    """One run's result, with its time decomposition on the decode clock."""
     return DecodeResult(
         request_id=request.request_id,
         method=method,
-        source=source.name if speculative else None,
-        budget=options.budget if speculative else None,
         language=session.language,
         tokens=tokens,
         text=text,
-        decode_s=clock_end - clock_start,
+        decode_s=clock[1] - clock[0],
         prepare_s=prepare_s,
-        drain_s=drain_s,
         proposed=counters.proposed,
         accepted=counters.accepted,
         verify_calls=counters.verify_calls,
         verify_widths=counters.widths,
         target_only_steps=counters.target_only_steps,
-        note=note,
-        producer_error=producer.error if producer is not None else None,
-        published=len(buffer.snapshot()) if buffer is not None else 0,
-        decomposition=decompose(events.events, clock_start, clock_end),
-        clock=(clock_start, clock_end),
+        decomposition=decompose(events.events, *clock),
+        clock=clock,
         events=events.events,
         trace=trace,
-        batches=buffer.batches if buffer is not None else (),
+        **fields,
     )

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import attrs
 
 from ..contracts import Request, Source, Target, TargetSession, serves_language
-from ..engine import DecodeOptions, DecodeResult, _Counters
-from ..events import EventLog, decompose
+from ..engine import Counters, DecodeOptions, DecodeResult, build_result
+from ..events import EventLog
 
 ASP_THRESHOLD = 0.4  # SpecASR's confidence threshold (Appendix D.1.3)
 ASP_CAP = 24  # SpecASR's proposal cap: physical width at most 25
@@ -225,7 +225,7 @@ def serial_decode(
                     f"ran target-only with {options.target_threads} threads")
         prepare_s = time.perf_counter() - prep_start
         events.add("prepare", prep_start)
-        counters, trace = _Counters(), []
+        counters, trace = Counters(), []
         clock_start = time.perf_counter()
         tokens, published = _serial_loop(session, drafter, policy, events, counters, trace)
         clock_end = time.perf_counter()
@@ -234,28 +234,12 @@ def serial_decode(
         session.close()
         if drafter is not None:
             drafter.s.close()
-    return DecodeResult(
-        request_id=request.request_id,
-        method=policy.name,
+    return build_result(
+        request, policy.name, session, tokens, text, (clock_start, clock_end), prepare_s, counters, events, trace,
         source=source.name if drafter is not None else None,
         budget=policy.proposals if drafter is not None else None,
-        language=session.language,
-        tokens=tokens,
-        text=text,
-        decode_s=clock_end - clock_start,
-        prepare_s=prepare_s,
-        drain_s=0.0,
-        proposed=counters.proposed,
-        accepted=counters.accepted,
-        verify_calls=counters.verify_calls,
-        verify_widths=counters.widths,
-        target_only_steps=counters.target_only_steps,
         note=note,
         published=published,
-        decomposition=decompose(events.events, clock_start, clock_end),
-        clock=(clock_start, clock_end),
-        events=events.events,
-        trace=trace,
     )
 
 
