@@ -100,6 +100,7 @@ def test_last_word_start():
     assert last_word_start(" the", 0) == 0
     assert last_word_start("你好，世界", 0) == 2  # unspaced text is cut at its punctuation
     assert last_word_start(" end,", 0) == 0  # a trailing punctuation run may still grow
+    assert last_word_start(" can't", 0) == 0  # never inside a word at an apostrophe
 
 
 def test_identity_maps_end_token():

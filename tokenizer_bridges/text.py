@@ -19,10 +19,12 @@ def last_word_start(text: str, start: int) -> int:
     """Index of the last safe cut after ``start`` (``start`` if none).
 
     Safe cuts are pre-tokenizer boundaries that later text cannot move: a
-    whitespace followed by a non-space (a new word), or punctuation right after
-    a letter or digit (so unspaced scripts such as Chinese still publish at
-    their punctuation). The character at the cut must itself be followed by
-    something, so that a growing run is never split.
+    whitespace followed by a non-space (a new word), or clause punctuation right
+    after a letter or digit, so unspaced scripts such as Chinese still publish
+    at their commas and full stops. The punctuation cut holds for byte-level BPE
+    tokenizers whose pre-tokenizer splits punctuation from letters (Whisper,
+    GPT-2, Qwen); apostrophes and hyphens never cut. The character at the cut
+    must itself be followed by something, so that a growing run is never split.
     """
     for i in range(len(text) - 2, start, -1):
         if text[i].isspace() and not text[i + 1].isspace():
@@ -32,8 +34,11 @@ def last_word_start(text: str, start: int) -> int:
     return start
 
 
+CLAUSE_PUNCTUATION = frozenset(",.;:!?，。、；：！？")
+
+
 def _is_punctuation(char: str) -> bool:
-    return not (char.isalnum() or char.isspace())
+    return char in CLAUSE_PUNCTUATION
 
 
 class TextBridge:
