@@ -323,8 +323,10 @@ def config_check(files, here, as_json):
 def _attach_tool_commands() -> None:
     """Benchmarking and tuning live in their own packages; import them only to attach their commands."""
     from .bench.cli import bench
+    from .tuning.cli import profile, replay, select
 
-    cli.add_command(bench)
+    for command in (bench, profile, replay, select):
+        cli.add_command(command)
 
 
 def main() -> None:

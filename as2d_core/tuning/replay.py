@@ -1,0 +1,347 @@
+"""Pricing saved trajectories under a device profile (Section 4.3, Appendix D.3, D.4.3).
+
+A trace (docs/traces.md) fixes everything that does not depend on cost: the
+target's greedy response and the drafter's published record. For the
+decoupled methods that is enough to re-run the target loop at any budget:
+walk rounds on a simulated clock, let the engine's own :class:`Aligner` pick
+candidates among the batches already published at that instant (causal
+publication), accept a candidate iff it equals the reference token at its
+position, and charge each round the profile's loop cost plus the cost of its
+physical width, shared-thread (concurrent) while the drafter still runs and
+alone once the record is closed, as the engine switches threads. The drafter's
+publication times are either re-priced from the profile (steps x step cost +
+publication cost) or taken from the trace (``publication="native"``).
+
+Serial methods (sd-k*, asp, as2d-no-td) depend on the target prefix, so they
+are priced as traced: their drafting rounds plus their calls.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import attrs
+
+from ..align import Aligner
+from .costs import Costs
+
+DECOUPLED = ("as2d", "as2d-no-bc")
+SERIAL = ("sd-k5", "sd-k6", "sd-k7", "sd-k8", "asp", "as2d-no-td")
+PUBLICATION = ("profile", "native")
+NO_EOS_LIMIT = 1 << 30  # a response that ended at its end token: the cap never binds in replay
+
+
+@attrs.frozen
+class Batch:
+    tokens: tuple[int, ...]
+    t: float  # native publication time (s from the request)
+    steps: int  # drafter forwards that produced it
+    final: bool = False
+    confidences: tuple[float, ...] | None = None
+
+
+@attrs.frozen
+class Record:
+    """What a replay needs from one trace: the reference response and the published record."""
+
+    window: str
+    method: str
+    source: str | None
+    budget: int | None
+    language: str | None
+    reference: tuple[int, ...]  # greedy response, followed by the end token when it ended there
+    tokens: int  # committed response length
+    max_new_tokens: int
+    batches: tuple[Batch, ...]
+    decode_s: float  # native decode clock
+    calls: tuple[dict, ...] = ()
+    serial_drafted: int = 0  # drafter tokens of serial rounds
+
+
+@attrs.define
+class Replayed:
+    """One priced run, in the row shape of ``as2d bench`` (plus what the replay checked)."""
+
+    window: str
+    method: str
+    source: str | None
+    budget: int | None
+    tokens: list[int]
+    decode_s: float
+    drain_s: float = 0.0
+    proposed: int = 0
+    accepted: int = 0
+    widths: list[int] = attrs.Factory(list)
+    target_only_steps: int = 0
+    rounds: list[dict] = attrs.Factory(list)
+    publication: str | None = None  # how drafter times were priced (profile | native)
+
+    @property
+    def tps(self) -> float:
+        return len(self.tokens) / self.decode_s if self.decode_s > 0 else 0.0
+
+
+def _batch_steps(trace: dict) -> list[int]:
+    """Drafter forwards behind each published batch, from the trace's draft and publish spans.
+
+    The forward that produced the end token has no span (the producer learns of it when the
+    drafter yields nothing), so a final batch counts one more forward.
+    """
+    steps, count = [], 0
+    for span in sorted(trace.get("spans", ()), key=lambda s: s["t0"]):
+        if span["kind"] == "draft" and span.get("tokens"):
+            count += 1
+        elif span["kind"] == "publish":
+            steps.append(count)
+            count = 0
+    return steps
+
+
+def record_of(trace: dict) -> Record:
+    """Read one ``as2d-trace/1`` object into what :func:`simulate` takes."""
+    tokens = list(trace["tokens"])
+    reference = list(tokens)
+    if trace.get("calls"):
+        last = trace["calls"][-1]["commit"]
+        produced = ([tokens[0]] if tokens else []) + [t for c in trace["calls"] for t in c["commit"]]
+        if len(produced) > len(tokens) and last:  # the last call committed the end token
+            reference.append(last[-1])
+    ended = len(reference) > len(tokens)
+    max_new = NO_EOS_LIMIT if ended else len(tokens)
+    batches = []
+    if trace.get("method") in DECOUPLED:
+        steps = _batch_steps(trace)
+        published = trace.get("published", [])
+        if len(steps) != len(published):  # spans missing: one forward per published target token
+            steps = [len(b["tokens"]) for b in published]
+        for b, n in zip(published, steps):
+            final = bool(b.get("final"))
+            batches.append(Batch(tuple(b["tokens"]), float(b["t"]), n + (1 if final else 0), final,
+                                 tuple(b["confidences"]) if b.get("confidences") else None))
+    drafted = sum(b.get("drafted", 0) for b in trace.get("published", ()) if "drafted" in b)
+    return Record(window=trace["window"], method=trace["method"], source=trace.get("source"),
+                  budget=trace.get("budget"), language=trace.get("language"), reference=tuple(reference),
+                  tokens=len(tokens), max_new_tokens=max_new, batches=tuple(batches),
+                  decode_s=float(trace["decode_s"]), calls=tuple(trace.get("calls", ())),
+                  serial_drafted=drafted)
+
+
+def publication_times(record: Record, costs: Costs, publication: str = "profile") -> list[float]:
+    """When each batch becomes visible: native times, or the drafter re-priced on the profile."""
+    if publication == "native":
+        return [b.t for b in record.batches]
+    if publication != "profile":
+        raise ValueError(f"publication must be one of {PUBLICATION}")
+    step = costs.draft_step(shared=True) if record.batches else 0.0
+    times, t = [], 0.0
+    for b in record.batches:
+        t += b.steps * step + costs.publish
+        times.append(t)
+    return times
+
+
+def _cut_at_confidence(candidates: list[int], confidences: Sequence[float | None], first: int,
+                       threshold: float) -> list[int]:
+    """as2d-no-bc: candidates end at the first published token below ``threshold`` (included)."""
+    for i in range(len(candidates)):
+        c = confidences[first + i] if first + i < len(confidences) else None
+        if c is not None and c < threshold:
+            return candidates[: i + 1]
+    return candidates
+
+
+def simulate(record: Record, costs: Costs, budget: int | None, align_window: int = 8,
+             publication: str = "profile", confidence_stop: float | None = None,
+             eos_token: int | None = None) -> Replayed:
+    """Re-run the target loop on a simulated clock; ``budget=None`` means target-only."""
+    reference = record.reference
+    eos = eos_token if eos_token is not None else (
+        reference[-1] if record.max_new_tokens == NO_EOS_LIMIT else None)
+    speculative = budget is not None and bool(record.batches)
+    drafter = costs.for_source(record.source) if speculative else costs
+    if drafter is None:  # the profile does not price this drafter: its native publication times stand
+        drafter, publication = costs, "native"
+    times = publication_times(record, drafter, publication) if speculative else []
+    tokens_at: list[int] = []  # published tokens in record order, and their confidences
+    conf_at: list[float | None] = []
+    offsets = []  # record length after each batch
+    for b in record.batches if speculative else ():
+        tokens_at.extend(b.tokens)
+        conf_at.extend(b.confidences[i] if b.confidences and i < len(b.confidences) else None
+                       for i in range(len(b.tokens)))
+        offsets.append(len(tokens_at))
+    finished_at = times[-1] if speculative and record.batches[-1].final else float("inf")
+
+    out = Replayed(record.window, record.method, record.source if speculative else None,
+                   budget if speculative else None, [], 0.0)
+    aligner = Aligner(window=align_window)
+    response: list[int] = []
+    t, seen = 0.0, 0
+    widened = not speculative
+    root = reference[0]
+    while root != eos and len(response) < record.max_new_tokens:
+        response.append(root)
+        room = record.max_new_tokens - len(response)
+        if room <= 0:
+            break
+        while seen < len(times) and times[seen] <= t:  # causal: only what is published by now
+            seen += 1
+        visible = tokens_at[: offsets[seen - 1]] if seen else []
+        if not widened and seen == len(times) and finished_at <= t:
+            widened = True
+        proposal = aligner.propose(visible, root, min(budget, room - 1) if speculative else 0)
+        candidates = list(proposal.candidates)
+        if confidence_stop is not None and candidates:
+            candidates = _cut_at_confidence(candidates, conf_at, proposal.anchor + 1, confidence_stop)
+        position = len(response)  # index in the reference of the token after the root
+        accepted = 0
+        while (accepted < len(candidates) and position + accepted < len(reference)
+               and candidates[accepted] == reference[position + accepted]):
+            accepted += 1
+        width = len(candidates) + 1
+        start = t
+        t += costs.loop_for(widened) + costs.verify(width, alone=widened)
+        out.rounds.append({"t0": start, "t1": t, "width": width, "accepted": accepted, "visible": len(visible),
+                           "alone": widened})
+        if candidates:
+            out.proposed += len(candidates)
+            out.accepted += accepted
+            out.widths.append(width)
+            aligner.verified(proposal, accepted)
+        else:
+            out.target_only_steps += 1
+            aligner.stepped(proposal)
+        committed = candidates[:accepted]
+        if eos is not None and eos in committed:
+            response.extend(committed[: committed.index(eos)])
+            break
+        response.extend(committed)
+        root = reference[position + accepted]
+    out.tokens = response[: record.max_new_tokens]
+    out.publication = publication if speculative else None
+    out.decode_s = t
+    if speculative and finished_at > t:  # producer drain: the forward in flight when the target ends
+        step = drafter.draft_step(shared=True) if publication == "profile" else 0.0
+        last = max((x for x in times if x <= t), default=0.0)
+        out.drain_s = step - ((t - last) % step) if step else 0.0
+    return out
+
+
+def price_serial(record: Record, costs: Costs) -> Replayed:
+    """A serial method as traced: its drafting (alone, the target waits) plus its calls (alone)."""
+    out = Replayed(record.window, record.method, record.source, record.budget, list(record.reference[: record.tokens]),
+                   0.0)
+    t = record.serial_drafted * costs.draft_step(shared=False) if record.serial_drafted else 0.0
+    for call in record.calls:
+        t += costs.loop + costs.verify(call["width"], alone=True)
+        if call["kind"] == "verify":
+            out.proposed += len(call["candidates"])
+            out.accepted += call["accepted"]
+            out.widths.append(call["width"])
+        else:
+            out.target_only_steps += 1
+    out.decode_s = t
+    return out
+
+
+def replay_record(record: Record, costs: Costs, budget: int | None = None, align_window: int = 8,
+                  publication: str = "profile") -> Replayed:
+    """Price one trace; ``budget`` overrides the traced budget of a decoupled method."""
+    if record.method in SERIAL:
+        return price_serial(record, costs)
+    if record.method == "target-only" or record.source is None:
+        return simulate(record, costs, None, align_window, publication)
+    if record.method == "as2d-no-bc":
+        from ..bench.runner import NO_BC_THRESHOLD
+
+        return simulate(record, costs, budget or record.budget, align_window, publication, NO_BC_THRESHOLD)
+    return simulate(record, costs, budget or record.budget, align_window, publication)
+
+
+def read_traces(paths: Iterable[str | Path]) -> list[dict]:
+    """Trace objects from files (``traces.jsonl``) or directories holding one."""
+    traces = []
+    for path in paths:
+        path = Path(path)
+        if path.is_dir():
+            path = path / "traces.jsonl"
+        for line in path.read_text().splitlines():
+            if line.strip():
+                trace = json.loads(line)
+                trace["_file"] = str(path)  # runs of one bench pass, for pairing with their own target-only run
+                traces.append(trace)
+    return traces
+
+
+def row_of(replayed: Replayed, record: Record, method: str | None = None) -> dict:
+    """A ``results.jsonl``-shaped row (``as2d bench``), so the bench summary applies unchanged."""
+    return {
+        "window": record.window, "lang": record.language, "method": method or record.method,
+        "tokens": len(replayed.tokens), "decode_s": replayed.decode_s, "tps": replayed.tps,
+        "exact": list(replayed.tokens) == list(record.reference[: record.tokens]),
+        "proposed": replayed.proposed, "accepted": replayed.accepted, "verify_calls": len(replayed.widths),
+        "verify_widths": replayed.widths, "target_only_steps": replayed.target_only_steps,
+        "drain_s": replayed.drain_s, "source": replayed.source, "budget": replayed.budget,
+        "publication": replayed.publication,
+        "native_tps": record.tokens / record.decode_s if record.decode_s > 0 else None,
+    }
+
+
+def load_factors(traces: Sequence[dict], costs: Costs) -> dict[tuple[str, str], float]:
+    """Per (file, window): native target-only decode time over its replay under ``costs``.
+
+    On a machine whose load drifts (shared cores), this calibrates every cost of a window with
+    the target-only run made just before it (bench runs methods back to back per window), as
+    D.3 calibrates immediately before validation. The target-only rows are then exact by
+    construction; only the other methods measure the replay's error.
+    """
+    factors = {}
+    for trace in traces:
+        if trace.get("method") == "target-only" and trace.get("decode_s"):
+            replayed = simulate(record_of(trace), costs, None)
+            if replayed.decode_s > 0:
+                factors[(trace.get("_file", ""), trace["window"])] = trace["decode_s"] / replayed.decode_s
+    return factors
+
+
+def parse_budgets(text: str | None) -> list[int] | None:
+    """``"1-16"``, ``"3,7,9-11"`` -> sorted budgets."""
+    if not text:
+        return None
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = (int(x) for x in part.split("-", 1))
+            out.update(range(lo, hi + 1))
+        elif part:
+            out.add(int(part))
+    if not out or min(out) < 1:
+        raise ValueError(f"budgets must be positive integers, got {text!r}")
+    return sorted(out)
+
+
+def mae(rows: list[dict]) -> dict:
+    """Appendix D.3: signed error 100(TPS_replay/TPS_native - 1) per window, its mean magnitude, pooled error.
+
+    Repeated native runs of one (window, method) count once, at their median TPS (as D.3 uses the
+    median native latency), against the median of their replays.
+    """
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        if r.get("native_tps"):
+            groups.setdefault((r["window"], r["method"]), []).append(r)
+    if not groups:
+        return {"replay_mae_pct": None, "windows": 0}
+    errors, tokens, native_s, replay_s = [], 0, 0.0, 0.0
+    for group in groups.values():
+        native = statistics.median(r["native_tps"] for r in group)
+        replay = statistics.median(r["tps"] for r in group)
+        errors.append(100 * (replay / native - 1))
+        n = group[0]["tokens"]
+        tokens, native_s, replay_s = tokens + n, native_s + n / native, replay_s + n / replay
+    return {"replay_mae_pct": sum(abs(e) for e in errors) / len(errors), "windows": len(errors),
+            "repeats": max(len(g) for g in groups.values()), "signed_mean_pct": sum(errors) / len(errors),
+            "pooled_error_pct": 100 * (native_s / replay_s - 1), "max_abs_pct": max(abs(e) for e in errors)}

@@ -1,0 +1,209 @@
+"""Replay of saved trajectories: a hand-priced trace, causality, budget 1, and real engine traces."""
+from __future__ import annotations
+
+import json
+
+import attrs
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from as2d_core.tuning.costs import Costs, MissingCost
+from as2d_core.tuning.replay import mae, parse_budgets, read_traces, record_of, replay_record, row_of, simulate
+
+EOS = 1
+COSTS = Costs(
+    verify_alone={1: 0.010, 2: 0.012, 3: 0.014, 4: 0.016},
+    verify_shared={1: 0.020, 2: 0.022, 3: 0.024, 4: 0.026},
+    draft_step_alone=0.004, draft_step_shared=0.005, publish=0.0, loop=0.001,
+)
+
+
+def _trace(second_batch_at: float, method: str = "as2d", budget: int = 3) -> dict:
+    """Reference 10..15 then the end token; the drafter publishes 10..13, then 14, 15 and closes."""
+    return {
+        "format": "as2d-trace/1", "window": "w", "method": method, "request_id": "w", "source": "s",
+        "budget": budget, "language": "en", "tokens": [10, 11, 12, 13, 14, 15], "decode_s": 0.1,
+        "published": [
+            {"offset": 0, "tokens": [10, 11, 12, 13], "t": 0.025, "confidences": None, "final": False},
+            {"offset": 4, "tokens": [14, 15], "t": second_batch_at, "confidences": None, "final": True},
+        ],
+        "calls": [{"kind": "step", "commit": [11]}, {"kind": "step", "commit": [12]},
+                  {"kind": "step", "commit": [13]}, {"kind": "step", "commit": [14]},
+                  {"kind": "step", "commit": [15]}, {"kind": "step", "commit": [EOS]}],
+        "spans": [],
+    }
+
+
+def test_hand_priced_trace():
+    """Worked by hand (times in ms; loop 1, shared K1 20 / K2 22, alone K2 12):
+    t=0 nothing published: step shared -> 21; t=21 still nothing: step -> 42;
+    t=42 sees 10..13, root 12 at its expected slot, offers 13 (accepted): K2 shared -> 65;
+    t=65 sees the closed record, root 14 offers 15 (accepted): K2 alone -> 78; the next token ends it."""
+    record = record_of(_trace(0.060))
+    out = simulate(record, COSTS, budget=3, publication="native")
+    assert out.tokens == [10, 11, 12, 13, 14, 15]
+    assert out.decode_s == pytest.approx(0.078)
+    assert [r["width"] for r in out.rounds] == [1, 1, 2, 2]
+    assert [r["alone"] for r in out.rounds] == [False, False, False, True]
+    assert (out.proposed, out.accepted, out.target_only_steps) == (2, 2, 2)
+    assert out.tps == pytest.approx(6 / 0.078)
+
+
+def test_candidate_published_after_a_boundary_is_not_used_there():
+    """The second batch appears 0.1 ms after the fourth round starts: that round decodes alone."""
+    out = simulate(record_of(_trace(0.0651)), COSTS, budget=3, publication="native")
+    assert out.tokens == [10, 11, 12, 13, 14, 15]
+    assert [r["width"] for r in out.rounds] == [1, 1, 2, 1, 1]
+    assert out.rounds[3]["visible"] == 4 and not out.rounds[3]["alone"]
+    assert out.decode_s == pytest.approx(0.078 - 0.013 + 0.021 + 0.011)
+
+
+def test_profile_priced_publication():
+    """Re-priced drafter: batch i is visible after its forwards x step cost (+1 forward for the end token)."""
+    trace = _trace(0.060)
+    trace["spans"] = ([{"kind": "draft", "t0": i * 0.001, "t1": i * 0.001, "tokens": 1} for i in range(4)]
+                      + [{"kind": "publish", "t0": 0.0041, "t1": 0.0041}]
+                      + [{"kind": "draft", "t0": 0.005 + i * 0.001, "t1": 0, "tokens": 1} for i in range(2)]
+                      + [{"kind": "draft", "t0": 0.008, "t1": 0.008, "tokens": 0},
+                         {"kind": "publish", "t0": 0.0081, "t1": 0.0081}])
+    record = record_of(trace)
+    assert [b.steps for b in record.batches] == [4, 3]
+    out = simulate(record, COSTS, budget=3, publication="profile")  # batches at 20 ms and 35 ms
+    # t=0 nothing: step shared -> 21; t=21 sees 10..13: root 11 offers 12,13 (accepted) K3 shared -> 46;
+    # t=46 closed record: root 14 offers 15 (accepted) K2 alone -> 59.
+    assert [r["width"] for r in out.rounds] == [1, 3, 2]
+    assert out.decode_s == pytest.approx(0.059)
+
+
+def test_budget_one_is_target_only_plus_single_proposals():
+    record = record_of(_trace(0.001))
+    out = simulate(record, COSTS, budget=1, publication="native")
+    assert out.tokens == [10, 11, 12, 13, 14, 15]
+    assert all(r["width"] <= 2 for r in out.rounds)
+    target_only = simulate(record, COSTS, budget=None)
+    assert [r["width"] for r in target_only.rounds] == [1] * 6
+    assert target_only.decode_s == pytest.approx(6 * 0.011)
+
+
+def test_missing_width_is_an_error_not_free():
+    trace = _trace(0.0)
+    trace["published"][0]["t"] = 0.0
+    with pytest.raises(MissingCost):  # root 10 offers 11..15: K6 has no cost
+        simulate(record_of(trace), COSTS, budget=7, publication="native")
+    assert COSTS.feasible_budget(3) and not COSTS.feasible_budget(4)
+
+
+def test_parse_budgets():
+    assert parse_budgets("1-3,7,5-5") == [1, 2, 3, 5, 7]
+    with pytest.raises(ValueError):
+        parse_budgets("0-2")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(2, 6), min_size=1, max_size=30),
+    st.lists(st.tuples(st.lists(st.integers(2, 6), min_size=1, max_size=6), st.floats(0, 0.3)), min_size=1,
+             max_size=6),
+    st.integers(1, 3),
+)
+def test_replay_is_causal_and_exact(reference, batches, budget):
+    """Whatever the record, the response equals the reference, and every round offered only
+    published-by-then tokens (its anchor and candidates lie inside what it saw)."""
+    times = sorted(t for _, t in batches)
+    trace = {
+        "window": "h", "method": "as2d", "source": "s", "budget": budget, "language": "en", "tokens": reference,
+        "decode_s": 1.0, "calls": [{"kind": "step", "commit": reference[1:] + [EOS]}], "spans": [],
+        "published": [{"offset": 0, "tokens": toks, "t": t, "final": i == len(batches) - 1}
+                      for i, ((toks, _), t) in enumerate(zip(batches, times))],
+    }
+    record = record_of(trace)
+    out = simulate(record, COSTS, budget=budget, publication="native")
+    assert out.tokens == reference
+    lengths = []
+    for b in record.batches:
+        lengths.append((lengths[-1] if lengths else 0) + len(b.tokens))
+    for r in out.rounds:
+        published = max([n for n, b in zip(lengths, record.batches) if b.t <= r["t0"]], default=0)
+        assert r["visible"] == published
+        assert r["width"] - 1 <= min(budget, published)
+        assert r["alone"] == (record.batches[-1].t <= r["t0"])
+
+
+def test_replays_real_engine_traces(tmp_path, tiny_request):
+    """Traces from the engine (TinyLM target, scripted drafter) replay exactly at every budget."""
+    from as2d_core import DecodeOptions, run_request
+    from as2d_core.bench.traces import build_trace
+    from tiny_lm import ScriptedSource, TinyLM
+
+    target = TinyLM()
+    request = tiny_request(3)
+    reference = run_request(request, target, None, "target-only")
+    drafts = list(reference.tokens[1:])
+    drafts[5] = (drafts[5] + 1) % 30 + 2  # one wrong token
+    source = ScriptedSource(drafts, delays=[0.001] * len(drafts))
+    result = run_request(request, target, source, "as2d", DecodeOptions(budget=4, publication_size=4))
+    assert result.tokens == reference.tokens
+    path = tmp_path / "traces.jsonl"
+    path.write_text(json.dumps(build_trace("w", reference)) + "\n" + json.dumps(build_trace("w", result)) + "\n")
+    costs = Costs(verify_alone={k: 0.001 * (1 + k / 4) for k in range(1, 10)}, shared_ratio=1.5,
+                  draft_step_alone=0.0008, draft_step_shared=0.001, loop=0.0002)
+    records = [record_of(t) for t in read_traces([tmp_path])]
+    rows = []
+    for record in records:
+        for budget in (1, 2, 4, 8):
+            for publication in ("native", "profile"):
+                out = replay_record(record, costs, budget, publication=publication)
+                assert out.tokens == reference.tokens
+                rows.append(row_of(out, record))
+    assert all(r["exact"] for r in rows)
+    summary = mae(rows)
+    assert summary["windows"] == 2 and summary["replay_mae_pct"] >= 0  # (window, method) groups
+
+
+def test_replay_command_writes_a_bench_shaped_summary(tmp_path, tiny_request):
+    import platform
+
+    from click.testing import CliRunner
+
+    from as2d_core import DecodeOptions, run_request
+    from as2d_core.bench.traces import build_trace
+    from as2d_core.tuning.cli import replay
+    from tiny_lm import ScriptedSource, TinyLM
+
+    target, request = TinyLM(), tiny_request(4)
+    reference = run_request(request, target, None, "target-only")
+    source = ScriptedSource(list(reference.tokens[1:]), delays=[0.001] * (len(reference.tokens) - 1))
+    result = run_request(request, target, source, "as2d", DecodeOptions(budget=3, publication_size=4))
+    (tmp_path / "traces.jsonl").write_text("".join(json.dumps(build_trace("w", r)) + "\n" for r in (reference, result)))
+    widths = {str(k): {"median": 0.001 * (1 + k / 4)} for k in range(1, 9)}
+    profile = {"format": "as2d-profile/1", "name": "t", "machine": {"hostname": platform.node()},
+               "verify_s": {"alone": widths}, "shared_ratio": 1.3, "draft_step_s": {"alone": 0.001, "shared": 0.001},
+               "loop_s": 0.0002}
+    (tmp_path / "p.json").write_text(json.dumps(profile))
+    out = CliRunner().invoke(replay, [str(tmp_path), "--profile", str(tmp_path / "p.json"), "--out",
+                                      str(tmp_path / "r")])
+    assert out.exit_code == 0, out.output
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert set(summary["methods"]) == {"target-only", "as2d"}
+    assert summary["methods"]["as2d"]["exact_windows"] == 1 and summary["replay_mae_pct"] >= 0
+    assert "w/as2d" in summary["native"]["windows"]
+    out = CliRunner().invoke(replay, [str(tmp_path), "--profile", str(tmp_path / "p.json"), "--out",
+                                      str(tmp_path / "r2"), "--budgets", "1-7"])
+    assert out.exit_code == 0, out.output
+    summary = json.loads((tmp_path / "r2" / "summary.json").read_text())
+    assert {f"as2d-b{b}" for b in range(1, 8)} <= set(summary["methods"])
+    rows = [json.loads(line) for line in (tmp_path / "r2" / "results.jsonl").read_text().splitlines()]
+    native = {r["method"] for r in rows if r["native_tps"] is not None}
+    assert native == {"target-only", "as2d-b3"}  # only the traced configuration has a native twin
+
+
+def test_a_drafter_the_profile_does_not_price_keeps_its_native_publication_times():
+    trace = _trace(0.060)
+    trace["spans"] = [{"kind": "draft", "t0": 0, "t1": 0, "tokens": 1}, {"kind": "publish", "t0": 0, "t1": 0}] * 2
+    costs = attrs.evolve(COSTS, source="other-drafter")
+    out = simulate(record_of(trace), costs, budget=3, publication="profile")
+    assert out.publication == "native" and out.decode_s == pytest.approx(0.078)  # the hand-priced answer
+    priced = attrs.evolve(costs, drafters={"s": (0.004, 0.005, 0.0)})
+    assert simulate(record_of(trace), priced, budget=3, publication="profile").publication == "profile"

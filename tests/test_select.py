@@ -1,0 +1,94 @@
+"""Selection by replay: the oracle bounds the fixed choice; the written configuration is valid."""
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from as2d_core.tuning.costs import Costs
+from as2d_core.tuning.select import Pair, choose, config_text, gap_pct, oracle, pooled, price_grid, records_by_source
+
+EOS = 1
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.dictionaries(st.tuples(st.sampled_from("ab"), st.integers(1, 6)),
+                       st.lists(st.tuples(st.integers(1, 50), st.floats(0.01, 5)), min_size=3, max_size=3),
+                       min_size=1))
+def test_oracle_is_never_below_the_selected_pair(cells):
+    grid = {Pair(s, b): {f"w{i}": c for i, c in enumerate(v)} for (s, b), v in cells.items()}
+    # every pair must commit the same tokens per window (same greedy response)
+    tokens = {f"w{i}": n for i, (n, _) in enumerate(next(iter(cells.values())))}
+    grid = {p: {w: (tokens[w], s) for w, (_, s) in c.items()} for p, c in grid.items()}
+    best, best_tps = choose(grid)
+    oracle_tps, picks = oracle(grid)
+    assert best_tps == max(pooled(c) for c in grid.values())
+    assert oracle_tps >= best_tps * (1 - 1e-12)
+    assert gap_pct(best_tps, oracle_tps) >= -1e-9
+    assert set(picks) == set(tokens)
+
+
+def _trace(window, source, tokens, batches):
+    return {"window": window, "method": "as2d", "source": source, "budget": 7, "language": "en", "tokens": tokens,
+            "decode_s": 1.0, "calls": [{"kind": "step", "commit": tokens[1:] + [EOS]}], "spans": [],
+            "published": [{"offset": 0, "tokens": b, "t": t, "final": i == len(batches) - 1}
+                          for i, (b, t) in enumerate(batches)]}
+
+
+def test_grid_prices_every_feasible_pair_and_falls_back_for_ineligible_windows():
+    ref = [2, 3, 4, 5, 6, 7, 8, 9]
+    traces = [
+        _trace("w0", "good", ref, [(ref, 0.0)]),
+        _trace("w0", "bad", ref, [([9, 9, 9, 9], 0.0)]),
+        _trace("w1", "good", ref, [(ref[:4], 0.0), (ref[4:], 0.05)]),
+        _trace("w1", "bad", ref, [([9, 9], 0.0)]),
+        {**_trace("w2", None, ref[:3], []), "source": None},  # a language neither source drafts
+    ]
+    costs = Costs(verify_alone={k: 0.01 + 0.002 * k for k in range(1, 6)}, shared_ratio=1.2,
+                  draft_step_alone=0.001, draft_step_shared=0.001, loop=0.001)
+    records = records_by_source(traces, ["good", "bad"])
+    assert records["good"]["w2"].source is None and records["bad"]["w2"].source is None
+    grid = price_grid(records, costs, [1, 2, 3, 4, 5], ["w0", "w1", "w2"])
+    assert set(grid) == {Pair(s, b) for s in ("good", "bad") for b in (1, 2, 3, 4)}  # budget 5 needs K6
+    best, _ = choose(grid)
+    assert best.source == "good"
+    # the ineligible window costs the same for every pair (target-only)
+    assert len({grid[p]["w2"] for p in grid}) == 1
+
+
+def test_config_text_is_a_valid_task_configuration(tmp_path):
+    from as2d_core.config import check_file, read
+
+    base = check_file("configs/whisper-asr.toml").config
+    path = tmp_path / "selected.toml"
+    path.write_text(config_text(base, Pair("whisper-tiny.en", 5), "test"))
+    report = check_file(path)
+    assert report.ok, report.errors
+    assert report.config.budget == 5 and report.config.source.name == "whisper-tiny.en"
+    assert read(path)["target"]["model"] == base.target.model
+    json.dumps(report.as_dict())
+
+
+def test_select_command_on_saved_traces(tmp_path):
+    from click.testing import CliRunner
+
+    from as2d_core.tuning.cli import select
+
+    ref = [2, 3, 4, 5, 6, 7, 8, 9]
+    traces = [_trace(w, "good", ref, [(ref, 0.001 * i)]) for i, w in enumerate(["d0", "d1", "t0", "t1"])]
+    (tmp_path / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in traces))
+    for name, ids in (("dev", ["d0", "d1"]), ("test", ["t0", "t1"])):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"id": i, "path": f"{i}.wav"}) + "\n" for i in ids))
+    widths = {str(k): 0.01 + 0.001 * k for k in range(1, 7)}
+    (tmp_path / "p.json").write_text(json.dumps({"format": "as2d-profile/1", "name": "t", "verify_s": {
+        "alone": widths}, "shared_ratio": 1.5, "draft_step_s": {"alone": 0.001, "shared": 0.001}, "loop_s": 0.001}))
+    out = CliRunner().invoke(select, [str(tmp_path / "dev.jsonl"), "--test", str(tmp_path / "test.jsonl"), "--profile",
+                                      str(tmp_path / "p.json"), "--sources", "good", "--budgets", "1-8", "--config",
+                                      "configs/whisper-asr.toml", "--traces", str(tmp_path), "--out",
+                                      str(tmp_path / "best.toml"), "--json"])
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.output)
+    assert report["selected"]["source"] == "good" and 1 <= report["selected"]["budget"] <= 5  # K7+ unpriced
+    assert report["gap_pct"] >= -1e-9  # the oracle is never below the selected pair on the test windows
+    assert (tmp_path / "best.toml").exists() and (tmp_path / "best-select" / "budgets.png").exists()
