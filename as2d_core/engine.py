@@ -242,9 +242,10 @@ def target_loop(
             widened = True
         proposal = aligner.propose(snapshot.tokens if snapshot else (), root, min(options.budget, room - 1))
         events.add("align", start)
+        if confidences is not None and proposal.candidates:
+            cut = confidences.cut(list(proposal.candidates), proposal.anchor + 1, options.confidence_stop)
+            proposal = attrs.evolve(proposal, candidates=tuple(cut))
         candidates = list(proposal.candidates)
-        if confidences is not None and candidates:
-            candidates = confidences.cut(candidates, proposal.anchor + 1, options.confidence_stop)
         cache_before = session.cache_length
         start = time.perf_counter()
         predictions = session.verify(root, candidates)
