@@ -58,7 +58,15 @@ def _from_config(ctx: click.Context, path: Path, params: dict):
         key: params[name] for name, key in _CONFIG_OVERRIDES.items()
         if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
     }
-    report = check_file(path, overrides=overrides)
+    return parts_from_config(path, overrides)
+
+
+def parts_from_config(path: Path, overrides: dict | None = None, with_source: bool | None = None):
+    """Validate a task configuration and build its target and source; exit with every problem named.
+
+    ``with_source`` defaults to the configuration's own method (a source only for as2d).
+    """
+    report = check_file(path, overrides=overrides or {})
     if not report.runnable:
         problems = report.errors + [f"cannot run here: {m}" for m in report.missing]
         _fail("\n".join(f"{path}: {p}" for p in problems))
@@ -68,9 +76,9 @@ def _from_config(ctx: click.Context, path: Path, params: dict):
     target = build_part("target", config.target.model, backend=config.target.backend,
                         device=report.devices["target"], threads=config.target.threads)
     source = None
-    if config.method == "as2d":
+    if config.source is not None and (with_source if with_source is not None else config.method == "as2d"):
         source = build_part("source", config.source.name, backend=config.source.backend,
-                            device=report.devices["source"], threads=config.source.threads)
+                            device=report.devices.get("source", config.source.device), threads=config.source.threads)
     return config, report, target, source
 
 

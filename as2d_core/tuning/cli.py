@@ -20,21 +20,9 @@ def _fail(message: str) -> None:
 
 def _load_config(path: Path):
     """Validate a task configuration and build its target and source, as ``as2d run --config`` does."""
-    from ..cli import build_part
-    from ..config import check_file
+    from ..cli import parts_from_config
 
-    report = check_file(path)
-    if not report.runnable:
-        _fail("\n".join(f"{path}: {p}" for p in report.errors + [f"cannot run here: {m}" for m in report.missing]))
-    for warning in report.warnings:
-        click.echo(f"warning: {path}: {warning}", err=True)
-    config = report.config
-    target = build_part("target", config.target.model, backend=config.target.backend,
-                        device=report.devices["target"], threads=config.target.threads)
-    source = None
-    if config.source is not None:
-        source = build_part("source", config.source.name, backend=config.source.backend,
-                            device=report.devices.get("source", config.source.device), threads=config.source.threads)
+    config, _, target, source = parts_from_config(path, with_source=True)
     return config, target, source
 
 
