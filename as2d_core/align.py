@@ -5,16 +5,22 @@ the current known root should sit if the drafter and the target agree. It never
 edits published tokens or target state; it only chooses which published tokens
 to offer next, and the target verifies every one of them again.
 
-At each boundary, with root ``r``:
+At each boundary, with root ``r`` (and ``p``, the committed token before it):
 1. ``tokens[expected] == r``: the candidates are the tokens after it;
-2. otherwise the nearest ``q`` within ``window`` of ``expected`` (forward first,
-   then backward, never below ``floor``) with ``tokens[q] == r``: the drafter
-   had extra tokens (deletion) or the target inserted one (insertion, found one
+2. otherwise the nearest ``q`` within ``window`` of ``expected`` (forward
+   first, never below ``floor``) where the draft agrees on two tokens,
+   ``tokens[q - 1:q + 1] == [p, r]``;
+3. otherwise ``q = expected + 1`` or ``expected - 1`` with ``tokens[q] == r``:
+   a token the drafter had extra (deletion) or the target inserted (found one
    boundary later through the next target token);
-3. otherwise, right after a rejection, guess a substitution: ``r`` replaced the
+4. otherwise, right after a rejection, guess a substitution: ``r`` replaced the
    rejected candidate and the tokens after it follow;
-4. otherwise nothing is offered and the target decodes alone, ``expected``
+5. otherwise the nearest single-token match within ``window``;
+6. otherwise nothing is offered and the target decodes alone, ``expected``
    moving one position per target token.
+Frequent tokens (commas, " the") match far too easily on their own, which is
+why a distant match needs the two-token agreement of rule 2 to win over the
+substitution guess.
 """
 from __future__ import annotations
 
@@ -37,39 +43,51 @@ class Aligner:
     floor: int = 0  # positions below were consumed by accepted candidates
     after_rejection: bool = False
 
-    def propose(self, tokens: Sequence[int], root: int, limit: int) -> Proposal:
-        """Choose up to ``limit`` published candidates to follow ``root``."""
+    def propose(self, tokens: Sequence[int], root: int, limit: int, previous: int | None = None) -> Proposal:
+        """Choose up to ``limit`` published candidates to follow ``root`` (``previous`` committed before it)."""
         published = len(tokens)
-        anchor, guessed = self._find(tokens, root), False
+        anchor, guessed = self._find(tokens, root, previous), False
         if anchor is None and self.after_rejection and self.floor <= self.expected < published:
             anchor, guessed = self.expected, True
+        if anchor is None:
+            anchor = self._nearest(tokens, root, self.window)
         if anchor is None or limit <= 0:
             return Proposal(anchor, (), guessed)
         return Proposal(anchor, tuple(tokens[anchor + 1 : anchor + 1 + limit]), guessed)
 
-    def _find(self, tokens: Sequence[int], root: int) -> int | None:
+    def _positions(self, distance: int, published: int):
+        """Published positions around ``expected``, nearest first, forward before backward."""
+        for d in range(1, distance + 1):
+            for q in (self.expected + d, self.expected - d):
+                if self.floor <= q < published:
+                    yield q
+
+    def _nearest(self, tokens: Sequence[int], root: int, distance: int) -> int | None:
+        return next((q for q in self._positions(distance, len(tokens)) if tokens[q] == root), None)
+
+    def _find(self, tokens: Sequence[int], root: int, previous: int | None) -> int | None:
         published = len(tokens)
         if self.floor <= self.expected < published and tokens[self.expected] == root:
             return self.expected
-        for distance in range(1, self.window + 1):
-            for q in (self.expected + distance, self.expected - distance):
-                if self.floor <= q < published and tokens[q] == root:
+        if previous is not None:
+            for q in self._positions(self.window, published):
+                if tokens[q] == root and q >= 1 and tokens[q - 1] == previous:
                     return q
-        return None
+        return self._nearest(tokens, root, min(1, self.window))
 
     def verified(self, proposal: Proposal, accepted: int) -> None:
         """Move the cursor after a verification of ``proposal`` that accepted ``accepted`` candidates."""
         assert proposal.anchor is not None
-        next_position = proposal.anchor + accepted + 1
-        self.expected = next_position
-        # A guess that failed at once retires nothing: the guessed slot may still be the next target token.
-        self.floor = proposal.anchor if proposal.guessed and accepted == 0 else next_position
+        self.expected = proposal.anchor + accepted + 1
+        # Only verified candidates retire their positions; an anchor that led nowhere may have been a
+        # wrong match, and the right one can still lie behind it.
+        if accepted:
+            self.floor = max(self.floor, self.expected)
         self.after_rejection = accepted < len(proposal.candidates)
 
     def stepped(self, proposal: Proposal) -> None:
         """The target decoded one token alone; assume the drafter keeps pace one for one."""
         if proposal.anchor is not None:
-            self.floor = proposal.anchor if proposal.guessed else proposal.anchor + 1
             self.expected = proposal.anchor + 1
         else:
             self.expected += 1

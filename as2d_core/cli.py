@@ -91,7 +91,7 @@ def parts_from_config(path: Path, overrides: dict | None = None, with_source: bo
 @click.option("--target", "target_name", default=DEFAULT_TARGET, show_default=True)
 @click.option("--source", "source_name", default=DEFAULT_SOURCE, show_default=True, help="Drafter source.")
 @click.option("--budget", type=int, default=7, show_default=True, help="Proposals per verification (width <= budget+1).")
-@click.option("--publication-size", type=int, default=8, show_default=True, help="Drafter tokens per published batch.")
+@click.option("--publication-size", type=int, default=2, show_default=True, help="Drafter tokens per published batch.")
 @click.option("--target-threads", type=int, default=2, show_default=True, help="Target threads when it runs alone.")
 @click.option("--shared-target-threads", type=int, default=1, show_default=True, help="Target threads while drafting.")
 @click.option("--drafter-threads", type=int, default=1, show_default=True)

@@ -40,7 +40,7 @@ def _budget(instance, attribute, value):
 @attrs.frozen
 class DecodeOptions:
     budget: int = attrs.field(default=7, validator=_budget)
-    publication_size: int = attrs.field(default=8, validator=_positive)  # drafter tokens per published batch
+    publication_size: int = attrs.field(default=2, validator=_positive)  # drafter tokens per batch (the paper: 8; a 2-core drafter is slower than the target consumes)
     align_window: int = attrs.field(default=8, validator=attrs.validators.ge(0))
     target_threads: int = attrs.field(default=2, validator=_positive)  # target alone
     shared_target_threads: int = attrs.field(default=1, validator=_positive)  # while the drafter runs
@@ -240,7 +240,8 @@ def target_loop(
         if not widened and snapshot.closed:
             session.use_threads(options.target_threads)
             widened = True
-        proposal = aligner.propose(snapshot.tokens if snapshot else (), root, min(options.budget, room - 1))
+        previous = response[-2] if len(response) > 1 else None
+        proposal = aligner.propose(snapshot.tokens if snapshot else (), root, min(options.budget, room - 1), previous)
         events.add("align", start)
         if confidences is not None and proposal.candidates:
             cut = confidences.cut(list(proposal.candidates), proposal.anchor + 1, options.confidence_stop)

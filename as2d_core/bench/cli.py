@@ -30,7 +30,7 @@ DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
               help="Several drafters, comma-separated, instead of --source: each source-dependent method runs once "
                    "per source, named METHOD for the first and METHOD@SOURCE for the others.")
 @click.option("--budget", type=int, default=7, show_default=True)
-@click.option("--publication-size", type=int, default=8, show_default=True)
+@click.option("--publication-size", type=int, default=2, show_default=True)
 @click.option("--target-threads", type=int, default=2, show_default=True)
 @click.option("--shared-target-threads", type=int, default=1, show_default=True)
 @click.option("--drafter-threads", type=int, default=1, show_default=True)
