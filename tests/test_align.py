@@ -87,3 +87,27 @@ def test_edits_keep_output_and_recover(tiny_request, edit):
     assert result.tokens == ref
     # after the edit the drafter's suffix is realigned and reused
     assert result.accepted >= len(ref) - cut - 8
+
+
+def test_a_frequent_token_far_away_does_not_beat_the_substitution():
+    # draft: "... 1462 . On the whole , the" ; target: "... 1462 , on the whole , the"
+    comma, stop, On, on, the, whole, year = 1, 2, 3, 4, 5, 6, 7
+    draft = [year, stop, On, the, whole, comma, the]
+    a = Aligner(window=8)
+    p = a.propose(draft, root=year, limit=3)
+    a.verified(p, accepted=0)  # "." rejected, the target's correction is ","
+    p = a.propose(draft, root=comma, limit=3, previous=year)
+    assert p.anchor == 1 and p.guessed  # not the later comma at 5
+
+
+def test_two_token_agreement_finds_a_distant_anchor():
+    draft = [10, 11, 12, 13, 14, 15, 16]
+    a = Aligner(window=8, expected=1)
+    assert a.propose(draft, root=15, limit=2, previous=14) == Proposal(5, (16,))
+
+
+def test_a_wrong_anchor_does_not_block_the_right_one_behind_it():
+    a = Aligner(window=8)
+    p = Proposal(anchor=5, candidates=(9, 9))
+    a.verified(p, accepted=0)  # the match at 5 led nowhere
+    assert a.floor == 0 and a.propose([7, 8, 9, 3, 4, 9, 9], root=8, limit=1, previous=7) == Proposal(1, (9,))
