@@ -83,7 +83,7 @@ def test_good_config(tmp_path, registry):
         (('task = "asr"', 'task = "sing"'), "task: 'sing' is not allowed; choose one of asr, translate, qa"),
         (('language = "en"', 'language = "de"'), "language: source 'whisper-tiny.en' does not serve 'de'"),
         (('device = "cpu"', 'device = "gpu"'), "target.device: 'gpu' is not a device of onnxruntime; allowed: cpu, nnapi"),
-        (('backend = "onnxruntime"', 'backend = "mnn"'), "target.backend: 'whisper-base' does not run on 'mnn'"),
+        (('backend = "onnxruntime"', 'backend = "torch"'), "target.backend: 'whisper-base' does not run on 'torch'"),
         (('on_missing_device = "error"', 'on_missing_device = "silent"'), "on_missing_device: 'silent' is not allowed"),
         (("threads = 1", "threads = true"), "source.threads: must be an integer"),
         (("[target]", "[targets]"), "target: required table [target] is missing"),
