@@ -119,30 +119,9 @@ def test_as2d_equals_target_only_on_mnn(mnn_target, mnn_source, mnn_greedy, item
 
 
 def test_batched_verify_and_truncate_on_mnn(mnn_target):
-    from as2d_whisper.runtime import greedy_reference
+    from test_whisper_target import check_batched_verify_and_truncate
 
-    session = mnn_target.prepare(Request("jfk", load_window("jfk_en_w00"), language="en"), threads=2)
-    try:
-        reference = greedy_reference(session, max_new_tokens=24)
-        session.truncate(0)
-        # One call verifying the whole run returns every next greedy token.
-        out = session.verify(reference[0], reference[1:16])
-        assert out == reference[1:17]
-        assert session.cache_length == 16
-        # A wrong candidate at index 5: accept the prefix, cut the cache, carry on (on 1 thread).
-        session.truncate(0)
-        wrong = list(reference[1:9])
-        wrong[4] = (wrong[4] + 1) % 50000
-        out = session.verify(reference[0], wrong)
-        assert out[:5] == reference[1:6]
-        session.truncate(5)  # keep root + 4 accepted candidates
-        tokens = reference[:6]
-        session.use_threads(1)
-        while len(tokens) < len(reference):
-            tokens.append(session.verify(tokens[-1], [])[0])
-        assert tokens == reference
-    finally:
-        session.close()
+    check_batched_verify_and_truncate(mnn_target, load_window("jfk_en_w00"))
 
 
 def test_mnn_versus_onnxruntime_recorded(mnn_target, mnn_greedy, whisper_target, record_property):

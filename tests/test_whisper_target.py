@@ -98,9 +98,14 @@ def test_language_detection(target):
 
 
 def test_batched_verify_and_truncate(target):
+    audio, _ = load_item("windows", "jfk_en_w00")
+    check_batched_verify_and_truncate(target, audio)
+
+
+def check_batched_verify_and_truncate(target, audio):
+    """One batched call equals single steps; a rejected suffix cut from the cache continues exactly."""
     from as2d_whisper.runtime import greedy_reference
 
-    audio, _ = load_item("windows", "jfk_en_w00")
     session = target.prepare(Request("jfk", audio, language="en"), threads=2)
     try:
         reference = greedy_reference(session, max_new_tokens=24)
@@ -109,7 +114,7 @@ def test_batched_verify_and_truncate(target):
         out = session.verify(reference[0], reference[1:16])
         assert out == reference[1:17]
         assert session.cache_length == 16
-        # A wrong candidate at index 5: accept the prefix, cut the cache, carry on.
+        # A wrong candidate at index 5: accept the prefix, cut the cache, carry on (on 1 thread).
         session.truncate(0)
         wrong = list(reference[1:9])
         wrong[4] = (wrong[4] + 1) % 50000
