@@ -61,6 +61,26 @@ def ort_session(path: Path, device: str, threads: int):
     return session, note
 
 
+class OrtSessions:
+    """One graph's ONNX Runtime sessions, one per thread count (building one costs more than a chunk)."""
+
+    def __init__(self, path: Path, device: str) -> None:
+        self.path, self.device = path, device
+        self._sessions: dict[int, tuple] = {}
+        self._lock = threading.Lock()
+
+    def get(self, threads: int):
+        """(session, note on the provider that really runs it) for ``threads``."""
+        with self._lock:
+            if threads not in self._sessions:
+                self._sessions[threads] = ort_session(self.path, self.device, threads)
+            return self._sessions[threads]
+
+    @property
+    def device_in_use(self) -> list[str]:
+        return self.get(1)[0].get_providers()
+
+
 class ParakeetSource(ChunkedSource):
     """English Parakeet CTC drafter; one ONNX call per 2.56 s chunk."""
 
@@ -81,9 +101,8 @@ class ParakeetSource(ChunkedSource):
         self.device = device
         self.chunk_s = chunk_s
         self.pad_last = pad_last
-        self._sessions: dict[int, object] = {}
-        self._lock = threading.Lock()
-        self.device_note = self._session(1)[1]  # fail now on a broken graph, not in the producer
+        self._sessions = OrtSessions(self.dir / "model.onnx", device)
+        self.device_note = self._sessions.get(1)[1]  # fail now on a broken graph, not in the producer
 
     @staticmethod
     def _read_vocab(path: Path) -> list[str]:
@@ -102,20 +121,14 @@ class ParakeetSource(ChunkedSource):
             raise ValueError(f"{path}: the last token must be the CTC blank <blk>, got {pieces[-1]!r}")
         return pieces
 
-    def _session(self, threads: int):
-        with self._lock:
-            if threads not in self._sessions:
-                self._sessions[threads] = ort_session(self.dir / "model.onnx", self.device, threads)
-            return self._sessions[threads]
-
     @property
     def device_in_use(self) -> list[str]:
-        return self._session(1)[0].get_providers()
+        return self._sessions.device_in_use
 
     def logprobs(self, samples: np.ndarray, threads: int = 1) -> tuple[np.ndarray, int]:
         """Per-frame log-probabilities of one chunk and the number of valid output frames."""
         features, frames = log_mel(samples, self.n_mels)
-        session = self._session(threads)[0]
+        session = self._sessions.get(threads)[0]
         (logprobs,) = session.run(
             ["logprobs"], {"audio_signal": features[None], "length": np.array([frames], np.int64)}
         )

@@ -13,14 +13,13 @@ punctuated, cased text, closer to what Whisper-style targets emit.
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from as2d_core.chunked import DEFAULT_CHUNK_S, ChunkedSource, ctc_greedy, sentencepiece_text
-from as2d_parakeet.source import check_folder, ort_session
+from as2d_parakeet.source import OrtSessions, check_folder
 
 BPE_MODEL = "chn_jpn_yue_eng_ko_spectok.bpe.model"
 REQUIRED_FILES = ("model.onnx", "config.yaml", "am.mvn", BPE_MODEL)
@@ -110,24 +109,17 @@ class SenseVoiceSource(ChunkedSource):
         self.use_itn = use_itn
         self.device = device
         self.chunk_s, self.pad_last = chunk_s, pad_last
-        self._sessions: dict[int, tuple] = {}
-        self._lock = threading.Lock()
-        self.device_note = self._session(1)[1]
-
-    def _session(self, threads: int):
-        with self._lock:
-            if threads not in self._sessions:
-                self._sessions[threads] = ort_session(self.dir / "model.onnx", self.device, threads)
-            return self._sessions[threads]
+        self._sessions = OrtSessions(self.dir / "model.onnx", device)
+        self.device_note = self._sessions.get(1)[1]
 
     @property
     def device_in_use(self) -> list[str]:
-        return self._session(1)[0].get_providers()
+        return self._sessions.device_in_use
 
     def logits(self, samples: np.ndarray, language: str = "auto", threads: int = 1) -> np.ndarray:
         """CTC logits of one chunk (valid frames only, the four tag frames first)."""
         features = self.frontend(samples)
-        session = self._session(threads)[0]
+        session = self._sessions.get(threads)[0]
         feeds = [
             features[None],
             np.array([features.shape[0]], np.int32),
