@@ -29,7 +29,7 @@ Example::
     backend = "onnxruntime"
     device = "cpu"
     threads = 1
-    publication_size = 8
+    publication_size = 2
     [device_profile]
     name = "this machine"
 """
@@ -96,7 +96,7 @@ class SourceConfig:
     backend: str | None = None
     device: str = "cpu"
     threads: int = 1
-    publication_size: int = 8
+    publication_size: int = DecodeOptions().publication_size
 
 
 @attrs.frozen
@@ -118,7 +118,7 @@ class Config:
     def decode_options(self) -> DecodeOptions:
         return DecodeOptions(
             budget=self.budget,
-            publication_size=self.source.publication_size if self.source else 8,
+            publication_size=self.source.publication_size if self.source else DecodeOptions().publication_size,
             align_window=self.align_window,
             target_threads=self.target.threads,
             shared_target_threads=self.target.shared_threads,
