@@ -15,6 +15,7 @@ from pathlib import Path
 
 import attrs
 
+from ..engine import DecodeOptions
 from .costs import Costs
 from .replay import DECOUPLED, Record, record_of, replay_record
 
@@ -134,7 +135,7 @@ def config_text(base, pair: Pair, note: str) -> str:
     if s is not None and s.name == pair.source and s.backend:
         lines.append(f'backend = "{s.backend}"')
     lines += [f'device = "{s.device if s else "cpu"}"', f"threads = {s.threads if s else 1}",
-              f"publication_size = {s.publication_size if s else 8}"]
+              f"publication_size = {s.publication_size if s else DecodeOptions().publication_size}"]
     if base.device_profile:
         lines += ["", "[device_profile]", f'name = "{base.device_profile["name"]}"']
         if base.device_profile.get("description"):
