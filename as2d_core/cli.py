@@ -14,9 +14,11 @@ from .contracts import Request
 from .engine import METHODS, DecodeOptions, DecodeResult, run_request
 from .paths import models_dir
 from .plugins import UnknownPart, load_registry, register_commands
+from .process_source import ProcessSource
 
 DEFAULT_TARGET = "whisper-base"
 DEFAULT_SOURCE = "whisper-tiny.en"
+PROCESS_SUFFIX = "+process"
 
 
 @click.group()
@@ -30,6 +32,16 @@ def build_part(kind: str, name: str, **options):
     part = load_registry().get(kind, name)
     options.setdefault("models_dir", models_dir())
     return part.factory(options)
+
+
+def build_source(spec: str, **options):
+    """A registered source by name; ``NAME+process`` runs it in its own process (``process_source``)."""
+    if not spec.endswith(PROCESS_SUFFIX):
+        return build_part("source", spec, **options)
+    name = spec[: -len(PROCESS_SUFFIX)]
+    load_registry().get("source", name)  # an unknown name fails here, listing what is installed
+    options.setdefault("models_dir", models_dir())
+    return ProcessSource.from_registry(name, options, name=spec)
 
 
 def _fail(message: str) -> None:
@@ -77,7 +89,8 @@ def parts_from_config(path: Path, overrides: dict | None = None, with_source: bo
                         device=report.devices["target"], threads=config.target.threads)
     source = None
     if config.source is not None and (with_source if with_source is not None else config.method == "as2d"):
-        source = build_part("source", config.source.name, backend=config.source.backend,
+        spec = config.source.name + (PROCESS_SUFFIX if config.source.process else "")
+        source = build_source(spec, backend=config.source.backend,
                             device=report.devices.get("source", config.source.device), threads=config.source.threads)
     return config, report, target, source
 
@@ -89,7 +102,8 @@ def parts_from_config(path: Path, overrides: dict | None = None, with_source: bo
 @click.option("--language", default=None, help="Language code; without it the target detects the language.")
 @click.option("--method", type=click.Choice(METHODS), default="as2d", show_default=True)
 @click.option("--target", "target_name", default=DEFAULT_TARGET, show_default=True)
-@click.option("--source", "source_name", default=DEFAULT_SOURCE, show_default=True, help="Drafter source.")
+@click.option("--source", "source_name", default=DEFAULT_SOURCE, show_default=True,
+              help="Drafter source; NAME+process runs it in its own process (for targets that hold the GIL).")
 @click.option("--budget", type=int, default=7, show_default=True, help="Proposals per verification (width <= budget+1).")
 @click.option("--publication-size", type=int, default=2, show_default=True, help="Drafter tokens per published batch.")
 @click.option("--target-threads", type=int, default=2, show_default=True, help="Target threads when it runs alone.")
@@ -122,7 +136,7 @@ def run(
             )
             task, instruction = "asr", None
             target = build_part("target", target_name, device=device)
-            source = build_part("source", source_name) if method == "as2d" else None
+            source = build_source(source_name) if method == "as2d" else None
         samples = load_audio(audio, resample=resample)
         request = Request(request_id=audio.stem, audio=samples, language=language, task=task, instruction=instruction)
     except (AudioError, UnknownPart, ValueError, FileNotFoundError, RuntimeError) as exc:

@@ -72,6 +72,7 @@ _TABLES: dict[str, dict[str, tuple]] = {
         "device": (str, False, None),
         "threads": (int, False, None),
         "publication_size": (int, False, None),
+        "process": (bool, False, None),
     },
     "device_profile": {
         "name": (str, True, None),
@@ -97,6 +98,7 @@ class SourceConfig:
     device: str = "cpu"
     threads: int = 1
     publication_size: int = DecodeOptions().publication_size
+    process: bool = False  # run the drafter in its own process (targets whose runtime holds the GIL)
 
 
 @attrs.frozen
@@ -162,7 +164,7 @@ class ConfigError(ValueError):
 
 
 def _type_name(kind: type) -> str:
-    return {str: "a string", int: "an integer"}[kind]
+    return {str: "a string", int: "an integer", bool: "true or false"}[kind]
 
 
 def _check_table(values: dict, schema: dict[str, tuple], prefix: str, errors: list[str]) -> dict:
@@ -175,7 +177,7 @@ def _check_table(values: dict, schema: dict[str, tuple], prefix: str, errors: li
             errors.append(f"{dotted}: unknown key; allowed in {where}: {allowed}")
             continue
         kind, _required, choices = schema[key]
-        if isinstance(value, bool) or not isinstance(value, kind):
+        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
             errors.append(f"{dotted}: must be {_type_name(kind)}, got {value!r}")
             continue
         if choices is not None and value not in choices:

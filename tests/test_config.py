@@ -70,6 +70,9 @@ def test_good_config(tmp_path, registry):
     options = report.config.decode_options()
     assert options.budget == 7 and options.target_threads == 2 and options.drafter_threads == 1
     assert report.config.source.backend == "onnxruntime"  # defaults to the part's first backend
+    assert report.config.source.process is False
+    report = _check(tmp_path, GOOD.replace("threads = 1", "threads = 1\nprocess = true"), registry)
+    assert report.ok and report.config.source.process is True
 
 
 @pytest.mark.parametrize(
@@ -86,6 +89,7 @@ def test_good_config(tmp_path, registry):
         (('backend = "onnxruntime"', 'backend = "torch"'), "target.backend: 'whisper-base' does not run on 'torch'"),
         (('on_missing_device = "error"', 'on_missing_device = "silent"'), "on_missing_device: 'silent' is not allowed"),
         (("threads = 1", "threads = true"), "source.threads: must be an integer"),
+        (("threads = 1", "threads = 1\nprocess = 1"), "source.process: must be true or false, got 1"),
         (("[target]", "[targets]"), "target: required table [target] is missing"),
     ],
 )

@@ -118,6 +118,22 @@ def test_as2d_equals_target_only_on_mnn(mnn_target, mnn_source, mnn_greedy, item
     assert len(result.tokens) > 5
 
 
+@pytest.mark.parametrize("source_backend", ["mnn", "onnxruntime"])
+def test_as2d_with_drafter_process_on_mnn(mnn_target, mnn_greedy, source_backend):
+    """The drafter in its own process (MNN keeps the GIL while it computes): still exact, and it drafts."""
+    from as2d_core.cli import build_source
+
+    source = build_source("whisper-tiny.en+process", backend=source_backend)
+    try:
+        for item_id in WINDOWS[:2]:
+            request = Request(item_id, load_window(item_id), language="en")
+            result = run_request(request, mnn_target, source, "as2d", DecodeOptions())
+            assert result.tokens == mnn_greedy[item_id] and result.producer_error is None
+            assert result.published > 0
+    finally:
+        source.close()
+
+
 def test_batched_verify_and_truncate_on_mnn(mnn_target):
     from test_whisper_target import check_batched_verify_and_truncate
 

@@ -24,11 +24,14 @@ DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--save-traces", is_flag=True, help="Write every window's operation trajectory to DIR/traces.jsonl.")
 @click.option("--target", "target_name", default="whisper-base", show_default=True)
+@click.option("--target-backend", default=None, help="Backend of the target (e.g. onnxruntime, mnn); default: the plugin's.")
+@click.option("--source-backend", default=None, help="Backend of every source; default: each plugin's.")
 @click.option("--source", "source_name", default=None, show_default=DEFAULT_SOURCE,
               help="The drafter (one registered source; see `as2d sources list`).")
 @click.option("--sources", "source_names", default=None,
               help="Several drafters, comma-separated, instead of --source: each source-dependent method runs once "
-                   "per source, named METHOD for the first and METHOD@SOURCE for the others.")
+                   "per source, named METHOD for the first and METHOD@SOURCE for the others. NAME+process runs "
+                   "that source in its own process (as2d methods only; serial baselines need it in-process).")
 @click.option("--budget", type=int, default=7, show_default=True)
 @click.option("--publication-size", type=int, default=2, show_default=True)
 @click.option("--target-threads", type=int, default=2, show_default=True)
@@ -37,10 +40,11 @@ DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
 @click.option("--limit", type=int, default=None, help="Only the first N windows.")
 @click.option("--languages", default=None, help="Only windows of these comma-separated languages.")
 @click.option("--warmup/--no-warmup", default=True, show_default=True, help="One untimed pass on the first window.")
-def bench(manifest, methods, out_dir, save_traces, target_name, source_name, source_names, budget, publication_size,
+def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, source_backend, source_name,
+          source_names, budget, publication_size,
           target_threads, shared_target_threads, drafter_threads, limit, languages, warmup):
     """Run METHODS on every window of MANIFEST (JSONL: id, path, lang, text) and write results to OUT."""
-    from ..cli import build_part
+    from ..cli import build_part, build_source
     from ..engine import DecodeOptions
     from .peers import make_peers
     from .runner import SOURCE_METHODS, Bench, expand_methods, plan_runs, read_manifest
@@ -63,9 +67,9 @@ def bench(manifest, methods, out_dir, save_traces, target_name, source_name, sou
         windows = windows[:limit] if limit else windows
         if not windows:
             raise ValueError("no windows to run")
-        target = build_part("target", target_name)
+        target = build_part("target", target_name, backend=target_backend)
         needs_source = any(m in SOURCE_METHODS for m in chosen)
-        sources = [build_part("source", name) for name in names] if needs_source else []
+        sources = [build_source(name, backend=source_backend) for name in names] if needs_source else []
         plan_runs(chosen, sources)  # distinct source names
     except Exception as exc:
         click.echo(f"Error: {exc}", err=True)
