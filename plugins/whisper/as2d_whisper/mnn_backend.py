@@ -16,9 +16,10 @@ Notes on MNN 3.6.1 (PyPI wheel):
   (graph, thread count), as ONNX Runtime needs a session per thread count;
 - its Python calls keep the GIL while MNN computes (unlike ONNX Runtime), so two
   models driven from two Python threads do not overlap: two 1-thread decoders in
-  two threads took 2.1x one decoder's time (ONNX Runtime: 1.4x). as2d's drafter
-  thread is starved while an MNN target verifies, so as2d on MNN is exact but
-  slower than target-only until the drafter runs in another process;
+  two threads took 2.1x one decoder's time (ONNX Runtime: 1.4x). A drafter
+  thread is starved while an MNN target verifies, so as2d with an MNN target
+  runs its drafter in its own process (``whisper-tiny.en+process``,
+  ``as2d_core.process_source``);
 - ``decoder.int8.mnn`` (8-bit weights) was no faster than fp32 on an x86 CPU:
   the Python runtime config cannot select MNN's low-memory (int8 compute) mode.
 """
