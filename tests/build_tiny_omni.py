@@ -1,14 +1,21 @@
-"""Build tiny random-weight Qwen2.5-Omni models in the real formats (HF folder and MNN llmexport folder).
+"""Build tiny random-weight Qwen2.5-Omni models in the real formats (HF checkpoint folder and MNN llmexport folder).
 
-Usage (a minute on 2 cores; needs transformers 4.x, llmexport 0.0.5, MNN):
+Rebuild the committed fixtures (a minute on 2 cores; needs transformers 4.57, llmexport 0.0.5, MNN 3.6):
 
-    python tests/build_tiny_omni.py [OUT_DIR]      # default: tests/fixtures
+    .venv/bin/python tests/build_tiny_omni.py [OUT_DIR]      # default: tests/fixtures
 
-It writes ``tiny-omni-7b-hf/`` (the HF checkpoint layout, used as the logits
-reference), ``tiny-omni-7b/`` (target) and ``tiny-omni-3b/`` (drafter) as MNN
-folders. The drafter is the target with noise on its weights, so it shares the
-tokenizer and agrees with the target often but not always: as2d then sees both
-accepted and rejected candidates.
+It writes ``tiny-omni-7b-hf/`` (target) and ``tiny-omni-3b-hf/`` (drafter) in the
+Hugging Face layout (the torch backend's folders and the logits reference), and
+their MNN exports ``tiny-omni-7b/`` and ``tiny-omni-3b/``. The drafter is the
+target with noise on its weights, so it shares the tokenizer and agrees with
+the target often but not always: as2d then sees both accepted and rejected
+candidates.
+
+A random model barely listens to its audio: attention is near uniform, and the
+audio encoder's output is mostly its fixed position embedding. Larger audio
+convolutions (the sound, not the position, shapes the audio embeddings),
+sharper attention and a larger attention output (against the token's own
+embedding) make the greedy output change with the audio in most positions.
 """
 from __future__ import annotations
 
@@ -41,7 +48,8 @@ CHAT_TEMPLATE = (
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 HIDDEN, LAYERS, HEADS, KV_HEADS = 64, 2, 4, 2
-DRAFTER_NOISE = 0.015  # relative to each weight's std
+DRAFTER_NOISE = 0.01  # relative to each weight's std
+AUDIO_CONV_SCALE, QK_SCALE, VO_SCALE = 8.0, 2.0, 2.5  # make the output depend on the audio (see above)
 
 
 def config(ids: dict[str, int], vocab: int):
@@ -75,8 +83,8 @@ def config(ids: dict[str, int], vocab: int):
     return Qwen2_5OmniConfig(thinker_config=thinker, enable_audio_output=False)
 
 
-def build_hf(out: Path, seed: int, noise_from=None) -> None:
-    """Save a seeded random Omni checkpoint (thinker only) with tokenizer, processor and a dummy spk_dict.pt."""
+def build_hf(out: Path, seed: int, noise_from=None):
+    """Save a seeded random Omni checkpoint (thinker only) with tokenizer, processor files and a dummy spk_dict.pt."""
     import torch
     from transformers import Qwen2_5OmniForConditionalGeneration, WhisperFeatureExtractor
 
@@ -91,9 +99,15 @@ def build_hf(out: Path, seed: int, noise_from=None) -> None:
                 p.fill_(1.0)
             else:
                 p.zero_()
-        model.thinker.lm_head.weight.mul_(8.0)  # spread logits so argmax has no near ties
-        model.thinker.model.embed_tokens.weight.normal_(0, 1.0)
-        model.thinker.audio_tower.proj.weight.mul_(4.0)  # let the audio move the output of a random model
+        thinker = model.thinker
+        thinker.lm_head.weight.mul_(8.0)  # spread logits so argmax has no near ties
+        thinker.model.embed_tokens.weight.normal_(0, 1.0)
+        thinker.audio_tower.proj.weight.mul_(4.0)
+        thinker.audio_tower.conv1.weight.mul_(AUDIO_CONV_SCALE)
+        thinker.audio_tower.conv2.weight.mul_(AUDIO_CONV_SCALE)
+        for layer in thinker.model.layers:
+            for proj, scale in (("q_proj", QK_SCALE), ("k_proj", QK_SCALE), ("v_proj", VO_SCALE), ("o_proj", VO_SCALE)):
+                getattr(layer.self_attn, proj).weight.mul_(scale)
         if noise_from is not None:
             model.load_state_dict(noise_from.state_dict())
             gen = torch.Generator().manual_seed(seed)
@@ -104,6 +118,7 @@ def build_hf(out: Path, seed: int, noise_from=None) -> None:
     model.generation_config.pad_token_id = ids["<|endoftext|>"]
     model.save_pretrained(out, safe_serialization=True)
     WhisperFeatureExtractor(feature_size=128).save_pretrained(out)
+    (out / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2) + "\n")
     torch.save({"Chelsie": {"cond": torch.zeros(1, 192), "ref_mel": torch.zeros(1, 30, 80), "bos_token": 0}},
                out / "spk_dict.pt")
     return model
@@ -137,10 +152,10 @@ def main(out_dir: Path) -> None:
             dest = out_dir / name
             export_mnn(hf, dest)
             finish_mnn(hf, dest)
-        keep = out_dir / "tiny-omni-7b-hf"
-        shutil.rmtree(keep, ignore_errors=True)
-        shutil.copytree(target_hf, keep)
-    print(f"wrote {out_dir}/tiny-omni-7b-hf, tiny-omni-7b, tiny-omni-3b")
+        for hf in (target_hf, drafter_hf):
+            shutil.rmtree(out_dir / hf.name, ignore_errors=True)
+            shutil.copytree(hf, out_dir / hf.name)
+    print(f"wrote {out_dir}/tiny-omni-7b-hf, tiny-omni-3b-hf, tiny-omni-7b, tiny-omni-3b")
 
 
 if __name__ == "__main__":
