@@ -10,6 +10,6 @@ python3 -m venv .venv
 .venv/bin/python -m pip install --quiet -c scripts/constraints.txt \
   -e ".[test,bench]" \
   -e ./plugins/onnxruntime -e "./plugins/whisper[convert,models]" \
-  -e "./plugins/mnn[runtime]" -e ./plugins/omni -e "./plugins/qwen3_asr[torch]" \
+  -e "./plugins/mnn[runtime]" -e "./plugins/omni[torch]" -e "./plugins/qwen3_asr[torch]" \
   -e ./plugins/pocketsphinx -e ./plugins/parakeet -e ./plugins/sensevoice
 .venv/bin/as2d models install whisper-base whisper-tiny.en

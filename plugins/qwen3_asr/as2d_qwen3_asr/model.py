@@ -4,7 +4,8 @@ The prompt is the model's own: the processor's chat template over a system turn
 (context, empty by default) and a user turn holding the audio, then the assistant
 turn; with a language hint qwen-asr appends ``language X<asr_text>`` so the
 response is the text alone. The thinker's KV cache is a transformers
-DynamicCache: ``crop`` is the cache repair. Both sizes share the tokenizer.
+DynamicCache (``as2d_mnn.torch_lm``, shared with the Omni plugin): ``crop``
+is the cache repair. Both sizes share the tokenizer.
 
 On MNN this model needs an MNN build newer than 3.6.1 (its audio encoder fails
 on 3.6.1), which ``as2d_mnn.llm.qwen3_asr_audio_reason`` detects.
@@ -18,6 +19,7 @@ import numpy as np
 
 from as2d_core.contracts import Request
 from as2d_mnn.lm import LMDraftJob, LMTargetSession, check_folder
+from as2d_mnn.torch_lm import TorchLMState
 
 TORCH_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.json",
                "merges.txt", "preprocessor_config.json")
@@ -36,46 +38,6 @@ def _files(folder: Path) -> Sequence[str]:
     if (folder / "model.safetensors.index.json").is_file():
         return tuple(f for f in TORCH_FILES if f != "model.safetensors") + ("model.safetensors.index.json",)
     return TORCH_FILES
-
-
-class _TorchState:
-    """The thinker's KV cache for one request (as2d_mnn.lm.LMState)."""
-
-    def __init__(self, model: "_Qwen3ASR"):
-        from transformers import DynamicCache
-
-        self.m = model
-        self.cache = DynamicCache()
-        self.length = 0
-
-    def prefill(self, inputs: dict) -> np.ndarray:
-        torch = self.m.torch
-        with torch.inference_mode():
-            out = self.m.thinker(**inputs, past_key_values=self.cache, use_cache=True)
-        self.length = int(inputs["input_ids"].shape[1])
-        return out.logits[0].double().numpy()
-
-    def append(self, tokens: Sequence[int]) -> np.ndarray:
-        torch = self.m.torch
-        k, p = len(tokens), self.length
-        positions = torch.arange(p, p + k).view(1, 1, k).expand(3, 1, k)
-        with torch.inference_mode():
-            out = self.m.thinker(input_ids=torch.tensor([list(tokens)]), position_ids=positions,
-                                 cache_position=torch.arange(p, p + k), past_key_values=self.cache, use_cache=True)
-        self.length = p + k
-        return out.logits[0].double().numpy()
-
-    def truncate(self, length: int) -> None:
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot cut {self.length} cached positions to {length}")
-        self.cache.crop(length)
-        self.length = length
-
-    def use_threads(self, threads: int) -> None:
-        self.m.torch.set_num_threads(max(1, int(threads)))  # process-wide in torch
-
-    def close(self) -> None:
-        self.cache = None
 
 
 class _Qwen3ASR:
@@ -126,9 +88,8 @@ class _Qwen3ASR:
         inputs = self.processor(text=[self.prompt(request.language)], audio=[np.asarray(request.audio)],
                                 return_tensors="pt", padding=True)
         inputs["input_features"] = inputs["input_features"].to(self.model.dtype)
-        state = _TorchState(self)
-        state.use_threads(threads)
-        return state, state.prefill(dict(inputs))
+        state = TorchLMState(self.thinker, threads)
+        return state, state.prefill(dict(inputs))  # Qwen3-ASR numbers every position in order: delta 0
 
     def decode_text(self, tokens: Sequence[int]) -> str:
         """Text after ``<asr_text>`` (an unhinted response starts with ``language X<asr_text>``)."""

@@ -58,5 +58,8 @@ def torch_probe() -> dict[str, str | None]:
 
 @hookimpl
 def register_backends(register):
-    register("torch", torch_probe, description="PyTorch (transformers through qwen-asr), for Qwen3-ASR",
-             devices=("cpu", "cuda"), install=INSTALL)
+    try:
+        register("torch", torch_probe, devices=("cpu", "cuda"), install=INSTALL,
+                 description="PyTorch (transformers), for Qwen3-ASR (through qwen-asr) and Qwen2.5-Omni")
+    except ValueError:  # one torch backend serves both Qwen plugins: the omni plugin registered it already
+        pass
