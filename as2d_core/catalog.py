@@ -94,14 +94,31 @@ def not_installed_reason(entry: Entry, registry: Registry | None = None) -> str:
     return f"plugin {entry.plugin or '?'!r} is not installed: {install_hint(entry)}"
 
 
-def missing_files(entry: Entry, models_dir: Path | None = None) -> tuple[Path | None, list[str]]:
-    """The model folder of ``entry`` and which of its required files are absent."""
+def required_files(entry: Entry, backend: str | None = None) -> tuple[str, ...]:
+    """The files every backend reads plus those of ``backend`` (default: the part's first backend).
+
+    Backends may read different exports of one model (MNN's llmexport folder, a
+    Hugging Face checkpoint): ``backend_files`` lists each one's own files.
+    """
+    if backend is None:
+        backend = next(iter(entry.tuple_info("backends") or ()), None)
+    own = (entry.info.get("backend_files") or {}).get(backend, ())
+    return tuple(entry.info.get("required_files") or ()) + tuple(own)
+
+
+def missing_files(entry: Entry, models_dir: Path | None = None,
+                  backend: str | None = None) -> tuple[Path | None, list[str]]:
+    """The model folder of ``entry`` and which of the files ``backend`` needs are absent."""
     folder_name = entry.info.get("model_dir")
     if not folder_name:
         return None, []
     folder = Path(models_dir or default_models_dir()) / folder_name
-    required = entry.info.get("required_files") or ()
-    return folder, [f for f in required if not (folder / f).is_file()]
+    return folder, [f for f in required_files(entry, backend) if not (folder / f).is_file()]
+
+
+def ready_backends(entry: Entry, models_dir: Path | None = None) -> list[str]:
+    """The part's backends whose files are all in its model folder."""
+    return [b for b in entry.tuple_info("backends") or () if not missing_files(entry, models_dir, b)[1]]
 
 
 def files_reason(entry: Entry, folder: Path, missing: list[str]) -> str:
@@ -153,6 +170,9 @@ def row(entry: Entry, registry: Registry | None = None, models_dir: Path | None 
     }
     if entry.kind in ("source", "target"):
         folder, missing = missing_files(entry, models_dir)
+        ready = ready_backends(entry, models_dir)
+        if missing and ready:  # the default backend's files are absent, another backend's are complete
+            missing = []
         out.update(
             tasks=list(info.get("tasks") or ()),
             languages=None if info.get("languages") is None else list(info["languages"]),
@@ -160,6 +180,8 @@ def row(entry: Entry, registry: Registry | None = None, models_dir: Path | None 
             backends=list(info.get("backends") or ()),
             model_dir=str(folder) if folder else None,
             required_files=list(info.get("required_files") or ()),
+            backend_files={b: list(f) for b, f in (info.get("backend_files") or {}).items()},
+            files_ready_for=ready,
             missing_files=missing,
             layout=info.get("layout"),
         )

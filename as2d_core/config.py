@@ -281,7 +281,7 @@ def _check_here(config: Config, role: str, entry: catalog.Entry, backend: str | 
     if not entry.installed:
         report.missing.append(f"{role}: {catalog.not_installed_reason(entry, registry)}")
     else:
-        folder, missing = catalog.missing_files(entry)
+        folder, missing = catalog.missing_files(entry, backend=backend)
         if missing:
             report.missing.append(f"{role}: {catalog.files_reason(entry, folder, missing)}")
     report.devices[role] = device

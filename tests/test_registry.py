@@ -55,7 +55,7 @@ def test_catalog_names_every_seed_part():
             assert entry.get("model_dir") or entry["required_files"] == [], name
 
 
-FACTS = ("tasks", "languages", "vocabulary", "backends", "model_dir", "required_files", "devices")
+FACTS = ("tasks", "languages", "vocabulary", "backends", "model_dir", "required_files", "backend_files", "devices")
 
 
 def test_catalog_agrees_with_installed_plugins(fresh):
@@ -73,6 +73,9 @@ def test_catalog_agrees_with_installed_plugins(fresh):
                 registered, listed = part.info[key], facts.get(key)
                 if key == "required_files":
                     registered, listed = set(registered), set(listed)
+                elif key == "backend_files":
+                    registered = {b: set(f) for b, f in registered.items()}
+                    listed = {b: set(f) for b, f in (listed or {}).items()}
                 elif registered is not None and listed is not None:
                     registered, listed = tuple(registered), tuple(listed)
                 assert registered == listed, (kind, name, key)
@@ -112,6 +115,25 @@ def test_missing_model_files_are_named(fresh, tmp_path):
     row = catalog.row(catalog.lookup("target", "t", registry, {}), registry, tmp_path)
     assert row["installed"] and not row["available"]
     assert row["missing_files"] == ["b.json"] and str(tmp_path / "t") in row["reason"]
+
+
+def test_backend_files_are_checked_per_backend(fresh, tmp_path):
+    """A folder complete for one backend's export is available; the default backend's gaps are named otherwise."""
+    registry = plugins.Registry()
+    registry.add("target", "p", "t", lambda o: None, {
+        "model_dir": "t", "backends": ("mnn", "torch"), "required_files": ("config.json",),
+        "backend_files": {"mnn": ("llm.mnn",), "torch": ("model.safetensors",)}})
+    folder = tmp_path / "t"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    entry = catalog.lookup("target", "t", registry, {})
+    row = catalog.row(entry, registry, tmp_path)
+    assert not row["available"] and row["missing_files"] == ["llm.mnn"] and row["files_ready_for"] == []
+    (folder / "model.safetensors").write_text("")
+    row = catalog.row(entry, registry, tmp_path)
+    assert row["files_ready_for"] == ["torch"] and row["missing_files"] == []
+    assert catalog.missing_files(entry, tmp_path, "mnn")[1] == ["llm.mnn"]
+    assert catalog.missing_files(entry, tmp_path, "torch")[1] == []
 
 
 def test_onnxruntime_probe_tells_nnapi_is_missing(monkeypatch):
