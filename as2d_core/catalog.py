@@ -94,6 +94,11 @@ def not_installed_reason(entry: Entry, registry: Registry | None = None) -> str:
     return f"plugin {entry.plugin or '?'!r} is not installed: {install_hint(entry)}"
 
 
+def default_backend(entry: Entry) -> str | None:
+    """A part runs on its first listed backend unless told otherwise."""
+    return next(iter(entry.tuple_info("backends") or ()), None)
+
+
 def required_files(entry: Entry, backend: str | None = None) -> tuple[str, ...]:
     """The files every backend reads plus those of ``backend`` (default: the part's first backend).
 
@@ -101,7 +106,7 @@ def required_files(entry: Entry, backend: str | None = None) -> tuple[str, ...]:
     Hugging Face checkpoint): ``backend_files`` lists each one's own files.
     """
     if backend is None:
-        backend = next(iter(entry.tuple_info("backends") or ()), None)
+        backend = default_backend(entry)
     own = (entry.info.get("backend_files") or {}).get(backend, ())
     return tuple(entry.info.get("required_files") or ()) + tuple(own)
 

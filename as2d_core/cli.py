@@ -241,54 +241,32 @@ def _listing(kind: str, as_json: bool) -> None:
 
 
 _JSON_HELP = "Print a JSON list of objects (name, kind, plugin, installed, available, reason, ...)."
+# kind -> (group name, group help, `list` help): one `as2d GROUP list [--json]` command each.
+_LISTINGS = {
+    "source": ("sources", "Drafter sources, installed or not.",
+               "Every known source: provided by an installed plugin, model files present."),
+    "target": ("targets", "Target models, installed or not.",
+               "Every known target: provided by an installed plugin, model files present."),
+    "backend": ("backends", "Runtimes and the devices that really run on this machine.",
+                "Every known backend, with each device probed (a silent CPU fallback counts as not running)."),
+    "bridge": ("bridges", "Tokenizer bridges between drafter and target vocabularies.",
+               "Every known bridge and which vocabularies it connects."),
+}
 
 
-@cli.group()
-def sources() -> None:
-    """Drafter sources, installed or not."""
+def _add_listing(kind: str, group_name: str, group_help: str, list_help: str) -> None:
+    group = click.Group(group_name, help=group_help)
+
+    @group.command("list", help=list_help)
+    @click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
+    def list_command(as_json):
+        _listing(kind, as_json)
+
+    cli.add_command(group)
 
 
-@sources.command("list")
-@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
-def sources_list(as_json):
-    """Every known source: provided by an installed plugin, model files present."""
-    _listing("source", as_json)
-
-
-@cli.group()
-def targets() -> None:
-    """Target models, installed or not."""
-
-
-@targets.command("list")
-@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
-def targets_list(as_json):
-    """Every known target: provided by an installed plugin, model files present."""
-    _listing("target", as_json)
-
-
-@cli.group()
-def backends() -> None:
-    """Runtimes and the devices that really run on this machine."""
-
-
-@backends.command("list")
-@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
-def backends_list(as_json):
-    """Every known backend, with each device probed (a silent CPU fallback counts as not running)."""
-    _listing("backend", as_json)
-
-
-@cli.group()
-def bridges() -> None:
-    """Tokenizer bridges between drafter and target vocabularies."""
-
-
-@bridges.command("list")
-@click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
-def bridges_list(as_json):
-    """Every known bridge and which vocabularies it connects."""
-    _listing("bridge", as_json)
+for _kind, _texts in _LISTINGS.items():
+    _add_listing(_kind, *_texts)
 
 
 @cli.group()

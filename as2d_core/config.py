@@ -30,6 +30,7 @@ Example::
     device = "cpu"
     threads = 1
     publication_size = 2
+    process = false             # true: run the drafter in its own process (targets that hold the GIL)
     [device_profile]
     name = "this machine"
 """
@@ -257,7 +258,7 @@ def _check_part(config: Config, role: str, name: str, backend: str | None, devic
         )
     backends = entry.info.get("backends") or ()
     if backend is None:
-        backend = backends[0] if backends else None
+        backend = catalog.default_backend(entry)
     elif backends and backend not in backends:
         report.errors.append(f"{role}.backend: {name!r} does not run on {backend!r}; allowed: {', '.join(backends)}")
         return entry, None
