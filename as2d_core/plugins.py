@@ -44,6 +44,7 @@ class Registry:
     parts: dict[tuple[str, str], Part] = attrs.Factory(dict)
     plugins: list[dict] = attrs.Factory(list)
     skipped: dict[str, str] = attrs.Factory(dict)  # entry-point name -> why it did not load
+    manager: pluggy.PluginManager | None = None  # the one that filled it (plugins add CLI commands through it)
 
     def add(self, kind: str, plugin: str, name: str, factory: Callable, info: dict) -> None:
         key = (kind, name)
@@ -115,7 +116,7 @@ def load_registry(refresh: bool = False) -> Registry:
     if _REGISTRY is not None and not refresh:
         return _REGISTRY
     manager, distributions, skipped = plugin_manager()
-    registry = Registry(skipped=skipped)
+    registry = Registry(skipped=skipped, manager=manager)
     hooks = {
         "target": manager.hook.register_targets,
         "source": manager.hook.register_sources,
@@ -148,5 +149,4 @@ def load_registry(refresh: bool = False) -> Registry:
 
 def register_commands(cli) -> None:
     """Let every loaded plugin add its own commands to the ``as2d`` group."""
-    manager, _, _ = plugin_manager()
-    manager.hook.register_commands(cli=cli)
+    load_registry().manager.hook.register_commands(cli=cli)
