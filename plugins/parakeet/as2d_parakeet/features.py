@@ -8,6 +8,8 @@ onnx-asr's NeMo preprocessor, so a folder behaves the same in both.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 N_FFT, WIN, HOP, PREEMPH, LOG_GUARD = 512, 400, 160, 0.97, 2.0**-24
@@ -40,12 +42,19 @@ def mel_filterbank(n_mels: int, sample_rate: int = 16000, n_fft: int = N_FFT) ->
 
 
 _WINDOW = np.pad(np.hanning(WIN), ((N_FFT - WIN) // 2, (N_FFT - WIN) // 2))
-_BANKS: dict[int, np.ndarray] = {}
+
+
+@lru_cache(maxsize=None)
+def _bank(n_mels: int) -> np.ndarray:
+    """The filterbank, built once per size: ``log_mel`` runs for every chunk and the bank never changes."""
+    bank = mel_filterbank(n_mels)
+    bank.flags.writeable = False
+    return bank
 
 
 def log_mel(samples: np.ndarray, n_mels: int = 80) -> tuple[np.ndarray, int]:
     """Features [n_mels, frames] of one 16 kHz waveform and the number of valid frames."""
-    bank = _BANKS.setdefault(n_mels, mel_filterbank(n_mels))
+    bank = _bank(n_mels)
     x = np.asarray(samples, np.float32)
     x = np.concatenate([x[:1], x[1:] - PREEMPH * x[:-1]])
     x = np.pad(x, (N_FFT // 2, N_FFT // 2))
