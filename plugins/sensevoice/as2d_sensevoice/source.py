@@ -110,7 +110,9 @@ class SenseVoiceSource(ChunkedSource):
         self.device = device
         self.chunk_s, self.pad_last = chunk_s, pad_last
         self._sessions = OrtSessions(self.dir / "model.onnx", device)
-        self.device_note = self._sessions.get(1)[1]
+        session, self.device_note = self._sessions.get(1)
+        # the graph's input names are the same in every thread count's session: read once, not per chunk
+        self._input_names = [i.name for i in session.get_inputs()]
 
     @property
     def device_in_use(self) -> list[str]:
@@ -126,8 +128,7 @@ class SenseVoiceSource(ChunkedSource):
             np.array([LANGUAGE_IDS.get(language, 0)], np.int32),
             np.array([TEXTNORM_IDS[self.use_itn]], np.int32),
         ]
-        names = [i.name for i in session.get_inputs()]
-        logits, lengths = session.run(None, dict(zip(names, feeds)))[:2]
+        logits, lengths = session.run(None, dict(zip(self._input_names, feeds)))[:2]
         return logits[0, : int(lengths[0])]
 
     def transcribe_chunk(self, samples: np.ndarray, language: str = "auto", threads: int = 1) -> list[int]:
