@@ -5,10 +5,8 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import mean, median
 
+from ..events import DRAFT_KINDS, TARGET_KINDS
 from .summary import window_tps
-
-DRAFT_KINDS = {"draft"}
-TARGET_KINDS = {"verify", "step"}
 
 
 def _fmt(value, digits=2) -> str:

@@ -9,6 +9,7 @@ start of the decode clock).
 from __future__ import annotations
 
 from ..engine import DecodeResult
+from ..events import TARGET_KINDS
 
 FORMAT = "as2d-trace/1"
 
@@ -25,14 +26,14 @@ def build_trace(window: str, result: DecodeResult, label: str | None = None) -> 
         return round(t - t0, 9)
 
     events = [e for e in (result.events or ()) if e.kind != "prepare"]
-    target_events = sorted((e for e in events if e.kind in ("verify", "step")), key=lambda e: e.start)
+    target_events = sorted((e for e in events if e.kind in TARGET_KINDS), key=lambda e: e.start)
     published: list[dict] = []
     calls: list[dict] = []
     if result.batches:  # decoupled drafting: the producer's immutable batches
         for b in result.batches:
             published.append({"offset": b.offset, "tokens": list(b.tokens), "t": rel(b.published_at),
                               "confidences": list(b.confidences) if b.confidences else None, "final": b.final})
-    rounds = [t for t in result.trace if t["kind"] in ("verify", "step")]
+    rounds = [t for t in result.trace if t["kind"] in TARGET_KINDS]
     for t in result.trace:
         if t["kind"] == "draft":  # serial drafting: a round's candidates appear when its draft ends
             published.append({"offset": t["offset"], "tokens": list(t["candidates"]), "t": rel(t["end"]),

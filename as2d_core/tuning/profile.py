@@ -36,6 +36,7 @@ import numpy as np
 from ..buffer import CandidateBuffer
 from ..contracts import Request, Source, Target
 from ..engine import DecodeOptions, run_request
+from ..events import TARGET_KINDS
 from .costs import FORMAT
 
 FILLER = ("And so my fellow Americans, ask not what your country can do for you, ask what you can do for your "
@@ -185,7 +186,7 @@ def _loop_residual(result) -> float | None:
     d = result.decomposition
     if not rounds or d is None:
         return None
-    target_time = sum(e.end - e.start for e in result.events if e.kind in ("verify", "step"))
+    target_time = sum(e.end - e.start for e in result.events if e.kind in TARGET_KINDS)
     return (result.decode_s - target_time) / rounds
 
 
