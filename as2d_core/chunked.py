@@ -52,11 +52,16 @@ ChunkResult = ChunkTokens | Sequence[int]
 Transcriber = Callable[[np.ndarray], ChunkResult]
 
 
-def chunk_spans(n_samples: int, chunk_s: float = DEFAULT_CHUNK_S, sample_rate: int = SAMPLE_RATE) -> list[tuple[int, int]]:
-    """Sample ranges ``[start, end)`` of consecutive chunks; the last one may be shorter."""
+def _chunk_size(chunk_s: float, sample_rate: int) -> int:
+    """Samples in a full chunk: one rule for the spans and for padding the last chunk, so they always agree."""
     if chunk_s <= 0:
         raise ValueError(f"chunk length must be positive, got {chunk_s} s")
-    size = max(1, int(round(chunk_s * sample_rate)))
+    return max(1, int(round(chunk_s * sample_rate)))
+
+
+def chunk_spans(n_samples: int, chunk_s: float = DEFAULT_CHUNK_S, sample_rate: int = SAMPLE_RATE) -> list[tuple[int, int]]:
+    """Sample ranges ``[start, end)`` of consecutive chunks; the last one may be shorter."""
+    size = _chunk_size(chunk_s, sample_rate)
     return [(start, min(start + size, n_samples)) for start in range(0, n_samples, size)]
 
 
@@ -83,7 +88,7 @@ class ChunkedJob:
         self.sample_rate = sample_rate
         self.pad_last = pad_last
         self.spans = chunk_spans(audio.size, chunk_s, sample_rate)
-        self._size = max(1, int(round(chunk_s * sample_rate)))
+        self._size = _chunk_size(chunk_s, sample_rate)
         self._stop = threading.Event()
         self.ended_with_eos = False  # set once every chunk is transcribed: the transcript has ended
         self.chunks_done = 0
