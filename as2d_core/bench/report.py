@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 from statistics import mean, median
 
@@ -57,27 +58,40 @@ def _window_table(rows: list[dict], methods: list[str]) -> list[str]:
     return lines
 
 
-def plot_tps_distribution(rows: list[dict], path: Path) -> None:
-    """Per-window TPS as an empirical CDF per method, unsmoothed (like Figure 5)."""
+@contextmanager
+def saved_figure(path: Path, figsize: tuple[float, float]):
+    """Axes of a headless (Agg) figure that is laid out, written to ``path`` and closed on exit.
+
+    The one place for the backend, resolution and clean-up of every picture the bench and the
+    tuning commands draw; the figure is closed even when drawing fails.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for name, values in window_tps(rows).items():
-        if name.startswith("sd-k"):
-            continue  # the sd curve is their per-window mean
-        xs = sorted(values.values())
-        if xs:
-            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", label=name)
-    ax.set_xlabel("tokens per second (decode clock)")
-    ax.set_ylabel("fraction of windows")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fig, ax = plt.subplots(figsize=figsize)
+    try:
+        yield ax
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+
+
+def plot_tps_distribution(rows: list[dict], path: Path) -> None:
+    """Per-window TPS as an empirical CDF per method, unsmoothed (like Figure 5)."""
+    with saved_figure(path, (7, 4.2)) as ax:
+        for name, values in window_tps(rows).items():
+            if name.startswith("sd-k"):
+                continue  # the sd curve is their per-window mean
+            xs = sorted(values.values())
+            if xs:
+                ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", label=name)
+        ax.set_xlabel("tokens per second (decode clock)")
+        ax.set_ylabel("fraction of windows")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
 
 
 def pick_timeline_window(rows: list[dict]) -> str | None:
@@ -89,26 +103,18 @@ def pick_timeline_window(rows: list[dict]) -> str | None:
 
 def plot_timeline(traces: dict, window: str, methods: list[str], path: Path) -> None:
     """Drafter and target spans of one window, one pair of lanes per method (like Figure 6)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     methods = [m for m in methods if (window, m) in traces]
-    fig, ax = plt.subplots(figsize=(10, 0.6 + 0.7 * max(1, 2 * len(methods))))
-    labels = []
-    for i, m in enumerate(methods):
-        spans = traces[(window, m)]["spans"]
-        for lane, kinds, colour in ((2 * i, DRAFT_KINDS, "tab:orange"), (2 * i + 1, TARGET_KINDS, "tab:blue")):
-            bars = [(s["t0"], s["t1"] - s["t0"]) for s in spans if s["kind"] in kinds and s["t1"] > s["t0"]]
-            ax.broken_barh(bars, (lane - 0.35, 0.7), color=colour)
-        labels += [f"{m} drafter", f"{m} target"]
-    ax.set_yticks(range(len(labels)), labels)
-    ax.invert_yaxis()
-    ax.set_xlabel(f"seconds from the request (window {window})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with saved_figure(path, (10, 0.6 + 0.7 * max(1, 2 * len(methods)))) as ax:
+        labels = []
+        for i, m in enumerate(methods):
+            spans = traces[(window, m)]["spans"]
+            for lane, kinds, colour in ((2 * i, DRAFT_KINDS, "tab:orange"), (2 * i + 1, TARGET_KINDS, "tab:blue")):
+                bars = [(s["t0"], s["t1"] - s["t0"]) for s in spans if s["kind"] in kinds and s["t1"] > s["t0"]]
+                ax.broken_barh(bars, (lane - 0.35, 0.7), color=colour)
+            labels += [f"{m} drafter", f"{m} target"]
+        ax.set_yticks(range(len(labels)), labels)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"seconds from the request (window {window})")
 
 
 def write_report(out_dir: Path, rows: list[dict], summary: dict, traces: dict) -> Path:

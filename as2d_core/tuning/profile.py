@@ -336,24 +336,18 @@ def _jsonable(value):
 
 def plot_r_of_k(profiles: dict[str, dict], path: Path) -> None:
     """Figure 8: per-token verification saving R(K) against width, one bar series per profile."""
-    import matplotlib
+    from ..bench.report import saved_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    n = len(profiles)
-    for i, (name, profile) in enumerate(profiles.items()):
-        r = profile.get("r_k_pct") or r_of_k(profile["verify_s"]["alone"])
-        ks = sorted(int(k) for k in r if int(k) > 1)
-        x = np.array(ks) + (i - (n - 1) / 2) * (0.8 / n)
-        ax.bar(x, [r[str(k)]["r_pct"] for k in ks], width=0.8 / n, yerr=[r[str(k)]["err_pct"] for k in ks],
-               capsize=2, label=name)
-    ax.set_xlabel("physical verification width K")
-    ax.set_ylabel("R(K), saving per position (%)")
-    ax.set_title("Per-token verification saving relative to K=1 (eq. 2)")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with saved_figure(path, (7, 3.5)) as ax:
+        n = len(profiles)
+        for i, (name, profile) in enumerate(profiles.items()):
+            r = profile.get("r_k_pct") or r_of_k(profile["verify_s"]["alone"])
+            ks = sorted(int(k) for k in r if int(k) > 1)
+            x = np.array(ks) + (i - (n - 1) / 2) * (0.8 / n)
+            ax.bar(x, [r[str(k)]["r_pct"] for k in ks], width=0.8 / n, yerr=[r[str(k)]["err_pct"] for k in ks],
+                   capsize=2, label=name)
+        ax.set_xlabel("physical verification width K")
+        ax.set_ylabel("R(K), saving per position (%)")
+        ax.set_title("Per-token verification saving relative to K=1 (eq. 2)")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)

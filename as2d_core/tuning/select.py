@@ -146,26 +146,20 @@ def config_text(base, pair: Pair, note: str) -> str:
 def plot_budgets(grid: dict[Pair, dict[str, tuple[int, float]]], selected: Pair, path: Path,
                  target_only_tps: float | None = None) -> None:
     """Pooled development TPS against budget, one line per source; the selected pair marked."""
-    import matplotlib
+    from ..bench.report import saved_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    for source in sorted({p.source for p in grid}):
-        pairs = sorted((p for p in grid if p.source == source), key=lambda p: p.budget)
-        ax.plot([p.budget for p in pairs], [pooled(grid[p]) for p in pairs], marker="o", ms=3, label=source)
-    ax.plot([selected.budget], [pooled(grid[selected])], marker="*", ms=14, color="black", ls="none",
-            label=f"selected: {selected.source} b={selected.budget}")
-    if target_only_tps:
-        ax.axhline(target_only_tps, color="gray", ls="--", lw=1, label="target-only")
-    ax.set_xlabel("proposal budget b (physical width <= b+1)")
-    ax.set_ylabel("pooled TPS (replay, dev)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with saved_figure(path, (7, 3.5)) as ax:
+        for source in sorted({p.source for p in grid}):
+            pairs = sorted((p for p in grid if p.source == source), key=lambda p: p.budget)
+            ax.plot([p.budget for p in pairs], [pooled(grid[p]) for p in pairs], marker="o", ms=3, label=source)
+        ax.plot([selected.budget], [pooled(grid[selected])], marker="*", ms=14, color="black", ls="none",
+                label=f"selected: {selected.source} b={selected.budget}")
+        if target_only_tps:
+            ax.axhline(target_only_tps, color="gray", ls="--", lw=1, label="target-only")
+        ax.set_xlabel("proposal budget b (physical width <= b+1)")
+        ax.set_ylabel("pooled TPS (replay, dev)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
 
 
 __all__ = ["DECOUPLED", "Pair", "choose", "collect", "config_text", "gap_pct", "oracle", "plot_budgets",
