@@ -14,7 +14,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from as2d_core.contracts import DraftPiece
+from as2d_core.contracts import DraftPiece, Request
 
 
 class ModelFilesMissing(FileNotFoundError):
@@ -127,6 +127,33 @@ class LMDraftJob:
 
     def close(self) -> None:
         self._state.close()
+
+
+class LMTarget:
+    """``Target.prepare`` over a model whose ``_start(request, threads)`` prefills and returns ``(state, logits)``.
+
+    Both Qwen plugins build their sessions the same way; only the prompt differs, so that is all they write.
+    """
+
+    eos_token: int
+    max_new_tokens: int
+
+    def prepare(self, request: Request, threads: int) -> LMTargetSession:
+        state, logits = self._start(request, threads)
+        return LMTargetSession(state, logits, language=request.language or "auto", eos_token=self.eos_token,
+                               max_new_tokens=self.max_new_tokens, decode=self.decode_text, encode=self.encode_text)
+
+
+class LMSource:
+    """``Source.prepare`` over the same ``_start``: the drafter reads the request's audio and instruction only."""
+
+    languages = None
+    eos_token: int
+    max_new_tokens: int
+
+    def prepare(self, request: Request, language: str, threads: int) -> LMDraftJob:
+        state, logits = self._start(request, threads)
+        return LMDraftJob(state, logits, eos_token=self.eos_token, max_new_tokens=self.max_new_tokens)
 
 
 def greedy_reference(session: LMTargetSession, max_new_tokens: int | None = None) -> list[int]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from as2d_core.contracts import Request
-from as2d_mnn.lm import LMDraftJob, LMTargetSession
+from as2d_mnn.lm import LMSource, LMTarget
 
 SYSTEM = ("You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of perceiving "
           "auditory and visual inputs, as well as generating text and speech.")
@@ -88,20 +88,9 @@ class _Omni:
         return self.engine.encode(text)
 
 
-class OmniTarget(_Omni):
+class OmniTarget(LMTarget, _Omni):
     """The verifying target (Qwen2.5-Omni-7B in the paper)."""
 
-    def prepare(self, request: Request, threads: int) -> LMTargetSession:
-        state, logits = self._start(request, threads)
-        return LMTargetSession(state, logits, language=request.language or "auto", eos_token=self.eos_token,
-                               max_new_tokens=self.max_new_tokens, decode=self.decode_text, encode=self.encode_text)
 
-
-class OmniSource(_Omni):
+class OmniSource(LMSource, _Omni):
     """The drafter (Qwen2.5-Omni-3B): reads the same audio and instruction, never the target's text."""
-
-    languages = None
-
-    def prepare(self, request: Request, language: str, threads: int) -> LMDraftJob:
-        state, logits = self._start(request, threads)
-        return LMDraftJob(state, logits, eos_token=self.eos_token, max_new_tokens=self.max_new_tokens)

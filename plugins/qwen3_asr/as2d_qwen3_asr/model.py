@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from as2d_core.contracts import Request
-from as2d_mnn.lm import LMDraftJob, LMTargetSession, check_folder
+from as2d_mnn.lm import LMSource, LMTarget, check_folder
 from as2d_mnn.torch_lm import TorchLMState
 
 TORCH_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.json",
@@ -102,20 +102,9 @@ class _Qwen3ASR:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
 
-class Qwen3ASRTarget(_Qwen3ASR):
+class Qwen3ASRTarget(LMTarget, _Qwen3ASR):
     """The verifying target (Qwen3-ASR-1.7B)."""
 
-    def prepare(self, request: Request, threads: int) -> LMTargetSession:
-        state, logits = self._start(request, threads)
-        return LMTargetSession(state, logits, language=request.language or "auto", eos_token=self.eos_token,
-                               max_new_tokens=self.max_new_tokens, decode=self.decode_text, encode=self.encode_text)
 
-
-class Qwen3ASRSource(_Qwen3ASR):
+class Qwen3ASRSource(LMSource, _Qwen3ASR):
     """The audio-conditioned drafter (Qwen3-ASR-0.6B), same tokenizer as the target."""
-
-    languages = None
-
-    def prepare(self, request: Request, language: str, threads: int) -> LMDraftJob:
-        state, logits = self._start(request, threads)
-        return LMDraftJob(state, logits, eos_token=self.eos_token, max_new_tokens=self.max_new_tokens)
