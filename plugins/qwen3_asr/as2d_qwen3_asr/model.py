@@ -19,10 +19,9 @@ import numpy as np
 
 from as2d_core.contracts import Request
 from as2d_mnn.lm import LMSource, LMTarget, check_folder
-from as2d_mnn.torch_lm import TorchLMState
+from as2d_mnn.torch_lm import TorchLMState, weight_files
 
-TORCH_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.json",
-               "merges.txt", "preprocessor_config.json")
+PROCESSOR_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "preprocessor_config.json")
 TORCH_LAYOUT = "the Hugging Face checkpoint folder of Qwen/Qwen3-ASR-1.7B or -0.6B (qwen-asr / transformers 4.57 layout)"
 # ISO codes of the languages Qwen3-ASR names in its prompt (qwen_asr.inference.utils.SUPPORTED_LANGUAGES).
 LANGUAGES = {"zh": "Chinese", "en": "English", "yue": "Cantonese", "ar": "Arabic", "de": "German", "fr": "French",
@@ -33,11 +32,9 @@ LANGUAGES = {"zh": "Chinese", "en": "English", "yue": "Cantonese", "ar": "Arabic
              "ro": "Romanian"}
 
 
-def _files(folder: Path) -> Sequence[str]:
-    """Sharded checkpoints carry an index instead of one model.safetensors."""
-    if (folder / "model.safetensors.index.json").is_file():
-        return tuple(f for f in TORCH_FILES if f != "model.safetensors") + ("model.safetensors.index.json",)
-    return TORCH_FILES
+def required_files(folder: Path) -> tuple[str, ...]:
+    """What loading reads; the weights as ``weight_files`` lists them, so every shard of an index is checked too."""
+    return ("config.json", *weight_files(folder), *PROCESSOR_FILES)
 
 
 class _Qwen3ASR:
@@ -55,7 +52,7 @@ class _Qwen3ASR:
             raise ValueError(f"unknown backend {backend!r} for Qwen3-ASR; choose 'torch' or 'mnn'")
         if device != "cpu":
             raise RuntimeError(f"device {device!r}: this plugin runs Qwen3-ASR on torch CPU only")
-        check_folder(folder, _files(folder), TORCH_LAYOUT)
+        check_folder(folder, required_files(folder), TORCH_LAYOUT)
         import torch
         import qwen_asr  # noqa: F401  (registers qwen3_asr with transformers' Auto classes)
         from transformers import AutoModel, AutoProcessor
