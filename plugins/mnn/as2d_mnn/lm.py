@@ -58,7 +58,9 @@ class LMTargetSession:
         self._state = state
         self._prompt_length = state.length
         self._suppress = np.asarray(list(suppress), dtype=np.int64)
-        self._first = int(np.argmax(self._mask(np.asarray(prompt_logits, np.float64)[-1])))
+        # Only the last prompt row matters: widening all of them (prompt x vocab) to float64 first costs a copy
+        # of the whole prompt's logits, about a gigabyte for a 30 s Omni prompt.
+        self._first = int(np.argmax(self._mask(np.asarray(prompt_logits[-1], np.float64))))
         self._decode, self._encode = decode, encode
         self.language = language
         self.eos_token = int(eos_token)
@@ -105,7 +107,8 @@ class LMDraftJob:
     def __init__(self, state: LMState, prompt_logits: np.ndarray, *, eos_token: int, max_new_tokens: int,
                  suppress: Sequence[int] = ()):
         self._state = state
-        self._logits = np.asarray(prompt_logits)[-1:]
+        # A copy of the last row, not a view: a view would keep every prompt position's logits alive for the job.
+        self._logits = np.array(prompt_logits[-1:])
         self._suppress = np.asarray(list(suppress), dtype=np.int64)
         self.eos_token = int(eos_token)
         self.max_new_tokens = int(max_new_tokens)
