@@ -37,7 +37,8 @@ from ..audio import load_audio
 from ..contracts import Request
 from ..engine import DecodeOptions, DecodeResult, run_request
 from .baselines import asp_policy, no_td_policy, sd_policy, serial_decode
-from .summary import SD_PARTS, summarize
+from .summary import LABEL_SEP, SD_PARTS, sd_suffixes, summarize
+from .summary import split_label  # noqa: F401  (kept importable from here, where it used to live)
 
 PEERS = ("faster-whisper", "hf-assisted")
 METHODS = ("target-only", *SD_PARTS, "sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc", *PEERS)
@@ -45,18 +46,11 @@ NO_BC_THRESHOLD = 0.4
 NO_BC_CAP = 24
 SERIAL = (*SD_PARTS, "asp", "as2d-no-td")
 SOURCE_METHODS = ("as2d", "as2d-no-bc", *SERIAL)  # run once per source
-LABEL_SEP = "@"
 
 
 def method_label(method: str, source_name: str | None, first: bool = True) -> str:
     """The bench's name of ``method`` run with a source: plain for the first source, ``METHOD@SOURCE`` after."""
     return method if first or source_name is None else f"{method}{LABEL_SEP}{source_name}"
-
-
-def split_label(label: str) -> tuple[str, str]:
-    """``as2d@pocketsphinx`` -> (``as2d``, ``@pocketsphinx``); a plain name has an empty suffix."""
-    method, sep, source = label.partition(LABEL_SEP)
-    return method, sep + source
 
 
 @attrs.frozen
@@ -197,12 +191,10 @@ def error_row(window: Window, method: str, message: str, source: str | None = No
 def sd_mean_rows(window: Window, rows: list[dict]) -> list[dict]:
     """The derived ``sd`` row(s) of one window, one per source: the mean TPS of its four fixed-K rows (D.4)."""
     out = []
-    suffixes = dict.fromkeys(split_label(r["method"])[1] for r in rows if split_label(r["method"])[0] in SD_PARTS)
-    for suffix in suffixes:
+    ran = [r for r in rows if not r.get("error")]
+    for suffix in sd_suffixes(r["method"] for r in ran):  # all four fixed-K rows ran
         names = [p + suffix for p in SD_PARTS]
-        parts = [r for r in rows if r["method"] in names and not r.get("error")]
-        if len(parts) != len(SD_PARTS):
-            continue
+        parts = [r for r in ran if r["method"] in names]
         out.append({"window": window.id, "lang": parts[0]["lang"], "method": "sd" + suffix, "derived": True,
                     "of": names, "source": parts[0].get("source"), "tokens": parts[0]["tokens"],
                     "tps": mean(r["tps"] for r in parts), "exact": all(r["exact"] for r in parts)})

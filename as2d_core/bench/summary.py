@@ -20,19 +20,25 @@ from statistics import mean, median
 SD_PARTS = ("sd-k5", "sd-k6", "sd-k7", "sd-k8")
 REFERENCE = "target-only"
 TIE = 1e-9  # relative TPS difference treated as a numerical tie, not a slowdown
+LABEL_SEP = "@"
 
 
-def _split(label: str) -> tuple[str, str]:
-    """``sd-k5@pocketsphinx`` -> (``sd-k5``, ``@pocketsphinx``)."""
-    method, sep, source = label.partition("@")
+def split_label(label: str) -> tuple[str, str]:
+    """``sd-k5@pocketsphinx`` -> (``sd-k5``, ``@pocketsphinx``); a plain name has an empty suffix."""
+    method, sep, source = label.partition(LABEL_SEP)
     return method, sep + source
 
 
-def _sd_suffixes(labels: Iterable[str]) -> list[str]:
-    """The source suffixes for which all four fixed-K parts are present."""
-    labels = set(labels)
-    suffixes = dict.fromkeys(_split(m)[1] for m in labels if _split(m)[0] in SD_PARTS)
-    return [s for s in suffixes if all(p + s in labels for p in SD_PARTS)]
+def sd_suffixes(labels: Iterable[str]) -> list[str]:
+    """The source suffixes for which all four fixed-K parts are present, in the order the labels name them.
+
+    Shared by the summary and the bench's derived ``sd`` rows; the order follows the input (not a set's
+    hash order), so ``summary.json`` lists ``sd@SOURCE`` entries the same way on every run.
+    """
+    labels = list(labels)
+    present = set(labels)
+    suffixes = dict.fromkeys(split_label(m)[1] for m in labels if split_label(m)[0] in SD_PARTS)
+    return [s for s in suffixes if all(p + s in present for p in SD_PARTS)]
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -78,7 +84,7 @@ def window_tps(rows: Iterable[dict]) -> dict[str, dict[str, float]]:
     for r in rows:
         if _ok(r):
             out[r["method"]][r["window"]] = r["tps"]
-    for suffix in _sd_suffixes(out):
+    for suffix in sd_suffixes(out):
         parts = [out[m + suffix] for m in SD_PARTS]
         common = set.intersection(*(set(p) for p in parts))
         out["sd" + suffix] = {w: mean(p[w] for p in parts) for w in sorted(common)}
@@ -96,7 +102,7 @@ def summarize(rows: list[dict]) -> dict:
         else:
             by_method[r["method"]].append(r)
     methods = {name: _pooled(group) for name, group in by_method.items()}
-    for suffix in _sd_suffixes(methods):
+    for suffix in sd_suffixes(methods):
         names = [m + suffix for m in SD_PARTS]
         parts = [methods[m] for m in names]
         exact_sets = [{r["window"] for r in by_method[m] if r.get("exact") is True} for m in names]
@@ -137,7 +143,7 @@ def summarize(rows: list[dict]) -> dict:
                                   "median_first_publish_s": None, "median_all_published_s": None,
                                   "failed_windows": count})
     for name, stats in methods.items():
-        method, suffix = _split(name)
+        method, suffix = split_label(name)
         stats["method"] = method
         stats["source"] = sources.get(name, sources.get("sd-k5" + suffix) if method == "sd" else None)
     return {"methods": methods, "reference": REFERENCE}
