@@ -126,6 +126,16 @@ def _split_linear(out: dict, dsts: list[str], v: dict, src: str) -> None:
         out[f"{dst}.bias"] = bi if bi is not None else np.zeros(wi.shape[0], np.float32)
 
 
+def _self_attention_and_ffn(out: dict, dst: str, v: dict, src: str) -> None:
+    """The parts encoder and decoder layers share: fused self-attention q,k,v, its output and norm, and the FFN."""
+    _split_linear(out, [f"{dst}.self_attn.{p}_proj" for p in "qkv"], v, f"{src}/self_attention/linear_0")
+    _linear(out, f"{dst}.self_attn.out_proj", v, f"{src}/self_attention/linear_1")
+    _norm(out, f"{dst}.self_attn_layer_norm", v, f"{src}/self_attention/layer_norm")
+    _linear(out, f"{dst}.fc1", v, f"{src}/ffn/linear_0")
+    _linear(out, f"{dst}.fc2", v, f"{src}/ffn/linear_1")
+    _norm(out, f"{dst}.final_layer_norm", v, f"{src}/ffn/layer_norm")
+
+
 def to_whisper_state(variables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Rename CTranslate2 variables into Hugging Face style Whisper names.
 
@@ -139,26 +149,16 @@ def to_whisper_state(variables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     _norm(out, "model.encoder.layer_norm", v, "encoder/layer_norm")
     for i in range(dims["encoder_layers"]):
         s, d = f"encoder/layer_{i}", f"model.encoder.layers.{i}"
-        _split_linear(out, [f"{d}.self_attn.{p}_proj" for p in "qkv"], v, f"{s}/self_attention/linear_0")
-        _linear(out, f"{d}.self_attn.out_proj", v, f"{s}/self_attention/linear_1")
-        _norm(out, f"{d}.self_attn_layer_norm", v, f"{s}/self_attention/layer_norm")
-        _linear(out, f"{d}.fc1", v, f"{s}/ffn/linear_0")
-        _linear(out, f"{d}.fc2", v, f"{s}/ffn/linear_1")
-        _norm(out, f"{d}.final_layer_norm", v, f"{s}/ffn/layer_norm")
+        _self_attention_and_ffn(out, d, v, s)
     out["model.decoder.embed_tokens.weight"] = v["decoder/embeddings/weight"]
     out["model.decoder.embed_positions.weight"] = v["decoder/position_encodings/encodings"]
     _norm(out, "model.decoder.layer_norm", v, "decoder/layer_norm")
     for i in range(dims["decoder_layers"]):
         s, d = f"decoder/layer_{i}", f"model.decoder.layers.{i}"
-        _split_linear(out, [f"{d}.self_attn.{p}_proj" for p in "qkv"], v, f"{s}/self_attention/linear_0")
-        _linear(out, f"{d}.self_attn.out_proj", v, f"{s}/self_attention/linear_1")
-        _norm(out, f"{d}.self_attn_layer_norm", v, f"{s}/self_attention/layer_norm")
+        _self_attention_and_ffn(out, d, v, s)
         _linear(out, f"{d}.encoder_attn.q_proj", v, f"{s}/attention/linear_0")
         _split_linear(out, [f"{d}.encoder_attn.k_proj", f"{d}.encoder_attn.v_proj"], v, f"{s}/attention/linear_1")
         _linear(out, f"{d}.encoder_attn.out_proj", v, f"{s}/attention/linear_2")
         _norm(out, f"{d}.encoder_attn_layer_norm", v, f"{s}/attention/layer_norm")
-        _linear(out, f"{d}.fc1", v, f"{s}/ffn/linear_0")
-        _linear(out, f"{d}.fc2", v, f"{s}/ffn/linear_1")
-        _norm(out, f"{d}.final_layer_norm", v, f"{s}/ffn/layer_norm")
     out["proj_out.weight"] = v.get("decoder/projection/weight", v["decoder/embeddings/weight"])
     return out
