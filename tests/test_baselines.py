@@ -242,16 +242,19 @@ def test_as2d_confidence_stop_is_exact_and_cuts_candidates(tiny_request, thresho
 
 
 class SlowTarget:
-    """TinyLM whose calls take a few milliseconds, so the producer publishes ahead of it."""
+    """TinyLM whose calls take ``delay`` seconds, so the producer publishes ahead of it (also used by test_bench)."""
 
     name, vocabulary = MODEL.name, MODEL.vocabulary
+
+    def __init__(self, delay: float = 0.003):
+        self.delay = delay
 
     def prepare(self, request, threads):
         session = MODEL.prepare(request, threads)
         verify = session.verify
 
         def slow_verify(root, candidates):
-            time.sleep(0.003)
+            time.sleep(self.delay)
             return verify(root, candidates)
 
         session.verify = slow_verify

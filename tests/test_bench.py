@@ -1,6 +1,5 @@
 """The bench: summary arithmetic by hand, and a whole run on TinyLM (files, exactness, decomposition)."""
 import json
-import time
 import wave
 
 import numpy as np
@@ -10,7 +9,7 @@ from click.testing import CliRunner
 from as2d_core import DecodeOptions
 from as2d_core.bench.runner import Bench, expand_methods, read_manifest
 from as2d_core.bench.summary import summarize
-from test_baselines import MODEL, PrefixSource
+from test_baselines import MODEL, PrefixSource, SlowTarget
 
 
 def _row(window, method, tokens, decode_s, exact=True, proposed=0, accepted=0, **extra):
@@ -149,23 +148,6 @@ def test_summary_per_source_by_hand():
     assert m["asp@s2"]["failed_windows"] == 1 and m["asp@s2"]["source"] == "s2"
 
 
-class _SlowTarget:
-    """TinyLM whose calls take a little time, so a drafter publishes before the response is done."""
-
-    name, vocabulary = MODEL.name, MODEL.vocabulary
-
-    def prepare(self, request, threads):
-        session = MODEL.prepare(request, threads)
-        verify = session.verify
-
-        def slow_verify(root, candidates):
-            time.sleep(0.002)
-            return verify(root, candidates)
-
-        session.verify = slow_verify
-        return session
-
-
 def test_bench_with_two_sources(tmp_path, manifest):
     from tiny_lm import ScriptedSource
 
@@ -175,7 +157,7 @@ def test_bench_with_two_sources(tmp_path, manifest):
     german.languages = frozenset({"de"})
     methods = expand_methods(["as2d", "as2d-no-bc", "sd-k5"])
     out = tmp_path / "out"
-    summary = Bench(_SlowTarget(), [first, second, german], DecodeOptions(), methods, out, save_traces=True,
+    summary = Bench(SlowTarget(delay=0.002), [first, second, german], DecodeOptions(), methods, out, save_traces=True,
                     progress=False, warmup=False).run(read_manifest(manifest))
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     by = {}
