@@ -105,7 +105,11 @@ def continuation(session, length: int, reference: Sequence[int]) -> list[int]:
 
 
 class _Background(threading.Thread):
-    """Runs ``work()`` in a loop until stopped: the other model keeping its core busy."""
+    """Runs ``work(stop)`` in a loop for the duration of a ``with`` block: the other model keeping its core busy.
+
+    As a context manager it is started on entry and stopped and joined on exit, also when the
+    measurement inside raises, so every concurrent measurement shares one start/stop protocol.
+    """
 
     def __init__(self, work) -> None:
         super().__init__(daemon=True)
@@ -115,6 +119,14 @@ class _Background(threading.Thread):
     def run(self) -> None:
         while not self.stop.is_set():
             self.work(self.stop)
+
+    def __enter__(self) -> "_Background":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.join(10)
 
 
 def _verify_sweep(session, sequence: list[int], widths: Sequence[int], offsets: Sequence[int], repeats: int,
@@ -215,34 +227,22 @@ def measure(target: Target, source: Source | None, request: Request, *, options:
         body["verify_by_offset_s"] = {"alone": _by_offset(alone)}
         if source is not None:
             session.use_threads(options.shared_target_threads)
+            def target_busy(stop):  # the target verifying width 8 while a drafter is timed
+                _verify_sweep(session, sequence, [8], [0], 1, 0, rng)
+
             draft_alone = _draft_steps(source, session, target, request, language, options.drafter_threads, 40)
-            background = _Background(lambda stop: _draft_steps(source, session, target, request, language,
-                                                               options.drafter_threads, 10_000, stop))
-            background.start()
-            try:
+            with _Background(lambda stop: _draft_steps(source, session, target, request, language,
+                                                       options.drafter_threads, 10_000, stop)):
                 shared = _verify_sweep(session, sequence, widths, offsets, repeats, warmup, rng)
-            finally:
-                background.stop.set()
-                background.join(10)
             session.truncate(0)
-            busy = _Background(lambda stop: _verify_sweep(session, sequence, [8], [0], 1, 0, rng))
-            busy.start()
-            try:
+            with _Background(target_busy):
                 draft_shared = _draft_steps(source, session, target, request, language, options.drafter_threads, 40)
-            finally:
-                busy.stop.set()
-                busy.join(10)
             drafters = {}
             for name, other in (other_sources or {}).items():  # other candidate drafters, same protocol
                 other_alone = _draft_steps(other, session, target, request, language, options.drafter_threads, 20)
-                busy = _Background(lambda stop: _verify_sweep(session, sequence, [8], [0], 1, 0, rng))
-                busy.start()
-                try:
+                with _Background(target_busy):
                     other_shared = _draft_steps(other, session, target, request, language, options.drafter_threads,
                                                 20)
-                finally:
-                    busy.stop.set()
-                    busy.join(10)
                 if other_alone and other_shared:
                     drafters[name] = {"draft_step_s": {"alone": stat(other_alone), "shared": stat(other_shared)},
                                       "publish_s": stat(_publish_cost(options.publication_size))}
