@@ -90,18 +90,20 @@ class PrefixDrafter:
         self.next: tuple[int, float | None] | None = None
         self.old: tuple[list[int], list[int], list[float | None]] | None = None  # ctx, draft, confidences
         self.recycled = 0  # drafter tokens reused from rejected drafts
+        # Optional scored entry points, looked up once here rather than on every drafter forward.
+        self._scored_verify = getattr(session, "verify_with_confidence", None)
+        self._first_confidence = getattr(session, "first_token_confidence", None)
 
     # -- drafter calls -------------------------------------------------------------------
     def _call(self, root: int, candidates: Sequence[int]) -> tuple[list[int], list[float | None]]:
-        scored = getattr(self.s, "verify_with_confidence", None)
-        if scored is not None:
-            tokens, confidences = scored(root, candidates)
+        if self._scored_verify is not None:
+            tokens, confidences = self._scored_verify(root, candidates)
             return list(tokens), list(confidences)
         tokens = self.s.verify(root, candidates)
         return list(tokens), [None] * len(tokens)
 
     def _first(self) -> tuple[int, float | None]:
-        scored = getattr(self.s, "first_token_confidence", None)
+        scored = self._first_confidence
         return self.s.first_token(), (scored() if scored is not None else None)
 
     def extend(self, tokens: Sequence[int]) -> None:
