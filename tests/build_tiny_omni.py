@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from build_tiny_qwen_tokenizer import build as build_tokenizer  # noqa: E402
+from build_tiny_qwen_weights import copy_with_noise, init_weights  # noqa: E402
 from build_tiny_qwen_llmexport import export_mnn  # noqa: E402
 
 SPECIAL = [
@@ -92,16 +93,8 @@ def build_hf(out: Path, seed: int, noise_from=None):
     torch.manual_seed(seed)
     model = Qwen2_5OmniForConditionalGeneration(config(ids, _vocab(out))).float().eval()
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() > 1:
-                p.normal_(0, 0.5 / p.shape[-1] ** 0.5)
-            elif "norm" in name or "ln" in name:
-                p.fill_(1.0)
-            else:
-                p.zero_()
         thinker = model.thinker
-        thinker.lm_head.weight.mul_(8.0)  # spread logits so argmax has no near ties
-        thinker.model.embed_tokens.weight.normal_(0, 1.0)
+        init_weights(model, thinker)
         thinker.audio_tower.proj.weight.mul_(4.0)
         thinker.audio_tower.conv1.weight.mul_(AUDIO_CONV_SCALE)
         thinker.audio_tower.conv2.weight.mul_(AUDIO_CONV_SCALE)
@@ -109,11 +102,7 @@ def build_hf(out: Path, seed: int, noise_from=None):
             for proj, scale in (("q_proj", QK_SCALE), ("k_proj", QK_SCALE), ("v_proj", VO_SCALE), ("o_proj", VO_SCALE)):
                 getattr(layer.self_attn, proj).weight.mul_(scale)
         if noise_from is not None:
-            model.load_state_dict(noise_from.state_dict())
-            gen = torch.Generator().manual_seed(seed)
-            for p in model.parameters():
-                if p.dim() > 1:
-                    p.add_(torch.randn(p.shape, generator=gen) * p.std() * DRAFTER_NOISE)
+            copy_with_noise(model, noise_from, seed, DRAFTER_NOISE)
     model.generation_config.eos_token_id = ids["<|im_end|>"]
     model.generation_config.pad_token_id = ids["<|endoftext|>"]
     model.save_pretrained(out, safe_serialization=True)

@@ -17,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from build_tiny_qwen_tokenizer import build as build_tokenizer  # noqa: E402
+from build_tiny_qwen_weights import copy_with_noise, init_weights  # noqa: E402
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|audio_start|>", "<|audio_end|>", "<|audio_pad|>",
            "<asr_text>"]
@@ -52,21 +53,9 @@ def build(out: Path, seed: int, noise_from=None):
     torch.manual_seed(seed)
     model = Qwen3ASRForConditionalGeneration(config).float().eval()
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() > 1:
-                p.normal_(0, 0.5 / p.shape[-1] ** 0.5)
-            elif "norm" in name or "ln" in name:
-                p.fill_(1.0)
-            else:
-                p.zero_()
-        model.thinker.lm_head.weight.mul_(8.0)  # spread logits so argmax has no near ties
-        model.thinker.model.embed_tokens.weight.normal_(0, 1.0)
+        init_weights(model, model.thinker)
         if noise_from is not None:
-            model.load_state_dict(noise_from.state_dict())
-            gen = torch.Generator().manual_seed(seed)
-            for p in model.parameters():
-                if p.dim() > 1:
-                    p.add_(torch.randn(p.shape, generator=gen) * p.std() * DRAFTER_NOISE)
+            copy_with_noise(model, noise_from, seed, DRAFTER_NOISE)
     model.generation_config.eos_token_id = ids["<|im_end|>"]
     model.generation_config.pad_token_id = ids["<|endoftext|>"]
     model.save_pretrained(out, safe_serialization=True)
