@@ -143,8 +143,8 @@ def test_nnapi_refused_without_provider(target):
 
     from as2d_whisper.runtime import WhisperTarget
 
-    if "NNAPIExecutionProvider" in ort.get_available_providers():
+    if "NnapiExecutionProvider" in ort.get_available_providers():  # ONNX Runtime's name for the NNAPI provider
         assert WhisperTarget(target._model.dir, backend_device="nnapi").device == "nnapi"
     else:
-        with pytest.raises(RuntimeError, match="NNAPIExecutionProvider"):
+        with pytest.raises(RuntimeError, match="NnapiExecutionProvider"):
             WhisperTarget(target._model.dir, backend_device="nnapi")

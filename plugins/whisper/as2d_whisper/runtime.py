@@ -30,7 +30,6 @@ FORMAT_VERSION = 1
 INSTALL_HINT = "run `as2d models install whisper-base whisper-tiny.en`"
 MNN_INSTALL_HINT = ("run `python -m as2d_whisper.convert --mnn whisper-base whisper-tiny.en` (converts the installed "
                     "ONNX models; `as2d models install` does it too when MNN is installed)")
-DEVICES = ("cpu", "nnapi")
 BACKENDS = ("onnxruntime", "mnn")
 
 
@@ -39,17 +38,10 @@ class ModelFilesMissing(FileNotFoundError):
 
 
 def _providers(device: str) -> list[str]:
-    """The ORT providers for a device; refuse rather than silently fall back."""
-    if device == "cpu":
-        return ["CPUExecutionProvider"]
-    if device == "nnapi":
-        available = ort.get_available_providers()
-        if "NNAPIExecutionProvider" not in available:
-            raise RuntimeError(
-                "device 'nnapi' requested but this onnxruntime build has no NNAPIExecutionProvider "
-                f"(available: {available}); fall back to 'cpu' explicitly if that is acceptable")
-        return ["NNAPIExecutionProvider", "CPUExecutionProvider"]
-    raise ValueError(f"unknown backend device {device!r}; choose one of {DEVICES}")
+    """The ORT providers for a device; the ONNX Runtime backend plugin refuses rather than silently fall back."""
+    from as2d_onnxruntime import providers_for
+
+    return providers_for(device)
 
 
 class _OrtExecutor:
