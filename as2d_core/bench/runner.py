@@ -26,7 +26,6 @@ there was none).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from statistics import mean
@@ -325,9 +324,3 @@ def _progress(total: int, show: bool):
     from tqdm import tqdm
 
     return tqdm(total=total, unit="run", dynamic_ncols=True)
-
-
-def timed(fn: Callable[[], object]) -> tuple[object, float]:
-    start = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - start
