@@ -288,6 +288,18 @@ def target_loop(
     return response[: session.max_new_tokens]
 
 
+def greedy_reference(session: TargetSession, max_new_tokens: int | None = None) -> list[int]:
+    """Plain greedy decoding, one token per call, straight on the session API.
+
+    The reference the engine's loop is checked against: it shares no code with it.
+    """
+    limit = session.max_new_tokens if max_new_tokens is None else max_new_tokens
+    tokens = [session.first_token()]
+    while tokens[-1] != session.eos_token and len(tokens) < limit:
+        tokens.append(session.verify(tokens[-1], [])[0])
+    return tokens[:-1] if tokens[-1] == session.eos_token else tokens
+
+
 def _warm_thread_switch(session: TargetSession, options: DecodeOptions) -> None:
     """Make the mid-request switch to more target threads free of one-off setup costs.
 

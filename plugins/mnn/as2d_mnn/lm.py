@@ -157,12 +157,3 @@ class LMSource:
     def prepare(self, request: Request, language: str, threads: int) -> LMDraftJob:
         state, logits = self._start(request, threads)
         return LMDraftJob(state, logits, eos_token=self.eos_token, max_new_tokens=self.max_new_tokens)
-
-
-def greedy_reference(session: LMTargetSession, max_new_tokens: int | None = None) -> list[int]:
-    """Target-only greedy decoding through the session API, one token per call (tests and baselines)."""
-    limit = session.max_new_tokens if max_new_tokens is None else max_new_tokens
-    tokens = [session.first_token()]
-    while tokens[-1] != session.eos_token and len(tokens) < limit:
-        tokens.append(session.verify(tokens[-1], [])[0])
-    return tokens[:-1] if tokens[-1] == session.eos_token else tokens

@@ -465,12 +465,3 @@ class WhisperSource:
         if language not in self.languages:
             raise ValueError(f"{self.name} drafts English only, not {language!r}")
         return WhisperTargetSession(self, request, threads)
-
-
-def greedy_reference(session: WhisperTargetSession, max_new_tokens: int | None = None) -> list[int]:
-    """Target-only greedy decoding through the session API (for tests and baselines)."""
-    limit = session.max_new_tokens if max_new_tokens is None else max_new_tokens
-    tokens = [session.first_token()]
-    while tokens[-1] != session.eos_token and len(tokens) < limit:
-        tokens.append(session.verify(tokens[-1], [])[0])
-    return tokens[:-1] if tokens[-1] == session.eos_token else tokens
