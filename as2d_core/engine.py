@@ -21,7 +21,7 @@ from tokenizer_bridges import bridge_for
 from .align import Aligner
 from .buffer import CandidateBuffer
 from .contracts import Bridge, DraftJob, Request, Source, Target, TargetSession, serves_language
-from .events import Decomposition, EventLog, decompose
+from .events import Decomposition, Event, EventLog, decompose
 
 MAX_BUDGET = 64
 METHODS = ("target-only", "as2d")
@@ -189,6 +189,43 @@ class Counters:
     target_only_steps: int = 0
 
 
+def verify_and_commit(
+    session: TargetSession, root: int, candidates: list[int], events: EventLog, counters: Counters
+) -> tuple[list[int], int, Event]:
+    """One target call: verify ``root`` and ``candidates``, cut rejected entries out of the cache, count it.
+
+    Returns the greedy predictions, how many candidates matched them, and the
+    call's event. The engine and the serial baselines share it, so every method
+    commits by the same rule.
+    """
+    cache_before = session.cache_length
+    start = time.perf_counter()
+    predictions = session.verify(root, candidates)
+    accepted = 0
+    while accepted < len(candidates) and candidates[accepted] == predictions[accepted]:
+        accepted += 1
+    if accepted < len(candidates):
+        session.truncate(cache_before + 1 + accepted)
+    event = events.add("verify" if candidates else "step", start, tokens=accepted + 1, width=len(candidates) + 1)
+    if candidates:
+        counters.verify_calls += 1
+        counters.widths.append(len(candidates) + 1)
+        counters.proposed += len(candidates)
+        counters.accepted += accepted
+    else:
+        counters.target_only_steps += 1
+    return predictions, accepted, event
+
+
+def extend_until_eos(response: list[int], committed: list[int], eos_token: int) -> bool:
+    """Append accepted candidates to ``response``; True when they hold the end token (the response is complete)."""
+    if eos_token in committed:
+        response.extend(committed[: committed.index(eos_token)])
+        return True
+    response.extend(committed)
+    return False
+
+
 class _PublishedConfidences:
     """Per-token drafter confidences of the published record, read batch by batch as they appear.
 
@@ -247,21 +284,12 @@ def target_loop(
             cut = confidences.cut(list(proposal.candidates), proposal.anchor + 1, options.confidence_stop)
             proposal = attrs.evolve(proposal, candidates=tuple(cut))
         candidates = list(proposal.candidates)
-        cache_before = session.cache_length
-        start = time.perf_counter()
-        predictions = session.verify(root, candidates)
-        kind = "verify" if candidates else "step"
-        accepted = 0
-        while accepted < len(candidates) and candidates[accepted] == predictions[accepted]:
-            accepted += 1
-        if accepted < len(candidates):
-            session.truncate(cache_before + 1 + accepted)
-        events.add(kind, start, tokens=accepted + 1, width=len(candidates) + 1)
+        predictions, accepted, event = verify_and_commit(session, root, candidates, events, counters)
         if trace is not None:
             trace.append(
                 {
-                    "kind": kind,
-                    "start": start,
+                    "kind": event.kind,
+                    "start": event.start,
                     "root": root,
                     "anchor": proposal.anchor,
                     "candidates": candidates,
@@ -271,19 +299,11 @@ def target_loop(
                 }
             )
         if candidates:
-            counters.verify_calls += 1
-            counters.widths.append(len(candidates) + 1)
-            counters.proposed += len(candidates)
-            counters.accepted += accepted
             aligner.verified(proposal, accepted)
         else:
-            counters.target_only_steps += 1
             aligner.stepped(proposal)
-        committed = candidates[:accepted]
-        if session.eos_token in committed:
-            response.extend(committed[: committed.index(session.eos_token)])
+        if extend_until_eos(response, candidates[:accepted], session.eos_token):
             return response
-        response.extend(committed)
         root = predictions[accepted]
     return response[: session.max_new_tokens]
 

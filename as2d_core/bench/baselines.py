@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import attrs
 
 from ..contracts import Request, Source, Target, TargetSession, serves_language
-from ..engine import Counters, DecodeOptions, DecodeResult, build_result
+from ..engine import Counters, DecodeOptions, DecodeResult, build_result, extend_until_eos, verify_and_commit
 from ..events import EventLog
 
 ASP_THRESHOLD = 0.4  # SpecASR's confidence threshold (Appendix D.1.3)
@@ -266,29 +266,10 @@ def _serial_loop(session, drafter, policy, events, counters, trace) -> tuple[lis
             trace.append({"kind": "draft", "start": start, "end": event.end, "drafted": len(drafted),
                           "candidates": candidates, "offset": published})
             published += len(candidates)
-        cache_before = session.cache_length
-        start = time.perf_counter()
-        predictions = session.verify(root, candidates)
-        accepted = 0
-        while accepted < len(candidates) and candidates[accepted] == predictions[accepted]:
-            accepted += 1
-        if accepted < len(candidates):
-            session.truncate(cache_before + 1 + accepted)
-        kind = "verify" if candidates else "step"
-        event = events.add(kind, start, tokens=accepted + 1, width=len(candidates) + 1)
-        trace.append({"kind": kind, "start": start, "end": event.end, "root": root, "candidates": candidates,
-                      "accepted": accepted, "next": predictions[accepted]})
-        if candidates:
-            counters.verify_calls += 1
-            counters.widths.append(len(candidates) + 1)
-            counters.proposed += len(candidates)
-            counters.accepted += accepted
-        else:
-            counters.target_only_steps += 1
-        committed = candidates[:accepted]
-        if session.eos_token in committed:
-            response.extend(committed[: committed.index(session.eos_token)])
+        predictions, accepted, event = verify_and_commit(session, root, candidates, events, counters)
+        trace.append({"kind": event.kind, "start": event.start, "end": event.end, "root": root,
+                      "candidates": candidates, "accepted": accepted, "next": predictions[accepted]})
+        if extend_until_eos(response, candidates[:accepted], session.eos_token):
             return response, published
-        response.extend(committed)
         root = predictions[accepted]
     return response[: session.max_new_tokens], published
