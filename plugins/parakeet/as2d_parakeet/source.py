@@ -10,13 +10,14 @@ confidences worth publishing, so chunks are published without them, as in the pa
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from as2d_core.chunked import DEFAULT_CHUNK_S, ChunkedSource, ctc_greedy, sentencepiece_text
+from as2d_core.paths import check_folder
+from as2d_onnxruntime.sessions import OrtSessions
 
 from .features import log_mel
 
@@ -26,59 +27,6 @@ LAYOUT = (
     "vocab.txt ('token id' per line, <blk> last), optional config.json (features_size, subsampling_factor); "
     "make it with `as2d parakeet export MODEL.nemo` (needs `pip install 'as2d-parakeet[nemo]'`)"
 )
-
-
-def check_folder(folder: Path, required: Sequence[str], layout: str, what: str) -> None:
-    """Raise an error naming every missing file and the layout the folder must have."""
-    missing = [name for name in required if not (folder / name).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{what} model folder {folder} lacks {', '.join(missing)}; expected layout: {layout}")
-
-
-def ort_session(path: Path, device: str, threads: int):
-    """An ONNX Runtime session on ``device``; ``auto`` asks for NNAPI only where this build has it.
-
-    Returns the session and a note saying which provider really runs it.
-    """
-    import onnxruntime as ort
-
-    available = ort.get_available_providers()
-    if device == "auto":
-        providers = ["NnapiExecutionProvider", "CPUExecutionProvider"] if "NnapiExecutionProvider" in available else [
-            "CPUExecutionProvider"]
-    else:
-        from as2d_onnxruntime import providers_for
-
-        providers = providers_for(device)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = max(1, threads)
-    options.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(path), options, providers=providers)
-    used = session.get_providers()
-    note = f"running on {used[0]}"
-    if device == "auto" and "NnapiExecutionProvider" not in available:
-        note += f" (this onnxruntime {ort.__version__} build has no NNAPI provider)"
-    return session, note
-
-
-class OrtSessions:
-    """One graph's ONNX Runtime sessions, one per thread count (building one costs more than a chunk)."""
-
-    def __init__(self, path: Path, device: str) -> None:
-        self.path, self.device = path, device
-        self._sessions: dict[int, tuple] = {}
-        self._lock = threading.Lock()
-
-    def get(self, threads: int):
-        """(session, note on the provider that really runs it) for ``threads``."""
-        with self._lock:
-            if threads not in self._sessions:
-                self._sessions[threads] = ort_session(self.path, self.device, threads)
-            return self._sessions[threads]
-
-    @property
-    def device_in_use(self) -> list[str]:
-        return self.get(1)[0].get_providers()
 
 
 class ParakeetSource(ChunkedSource):
