@@ -118,7 +118,10 @@ def missing_files(entry: Entry, models_dir: Path | None = None,
     if not folder_name:
         return None, []
     folder = Path(models_dir or default_models_dir()) / folder_name
-    return folder, [f for f in required_files(entry, backend) if not (folder / f).is_file()]
+    # A file may have stand-ins: a sharded checkpoint has model.safetensors.index.json instead of model.safetensors.
+    alternatives = entry.info.get("file_alternatives") or {}
+    return folder, [f for f in required_files(entry, backend)
+                    if not any((folder / name).is_file() for name in (f, *alternatives.get(f, ())))]
 
 
 def ready_backends(entry: Entry, models_dir: Path | None = None) -> list[str]:

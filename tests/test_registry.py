@@ -55,7 +55,8 @@ def test_catalog_names_every_seed_part():
             assert entry.get("model_dir") or entry["required_files"] == [], name
 
 
-FACTS = ("tasks", "languages", "vocabulary", "backends", "model_dir", "required_files", "backend_files", "devices")
+FACTS = ("tasks", "languages", "vocabulary", "backends", "model_dir", "required_files", "backend_files",
+         "file_alternatives", "devices")
 
 
 def test_catalog_agrees_with_installed_plugins(fresh):
@@ -73,7 +74,7 @@ def test_catalog_agrees_with_installed_plugins(fresh):
                 registered, listed = part.info[key], facts.get(key)
                 if key == "required_files":
                     registered, listed = set(registered), set(listed)
-                elif key == "backend_files":
+                elif key in ("backend_files", "file_alternatives"):
                     registered = {b: set(f) for b, f in registered.items()}
                     listed = {b: set(f) for b, f in (listed or {}).items()}
                 elif registered is not None and listed is not None:
@@ -134,6 +135,20 @@ def test_backend_files_are_checked_per_backend(fresh, tmp_path):
     assert row["files_ready_for"] == ["torch"] and row["missing_files"] == []
     assert catalog.missing_files(entry, tmp_path, "mnn")[1] == ["llm.mnn"]
     assert catalog.missing_files(entry, tmp_path, "torch")[1] == []
+
+
+def test_sharded_checkpoint_stands_in_for_one_weights_file(fresh, tmp_path):
+    registry = plugins.Registry()
+    registry.add("target", "p", "t", lambda o: None, {
+        "model_dir": "t", "required_files": ("config.json", "model.safetensors"),
+        "file_alternatives": {"model.safetensors": ("model.safetensors.index.json",)}})
+    folder = tmp_path / "t"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    entry = catalog.lookup("target", "t", registry, {})
+    assert catalog.missing_files(entry, tmp_path)[1] == ["model.safetensors"]
+    (folder / "model.safetensors.index.json").write_text("{}")
+    assert catalog.missing_files(entry, tmp_path)[1] == []
 
 
 def test_onnxruntime_probe_tells_nnapi_is_missing(monkeypatch):

@@ -10,13 +10,14 @@ from as2d_core.hookspecs import hookimpl
 # catalog checks each backend's own files; loading checks the full list (weight shards, chat template).
 REQUIRED_FILES = ("config.json",)
 MNN_FILES = ("llm_config.json", "llm.mnn", "llm.mnn.weight", "tokenizer.mtok", "audio.mnn")
-TORCH_FILES = ("tokenizer.json", "tokenizer_config.json", "preprocessor_config.json")
+TORCH_FILES = ("model.safetensors", "tokenizer.json", "tokenizer_config.json", "preprocessor_config.json")
+SHARDED = {"model.safetensors": ("model.safetensors.index.json",)}  # a sharded checkpoint holds an index instead
 BACKEND_FILES = {"mnn": MNN_FILES, "torch": TORCH_FILES}
 LAYOUT = ("for backend 'mnn' (default): a folder exported by MNN's llmexport from Qwen/{repo} (transformers 4.x; "
           "`--export mnn`) with config.json, " + ", ".join(MNN_FILES) + "; llm_config.json must carry the audio_pad, "
           "audio_start and audio_end ids (see docs/paper-models.md); for backend 'torch': the Hugging Face checkpoint "
           "folder of Qwen/{repo} as published, with config.json, model.safetensors (or model.safetensors.index.json "
-          "and its shards), " + ", ".join(TORCH_FILES) + ", chat_template.json (or .jinja)")
+          "and its shards), " + ", ".join(TORCH_FILES[1:]) + ", chat_template.json (or .jinja)")
 INSTALL = "pip install ./plugins/mnn ./plugins/omni"
 TORCH_INSTALL = "pip install ./plugins/mnn './plugins/omni[torch]'"
 TORCH_DESCRIPTION = "PyTorch (transformers), for Qwen3-ASR (through qwen-asr) and Qwen2.5-Omni"
@@ -42,7 +43,8 @@ def _source(options: dict):
 
 
 COMMON = dict(tasks=("asr", "translate", "qa"), languages=None, vocabulary="qwen2.5-omni", backends=("mnn", "torch"),
-              required_files=REQUIRED_FILES, backend_files=BACKEND_FILES, install=INSTALL)
+              required_files=REQUIRED_FILES, backend_files=BACKEND_FILES,
+              file_alternatives=SHARDED, install=INSTALL)
 
 
 @hookimpl

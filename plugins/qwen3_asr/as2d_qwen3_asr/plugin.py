@@ -8,6 +8,7 @@ from as2d_core.hookspecs import hookimpl
 
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.json",
                   "merges.txt", "preprocessor_config.json")
+SHARDED = {"model.safetensors": ("model.safetensors.index.json",)}  # a sharded checkpoint holds an index instead
 LAYOUT = ("the Hugging Face checkpoint folder of Qwen/{repo} (config.json with thinker_config, model.safetensors, "
           "the Qwen2 tokenizer files, preprocessor_config.json), loaded on torch through qwen-asr")
 INSTALL = "pip install ./plugins/mnn './plugins/qwen3_asr[torch]'"
@@ -32,7 +33,7 @@ def _source(options: dict):
 
 
 COMMON = dict(tasks=("asr",), languages=None, vocabulary="qwen3-asr", backends=("torch", "mnn"),
-              required_files=REQUIRED_FILES, install=INSTALL)
+              required_files=REQUIRED_FILES, file_alternatives=SHARDED, install=INSTALL)
 
 
 @hookimpl
