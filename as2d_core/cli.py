@@ -9,39 +9,18 @@ import click
 
 from . import catalog
 from .audio import AudioError, load_audio
+from .build import DEFAULT_SOURCE, DEFAULT_TARGET, build_part, build_source, parts_from_config
 from .config import check_file
 from .contracts import Request
 from .engine import METHODS, DecodeOptions, DecodeResult, run_request
 from .paths import models_dir
 from .plugins import UnknownPart, load_registry, register_commands
-from .process_source import ProcessSource
-
-DEFAULT_TARGET = "whisper-base"
-DEFAULT_SOURCE = "whisper-tiny.en"
-PROCESS_SUFFIX = "+process"
 
 
 @click.group()
 @click.version_option(package_name="as2d")
 def cli() -> None:
     """Audio language models answering faster, with exactly the target's own greedy output."""
-
-
-def build_part(kind: str, name: str, **options):
-    """Instantiate a registered target or source by name, with plugin-specific options."""
-    part = load_registry().get(kind, name)
-    options.setdefault("models_dir", models_dir())
-    return part.factory(options)
-
-
-def build_source(spec: str, **options):
-    """A registered source by name; ``NAME+process`` runs it in its own process (``process_source``)."""
-    if not spec.endswith(PROCESS_SUFFIX):
-        return build_part("source", spec, **options)
-    name = spec[: -len(PROCESS_SUFFIX)]
-    load_registry().get("source", name)  # an unknown name fails here, listing what is installed
-    options.setdefault("models_dir", models_dir())
-    return ProcessSource.from_registry(name, options, name=spec)
 
 
 def _fail(message: str) -> None:
@@ -70,28 +49,9 @@ def _from_config(ctx: click.Context, path: Path, params: dict):
         key: params[name] for name, key in _CONFIG_OVERRIDES.items()
         if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
     }
-    return parts_from_config(path, overrides)
-
-
-def parts_from_config(path: Path, overrides: dict | None = None, with_source: bool | None = None):
-    """Validate a task configuration and build its target and source; exit with every problem named.
-
-    ``with_source`` defaults to the configuration's own method (a source only for as2d).
-    """
-    report = check_file(path, overrides=overrides or {})
-    if not report.runnable:
-        problems = report.errors + [f"cannot run here: {m}" for m in report.missing]
-        _fail("\n".join(f"{path}: {p}" for p in problems))
+    config, report, target, source = parts_from_config(path, overrides)
     for warning in report.warnings:
         click.echo(f"warning: {path}: {warning}", err=True)
-    config = report.config
-    target = build_part("target", config.target.model, backend=config.target.backend,
-                        device=report.devices["target"], threads=config.target.threads)
-    source = None
-    if config.source is not None and (with_source if with_source is not None else config.method == "as2d"):
-        spec = config.source.name + (PROCESS_SUFFIX if config.source.process else "")
-        source = build_source(spec, backend=config.source.backend,
-                            device=report.devices.get("source", config.source.device), threads=config.source.threads)
     return config, report, target, source
 
 
@@ -320,17 +280,7 @@ def config_check(files, here, as_json):
     sys.exit(1 if failed else 0)
 
 
-def _attach_tool_commands() -> None:
-    """Benchmarking and tuning live in their own packages; import them only to attach their commands."""
-    from .bench.cli import bench
-    from .tuning.cli import profile, replay, select
-
-    for command in (bench, profile, replay, select):
-        cli.add_command(command)
-
-
 def main() -> None:
-    _attach_tool_commands()
     register_commands(cli)
     cli()
 

@@ -2,8 +2,10 @@
 
 ``AS2D_PLUGINS`` restricts which entry-point plugins load (a comma-separated
 allowlist of entry-point names; empty means none), so tests can run against a
-known set. Without it every installed plugin loads. A plugin that fails to
-import is recorded, not fatal: listings must still tell the truth about the rest.
+known set. Without it every installed plugin loads. The core distribution's own
+clients (``bench``, ``tuning``, ``serve``) attach through the same entry points and
+hooks but are not plugins, so the allowlist does not apply to them. A plugin that
+fails to import is recorded, not fatal: listings must still tell the truth about the rest.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from . import hookspecs
 GROUP = "as2d"
 ENV_ALLOWLIST = "AS2D_PLUGINS"
 BUILTINS = "as2d.builtins"
+CORE_DISTRIBUTION = "as2d"
 
 
 @attrs.frozen
@@ -80,13 +83,14 @@ def plugin_manager() -> tuple[pluggy.PluginManager, dict[str, tuple[str | None, 
     from . import builtins
 
     manager.register(builtins, name=BUILTINS)
-    distributions = {BUILTINS: ("as2d", _version("as2d"))}
+    distributions = {BUILTINS: (CORE_DISTRIBUTION, _version(CORE_DISTRIBUTION))}
     skipped: dict[str, str] = {}
     allowed = _allowed()
     for entry_point in metadata.entry_points(group=GROUP):
         if manager.has_plugin(entry_point.name):
             continue
-        if allowed is not None and entry_point.name not in allowed:
+        own_client = entry_point.dist is not None and entry_point.dist.name == CORE_DISTRIBUTION
+        if allowed is not None and entry_point.name not in allowed and not own_client:
             skipped[entry_point.name] = f"installed but not loaded ({ENV_ALLOWLIST}={os.environ[ENV_ALLOWLIST]!r})"
             continue
         try:

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from as2d_core import DecodeOptions, run_request
-from as2d_core.bench.baselines import (
+from as2d_bench.baselines import (
     BaselineUnavailable,
     asp_policy,
     no_td_policy,
@@ -183,7 +183,7 @@ def test_asp_stops_at_low_confidence_and_recycles(tiny_request):
 
 
 def test_asp_recycling_reuses_old_drafts(tiny_request):
-    from as2d_core.bench.baselines import PrefixDrafter
+    from as2d_bench.baselines import PrefixDrafter
 
     request = tiny_request(3)
     ref = reference(request)

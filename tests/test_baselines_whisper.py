@@ -7,7 +7,7 @@ import json
 import pytest
 
 from as2d_core import Request, load_audio, run_request
-from as2d_core.bench.baselines import asp_policy, no_td_policy, sd_policy, serial_decode
+from as2d_bench.baselines import asp_policy, no_td_policy, sd_policy, serial_decode
 from conftest import SHARED_SPEECH
 
 MANIFEST = SHARED_SPEECH / "windows.jsonl"

@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from as2d_core import DecodeOptions
-from as2d_core.bench.runner import Bench, expand_methods, read_manifest
-from as2d_core.bench.summary import summarize
+from as2d_bench.runner import Bench, expand_methods, read_manifest
+from as2d_bench.summary import summarize
 from test_baselines import MODEL, PrefixSource, SlowTarget
 
 
@@ -117,7 +117,7 @@ def test_bench_run_on_tiny_lm(tmp_path, manifest):
 
 
 def test_bench_command_refuses_unknown_method(manifest, tmp_path):
-    from as2d_core.bench.cli import bench
+    from as2d_bench.cli import bench
 
     result = CliRunner().invoke(bench, [str(manifest), "--methods", "as2d,bogus", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "unknown methods" in result.output
@@ -199,7 +199,7 @@ def test_bench_with_two_sources(tmp_path, manifest):
 
 
 def test_bench_command_source_options(manifest, tmp_path):
-    from as2d_core.bench.cli import bench
+    from as2d_bench.cli import bench
 
     runner = CliRunner()
     both = runner.invoke(bench, [str(manifest), "--source", "a", "--sources", "a,b", "--out", str(tmp_path / "o")])

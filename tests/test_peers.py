@@ -10,7 +10,7 @@ these tests fail with that instruction rather than skip.
 import pytest
 
 from as2d_core import Request, load_audio, run_request
-from as2d_core.bench.runner import Window
+from as2d_bench.runner import Window
 from conftest import SHARED_SPEECH
 
 CLIP = SHARED_SPEECH / "clips" / "ljspeech_LJ001-0001.wav"
@@ -35,7 +35,7 @@ def _check_row(row, window, method):
 
 
 def test_faster_whisper_equals_target_only(clip):
-    from as2d_core.bench.peers import FasterWhisperPeer
+    from as2d_bench.peers import FasterWhisperPeer
 
     window, audio, reference = clip
     row = FasterWhisperPeer(threads=2)(window, audio, reference)
@@ -44,7 +44,7 @@ def test_faster_whisper_equals_target_only(clip):
 
 
 def test_hf_assisted_runs_and_reports_equality(clip):
-    from as2d_core.bench.peers import HFAssistedPeer, PeerUnavailable
+    from as2d_bench.peers import HFAssistedPeer, PeerUnavailable
 
     window, audio, reference = clip
     peer = HFAssistedPeer(threads=2)

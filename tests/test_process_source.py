@@ -137,7 +137,7 @@ def test_factory_failure_is_reported():
 
 def test_registered_source_by_suffix(whisper_target):
     """``NAME+process`` through the command's builder: the real Whisper drafter in a child, exact on real speech."""
-    from as2d_core.cli import build_source
+    from as2d_core.build import build_source
     from test_whisper_mnn import load_window
 
     source = build_source("whisper-tiny.en+process")
@@ -154,7 +154,7 @@ def test_registered_source_by_suffix(whisper_target):
 
 
 def test_unknown_source_with_suffix_is_refused():
-    from as2d_core.cli import build_source
+    from as2d_core.build import build_source
     from as2d_core.plugins import UnknownPart
 
     with pytest.raises(UnknownPart, match="no-such-drafter"):

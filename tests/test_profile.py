@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from as2d_core.tuning.costs import MissingCost, costs_of, load_profile
-from as2d_core.tuning.profile import measure, r_of_k, stat
+from as2d_tuning.costs import MissingCost, costs_of, load_profile
+from as2d_tuning.profile import measure, r_of_k, stat
 
 PROFILES = Path(__file__).resolve().parents[1] / "profiles"
 

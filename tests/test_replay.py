@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from as2d_core.tuning.costs import Costs, MissingCost
-from as2d_core.tuning.replay import mae, parse_budgets, read_traces, record_of, replay_record, row_of, simulate
+from as2d_tuning.costs import Costs, MissingCost
+from as2d_tuning.replay import mae, parse_budgets, read_traces, record_of, replay_record, row_of, simulate
 
 EOS = 1
 COSTS = Costs(
@@ -134,7 +134,7 @@ def test_replay_is_causal_and_exact(reference, batches, budget):
 def test_replays_real_engine_traces(tmp_path, tiny_request):
     """Traces from the engine (TinyLM target, scripted drafter) replay exactly at every budget."""
     from as2d_core import DecodeOptions, run_request
-    from as2d_core.bench.traces import build_trace
+    from as2d_bench.traces import build_trace
     from tiny_lm import ScriptedSource, TinyLM
 
     target = TinyLM()
@@ -168,8 +168,8 @@ def test_replay_command_writes_a_bench_shaped_summary(tmp_path, tiny_request):
     from click.testing import CliRunner
 
     from as2d_core import DecodeOptions, run_request
-    from as2d_core.bench.traces import build_trace
-    from as2d_core.tuning.cli import replay
+    from as2d_bench.traces import build_trace
+    from as2d_tuning.cli import replay
     from tiny_lm import ScriptedSource, TinyLM
 
     target, request = TinyLM(), tiny_request(4)

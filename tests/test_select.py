@@ -6,8 +6,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from as2d_core.tuning.costs import Costs
-from as2d_core.tuning.select import Pair, choose, config_text, gap_pct, oracle, pooled, price_grid, records_by_source
+from as2d_tuning.costs import Costs
+from as2d_tuning.select import Pair, choose, config_text, gap_pct, oracle, pooled, price_grid, records_by_source
 
 EOS = 1
 
@@ -73,7 +73,7 @@ def test_config_text_is_a_valid_task_configuration(tmp_path):
 def test_select_command_on_saved_traces(tmp_path):
     from click.testing import CliRunner
 
-    from as2d_core.tuning.cli import select
+    from as2d_tuning.cli import select
 
     ref = [2, 3, 4, 5, 6, 7, 8, 9]
     traces = [_trace(w, "good", ref, [(ref, 0.001 * i)]) for i, w in enumerate(["d0", "d1", "t0", "t1"])]

@@ -121,7 +121,7 @@ def test_as2d_equals_target_only_on_mnn(mnn_target, mnn_source, mnn_greedy, item
 @pytest.mark.parametrize("source_backend", ["mnn", "onnxruntime"])
 def test_as2d_with_drafter_process_on_mnn(mnn_target, mnn_greedy, source_backend):
     """The drafter in its own process (MNN keeps the GIL while it computes): still exact, and it drafts."""
-    from as2d_core.cli import build_source
+    from as2d_core.build import build_source
 
     source = build_source("whisper-tiny.en+process", backend=source_backend)
     try:

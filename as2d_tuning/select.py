@@ -15,7 +15,7 @@ from pathlib import Path
 
 import attrs
 
-from ..engine import DecodeOptions
+from as2d_core.engine import DecodeOptions
 from .costs import Costs
 from .replay import DECOUPLED, Record, record_of, replay_record
 
@@ -107,7 +107,7 @@ def gap_pct(selected: float, oracle_tps: float) -> float:
 
 def collect(manifest: Path, target, sources: dict, options, out_dir: Path, progress: bool = True) -> list[dict]:
     """Native as2d trajectories of every window for every source (and target-only once), via ``as2d bench``."""
-    from ..bench.runner import Bench, read_manifest
+    from as2d_bench.runner import Bench, read_manifest
     from .replay import read_traces
 
     windows = read_manifest(manifest)
@@ -146,7 +146,7 @@ def config_text(base, pair: Pair, note: str) -> str:
 def plot_budgets(grid: dict[Pair, dict[str, tuple[int, float]]], selected: Pair, path: Path,
                  target_only_tps: float | None = None) -> None:
     """Pooled development TPS against budget, one line per source; the selected pair marked."""
-    from ..bench.report import saved_figure
+    from as2d_bench.report import saved_figure
 
     with saved_figure(path, (7, 3.5)) as ax:
         for source in sorted({p.source for p in grid}):

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 
 import attrs
 
-from ..contracts import Request, Source, Target, TargetSession, serves_language
-from ..engine import Counters, DecodeOptions, DecodeResult, build_result, extend_until_eos, verify_and_commit
-from ..events import EventLog
+from as2d_core.contracts import Request, Source, Target, TargetSession, serves_language
+from as2d_core.engine import Counters, DecodeOptions, DecodeResult, build_result, extend_until_eos, verify_and_commit
+from as2d_core.events import EventLog
 
 ASP_THRESHOLD = 0.4  # SpecASR's confidence threshold (Appendix D.1.3)
 ASP_CAP = 24  # SpecASR's proposal cap: physical width at most 25

@@ -1,6 +1,6 @@
-"""``as2d profile``, ``as2d replay`` and ``as2d select`` (attached to the ``as2d`` group by the core).
+"""``as2d profile``, ``as2d replay`` and ``as2d select``.
 
-For use before they are attached: ``python -m as2d_core.tuning.cli profile|replay|select ...``.
+Attached to ``as2d`` through the ``register_commands`` hook (``as2d_tuning.plugin``).
 """
 from __future__ import annotations
 
@@ -20,17 +20,20 @@ def _fail(message: str) -> None:
 
 def _load_config(path: Path):
     """Validate a task configuration and build its target and source, as ``as2d run --config`` does."""
-    from ..cli import parts_from_config
+    from as2d_core.build import ConfigProblem, parts_from_config
 
-    config, _, target, source = parts_from_config(path, with_source=True)
+    try:
+        config, _, target, source = parts_from_config(path, with_source=True)
+    except ConfigProblem as exc:
+        _fail(str(exc))
     return config, target, source
 
 
 def _request(audio: Path | None, language: str | None):
     import numpy as np
 
-    from ..audio import load_audio
-    from ..contracts import Request
+    from as2d_core.audio import load_audio
+    from as2d_core.contracts import Request
 
     if audio is None:  # costs depend on shapes, not content: low noise, continuation from known text
         samples = np.random.default_rng(0).normal(0, 0.01, 16_000 * 10).astype(np.float32)
@@ -59,10 +62,10 @@ def _ints(text: str) -> list[int]:
               help="Other drafters to price too (comma-separated), for replay and select across sources.")
 def profile(config_path, out_path, audio, kmax, offsets, repeats, warmup, decodes, plot_path, other_names):
     """Measure the configured target and drafter on this machine and write a device profile."""
-    from ..paths import models_dir
+    from as2d_core.paths import models_dir
     from .profile import build_profile, plot_r_of_k
 
-    from ..cli import build_part
+    from as2d_core.build import build_part
 
     config, target, source = _load_config(config_path)
     others = {n.strip(): build_part("source", n.strip()) for n in (other_names or "").split(",")
@@ -105,7 +108,7 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
     import platform
     import statistics
 
-    from ..bench.summary import summarize
+    from as2d_bench.summary import summarize
     from .costs import MissingCost, costs_of, load_profile
     from .replay import DECOUPLED, load_factors, mae, parse_budgets, read_traces, record_of, replay_record, row_of
 
@@ -207,9 +210,9 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
 def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path, base_path, trace_paths, work_dir,
            align_window, as_json):
     """Rank every feasible source and fixed budget on DEV_MANIFEST by replayed pooled TPS; report the test oracle gap."""
-    from ..bench.runner import read_manifest
-    from ..cli import build_part
-    from ..config import check_file
+    from as2d_bench.runner import read_manifest
+    from as2d_core.build import build_part
+    from as2d_core.config import check_file
     from .costs import costs_of, load_profile
     from .replay import parse_budgets, read_traces
     from .select import choose, collect, config_text, gap_pct, oracle, plot_budgets, pooled, price_grid, \

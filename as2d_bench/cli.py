@@ -1,4 +1,4 @@
-"""``as2d bench MANIFEST --methods LIST --out DIR [--sources A,B] [--save-traces]`` (attached to ``as2d`` by the core).
+"""``as2d bench MANIFEST --methods LIST --out DIR [--sources A,B] [--save-traces]`` (attached to ``as2d`` through the ``register_commands`` hook, ``as2d_bench.plugin``).
 
 With ``--sources A,B`` every source-dependent method runs once per source: ``as2d`` with A, ``as2d@B`` with B
 (likewise ``as2d-no-bc``, ``sd-k*``, ``asp``, ``as2d-no-td``); see ``runner``.
@@ -44,8 +44,8 @@ def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, 
           source_names, budget, publication_size,
           target_threads, shared_target_threads, drafter_threads, limit, languages, warmup):
     """Run METHODS on every window of MANIFEST (JSONL: id, path, lang, text) and write results to OUT."""
-    from ..cli import build_part, build_source
-    from ..engine import DecodeOptions
+    from as2d_core.build import build_part, build_source
+    from as2d_core.engine import DecodeOptions
     from .peers import make_peers
     from .runner import SOURCE_METHODS, Bench, expand_methods, plan_runs, read_manifest
 

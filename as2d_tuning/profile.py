@@ -33,10 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..buffer import CandidateBuffer
-from ..contracts import Request, Source, Target
-from ..engine import DecodeOptions, run_request
-from ..events import TARGET_KINDS
+from as2d_core.buffer import CandidateBuffer
+from as2d_core.contracts import Request, Source, Target
+from as2d_core.engine import DecodeOptions, run_request
+from as2d_core.events import TARGET_KINDS
 from .costs import FORMAT
 
 FILLER = ("And so my fellow Americans, ask not what your country can do for you, ask what you can do for your "
@@ -336,7 +336,7 @@ def _jsonable(value):
 
 def plot_r_of_k(profiles: dict[str, dict], path: Path) -> None:
     """Figure 8: per-token verification saving R(K) against width, one bar series per profile."""
-    from ..bench.report import saved_figure
+    from as2d_bench.report import saved_figure
 
     with saved_figure(path, (7, 3.5)) as ax:
         n = len(profiles)

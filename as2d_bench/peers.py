@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import models_dir
+from as2d_core.paths import models_dir
 
 FW_FOLDER = "ct2-whisper-base"
 HF_FOLDERS = {"whisper-base": "hf-whisper-base", "whisper-tiny.en": "hf-whisper-tiny.en"}

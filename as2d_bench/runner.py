@@ -32,9 +32,9 @@ from statistics import mean
 
 import attrs
 
-from ..audio import load_audio
-from ..contracts import Request
-from ..engine import DecodeOptions, DecodeResult, run_request
+from as2d_core.audio import load_audio
+from as2d_core.contracts import Request
+from as2d_core.engine import DecodeOptions, DecodeResult, run_request
 from .baselines import asp_policy, no_td_policy, sd_policy, serial_decode
 from .summary import LABEL_SEP, SD_PARTS, sd_suffixes, summarize
 from .summary import split_label  # noqa: F401  (kept importable from here, where it used to live)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import attrs
 
-from ..align import Aligner
+from as2d_core.align import Aligner
 from .costs import Costs
 
 DECOUPLED = ("as2d", "as2d-no-bc")
@@ -254,7 +254,7 @@ def replay_record(record: Record, costs: Costs, budget: int | None = None, align
     if record.method == "target-only" or record.source is None:
         return simulate(record, costs, None, align_window, publication)
     if record.method == "as2d-no-bc":
-        from ..bench.runner import NO_BC_THRESHOLD
+        from as2d_bench.runner import NO_BC_THRESHOLD
 
         return simulate(record, costs, budget or record.budget, align_window, publication, NO_BC_THRESHOLD)
     return simulate(record, costs, budget or record.budget, align_window, publication)

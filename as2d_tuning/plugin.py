@@ -1,0 +1,10 @@
+"""Attaches ``as2d profile``, ``as2d replay`` and ``as2d select`` to the ``as2d`` command, as a plugin would."""
+from as2d_core import hookimpl
+
+
+@hookimpl
+def register_commands(cli):
+    from .cli import profile, replay, select
+
+    for command in (profile, replay, select):
+        cli.add_command(command)
