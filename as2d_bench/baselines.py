@@ -7,9 +7,10 @@ step with the target's committed prefix: for another vocabulary the committed
 text is re-encoded into drafter ids and only the part of its cache that
 differs is recomputed. That catch-up, the drafting and the conversion of the
 draft into target ids are all "draft" events, so ``decompose`` charges them to D.
-Verification is the engine's: root plus candidates in one call, commit the
-matching greedy prefix plus the target's own next token, cut the rest out of
-the cache; so every baseline returns exactly the target's greedy tokens.
+The loop is the engine's own ``target_loop`` with a :class:`SerialProposer`:
+root plus candidates in one call, commit the matching greedy prefix plus the
+target's own next token, cut the rest out of the cache; so every baseline
+returns exactly the target's greedy tokens.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 import attrs
 
 from as2d_core.contracts import Request, Source, Target, TargetSession, serves_language
-from as2d_core.engine import Counters, DecodeOptions, DecodeResult, build_result, extend_until_eos, verify_and_commit
+from as2d_core.engine import Counters, DecodeOptions, DecodeResult, TargetOnly, build_result, target_loop
 from as2d_core.events import EventLog
 
 ASP_THRESHOLD = 0.4  # SpecASR's confidence threshold (Appendix D.1.3)
@@ -229,7 +230,8 @@ def serial_decode(
         events.add("prepare", prep_start)
         counters, trace = Counters(), []
         clock_start = time.perf_counter()
-        tokens, published = _serial_loop(session, drafter, policy, events, counters, trace)
+        proposer = SerialProposer(drafter, policy, events, trace) if drafter is not None else TargetOnly()
+        tokens = target_loop(session, proposer, events, counters, trace)
         clock_end = time.perf_counter()
         text = session.decode_text(tokens)
     finally:
@@ -241,35 +243,37 @@ def serial_decode(
         source=source.name if drafter is not None else None,
         budget=policy.proposals if drafter is not None else None,
         note=note,
-        published=published,
+        published=proposer.published if drafter is not None else 0,
     )
 
 
-def _serial_loop(session, drafter, policy, events, counters, trace) -> tuple[list[int], int]:
-    """The target loop of ``engine.target_loop`` with a serial, prefix-conditioned drafting turn before each call."""
-    response: list[int] = []
-    published = 0
-    root = session.first_token()
-    while root != session.eos_token and len(response) < session.max_new_tokens:
-        response.append(root)
-        room = session.max_new_tokens - len(response)
-        if room <= 0:
-            break
-        limit = min(policy.proposals, room - 1)
-        candidates: list[int] = []
-        if drafter is not None and limit > 0:
-            start = time.perf_counter()
-            context = drafter.context(response)
-            drafted = drafter.draft(context, policy.proposals, policy.threshold, policy.recycle)
-            candidates = drafter.to_target(context, drafted)[:limit]
-            event = events.add("draft", start, tokens=len(drafted))
-            trace.append({"kind": "draft", "start": start, "end": event.end, "drafted": len(drafted),
-                          "candidates": candidates, "offset": published})
-            published += len(candidates)
-        predictions, accepted, event = verify_and_commit(session, root, candidates, events, counters)
-        trace.append({"kind": event.kind, "start": event.start, "end": event.end, "root": root,
-                      "candidates": candidates, "accepted": accepted, "next": predictions[accepted]})
-        if extend_until_eos(response, candidates[:accepted], session.eos_token):
-            return response, published
-        root = predictions[accepted]
-    return response[: session.max_new_tokens], published
+class SerialProposer:
+    """The serial methods' proposal step: a drafting turn from the committed prefix before each call.
+
+    The drafting (catch-up, draft, conversion to target ids) is a "draft" event and a "draft" trace
+    entry, so ``decompose`` charges it to D and a trace shows when each round's candidates appeared.
+    """
+
+    def __init__(self, drafter: PrefixDrafter, policy: SerialPolicy, events: EventLog, trace: list[dict]) -> None:
+        self.drafter = drafter
+        self.policy = policy
+        self.events = events
+        self.trace = trace
+        self.published = 0
+
+    def propose(self, response: list[int], root: int, limit: int) -> tuple[list[int], dict]:
+        limit = min(self.policy.proposals, limit)
+        if limit <= 0:
+            return [], {}
+        start = time.perf_counter()
+        context = self.drafter.context(response)
+        drafted = self.drafter.draft(context, self.policy.proposals, self.policy.threshold, self.policy.recycle)
+        candidates = self.drafter.to_target(context, drafted)[:limit]
+        event = self.events.add("draft", start, tokens=len(drafted))
+        self.trace.append({"kind": "draft", "start": start, "end": event.end, "drafted": len(drafted),
+                           "candidates": candidates, "offset": self.published})
+        self.published += len(candidates)
+        return candidates, {}
+
+    def settle(self, accepted: int) -> None:
+        pass

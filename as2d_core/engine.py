@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import attrs
 
@@ -20,7 +21,7 @@ from tokenizer_bridges import bridge_for
 
 from .align import Aligner
 from .buffer import CandidateBuffer
-from .contracts import Bridge, DraftJob, Request, Source, Target, TargetSession, serves_language
+from .contracts import Bridge, DraftJob, PublishedBatch, Request, Source, Target, TargetSession, serves_language
 from .events import Decomposition, Event, EventLog, decompose
 
 MAX_BUDGET = 64
@@ -226,82 +227,128 @@ def extend_until_eos(response: list[int], committed: list[int], eos_token: int) 
     return False
 
 
-class _PublishedConfidences:
-    """Per-token drafter confidences of the published record, read batch by batch as they appear.
+class Proposer(Protocol):
+    """Chooses the candidates of one verification: the only part of the target loop that differs by method.
 
-    Only the confidence-stop option uses them; a batch without confidences counts as confident.
+    The engine's decoupled proposer reads the published record; the serial baselines draft from the
+    committed prefix; replay reads a priced record. Every method then verifies and commits the same way.
     """
 
-    def __init__(self, buffer: CandidateBuffer) -> None:
-        self.buffer = buffer
-        self.values: list[float | None] = []
-        self.batches_seen = 0
+    def propose(self, response: list[int], root: int, limit: int) -> tuple[list[int], dict]:
+        """Up to ``limit`` candidates to follow ``root`` (the last of ``response``), and trace fields."""
 
-    def cut(self, candidates: list[int], first_index: int, threshold: float) -> list[int]:
-        """Keep candidates up to the first one below ``threshold`` (included)."""
-        if first_index + len(candidates) > len(self.values):
-            batches = self.buffer.batches
-            for batch in batches[self.batches_seen :]:
-                known = batch.confidences if batch.confidences is not None else ()
-                self.values.extend(known[i] if i < len(known) else None for i in range(len(batch.tokens)))
-            self.batches_seen = len(batches)
-        for i in range(len(candidates)):
-            position = first_index + i
-            value = self.values[position] if position < len(self.values) else None
-            if value is not None and value < threshold:
-                return candidates[: i + 1]
-        return candidates
+    def settle(self, accepted: int) -> None:
+        """The verification accepted ``accepted`` of the proposed candidates."""
+
+
+class TargetOnly:
+    """No candidates: the target decodes one token per call."""
+
+    def propose(self, response: list[int], root: int, limit: int) -> tuple[list[int], dict]:
+        return [], {"anchor": None, "published": 0}
+
+    def settle(self, accepted: int) -> None:
+        pass
+
+
+def confidence_cut(candidates: list[int], confidences: Sequence[float | None], first: int,
+                   threshold: float) -> list[int]:
+    """as2d-no-bc (SpecASR's budget rule): candidates end at the first one whose confidence is below
+    ``threshold`` (that one included). ``confidences[first + i]`` belongs to ``candidates[i]``."""
+    for i in range(len(candidates)):
+        position = first + i
+        value = confidences[position] if position < len(confidences) else None
+        if value is not None and value < threshold:
+            return candidates[: i + 1]
+    return candidates
+
+
+def record_confidences(batches: Sequence[PublishedBatch]) -> list[float | None]:
+    """Per-token confidences of a published record in record order (None where a batch has none)."""
+    values: list[float | None] = []
+    for batch in batches:
+        known = batch.confidences if batch.confidences is not None else ()
+        values.extend(known[i] if i < len(known) else None for i in range(len(batch.tokens)))
+    return values
+
+
+class PublishedProposer:
+    """As²d's proposal step (C.3): the aligner over the published record, with the previous committed
+    token for two-token agreement, limited by the budget, then the optional confidence cut.
+
+    ``record`` is anything with ``snapshot()`` (tokens, closed) and ``batches``: the engine's
+    :class:`CandidateBuffer`, or replay's priced record. When the record closes the drafter is done,
+    so the target takes all its threads (``session.use_threads``).
+    """
+
+    def __init__(self, record, session: TargetSession, options: DecodeOptions, events: EventLog | None = None) -> None:
+        self.record = record
+        self.session = session
+        self.options = options
+        self.events = events
+        self.aligner = Aligner(window=options.align_window)
+        self.widened = False
+        self.proposal = None
+        self._confidences: list[float | None] = []
+        self._batches_seen = 0
+
+    def propose(self, response: list[int], root: int, limit: int) -> tuple[list[int], dict]:
+        start = time.perf_counter()
+        snapshot = self.record.snapshot()
+        if not self.widened and snapshot.closed:
+            self.session.use_threads(self.options.target_threads)
+            self.widened = True
+        previous = response[-2] if len(response) > 1 else None
+        proposal = self.aligner.propose(snapshot.tokens, root, min(self.options.budget, limit), previous)
+        candidates = list(proposal.candidates)
+        if self.options.confidence_stop is not None and candidates:
+            candidates = confidence_cut(candidates, self._published_confidences(proposal.anchor + 1 + len(candidates)),
+                                        proposal.anchor + 1, self.options.confidence_stop)
+            proposal = attrs.evolve(proposal, candidates=tuple(candidates))
+        self.proposal = proposal
+        if self.events is not None:
+            self.events.add("align", start)
+        return candidates, {"anchor": proposal.anchor, "published": len(snapshot)}
+
+    def _published_confidences(self, needed: int) -> list[float | None]:
+        if needed > len(self._confidences):  # read only the batches published since the last look
+            batches = self.record.batches
+            self._confidences.extend(record_confidences(batches[self._batches_seen :]))
+            self._batches_seen = len(batches)
+        return self._confidences
+
+    def settle(self, accepted: int) -> None:
+        if self.proposal.candidates:
+            self.aligner.verified(self.proposal, accepted)
+        else:
+            self.aligner.stepped(self.proposal)
 
 
 def target_loop(
     session: TargetSession,
-    buffer: CandidateBuffer | None,
-    options: DecodeOptions,
+    proposer: Proposer,
     events: EventLog,
     counters: Counters,
     trace: list[dict] | None = None,
 ) -> list[int]:
-    """Greedy decoding of one response; candidates, if any, only decide how many tokens a call checks."""
-    aligner = Aligner(window=options.align_window)
-    confidences = _PublishedConfidences(buffer) if buffer is not None and options.confidence_stop is not None else None
+    """Greedy decoding of one response, the one loop of every method.
+
+    Candidates, whoever proposes them, only decide how many tokens a call checks: each call
+    commits the target's own greedy tokens (``verify_and_commit``), so the output is exact.
+    """
     response: list[int] = []
     root = session.first_token()
-    widened = buffer is None
     while root != session.eos_token and len(response) < session.max_new_tokens:
         response.append(root)
         room = session.max_new_tokens - len(response)  # tokens still allowed after the root
         if room <= 0:
             break
-        start = time.perf_counter()
-        snapshot = buffer.snapshot() if buffer is not None else None
-        if not widened and snapshot.closed:
-            session.use_threads(options.target_threads)
-            widened = True
-        previous = response[-2] if len(response) > 1 else None
-        proposal = aligner.propose(snapshot.tokens if snapshot else (), root, min(options.budget, room - 1), previous)
-        events.add("align", start)
-        if confidences is not None and proposal.candidates:
-            cut = confidences.cut(list(proposal.candidates), proposal.anchor + 1, options.confidence_stop)
-            proposal = attrs.evolve(proposal, candidates=tuple(cut))
-        candidates = list(proposal.candidates)
+        candidates, fields = proposer.propose(response, root, room - 1)
         predictions, accepted, event = verify_and_commit(session, root, candidates, events, counters)
         if trace is not None:
-            trace.append(
-                {
-                    "kind": event.kind,
-                    "start": event.start,
-                    "root": root,
-                    "anchor": proposal.anchor,
-                    "candidates": candidates,
-                    "accepted": accepted,
-                    "next": predictions[accepted],
-                    "published": len(snapshot) if snapshot else 0,
-                }
-            )
-        if candidates:
-            aligner.verified(proposal, accepted)
-        else:
-            aligner.stepped(proposal)
+            trace.append({"kind": event.kind, "start": event.start, "end": event.end, "root": root,
+                          "candidates": candidates, "accepted": accepted, "next": predictions[accepted], **fields})
+        proposer.settle(accepted)
         if extend_until_eos(response, candidates[:accepted], session.eos_token):
             return response
         root = predictions[accepted]
@@ -374,7 +421,8 @@ def run_request(
         clock_start = time.perf_counter()
         if producer is not None:
             producer.start()
-        tokens = target_loop(session, buffer, options, events, counters, trace)
+        proposer = PublishedProposer(buffer, session, options, events) if buffer is not None else TargetOnly()
+        tokens = target_loop(session, proposer, events, counters, trace)
         clock_end = time.perf_counter()
         drain_s = 0.0
         if producer is not None:

@@ -3,10 +3,11 @@
 A trace (docs/traces.md) fixes everything that does not depend on cost: the
 target's greedy response and the drafter's published record. For the
 decoupled methods that is enough to re-run the target loop at any budget:
-walk rounds on a simulated clock, let the engine's own :class:`Aligner` pick
-candidates among the batches already published at that instant (causal
-publication), accept a candidate iff it equals the reference token at its
-position, and charge each round the profile's loop cost plus the cost of its
+run the engine's own target loop and proposal step (``engine.target_loop``,
+``engine.PublishedProposer``) on a simulated clock, over priced stand-ins for
+the target (:class:`PricedTarget`: greedy tokens from the reference) and the
+record (:class:`PricedRecord`: only the batches published by that instant),
+and charge each round the profile's loop cost plus the cost of its
 physical width, shared-thread (concurrent) while the drafter still runs and
 alone once the record is closed, as the engine switches threads. The drafter's
 publication times are either re-priced from the profile (steps x step cost +
@@ -17,14 +18,17 @@ are priced as traced: their drafting rounds plus their calls.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import attrs
 
-from as2d_core.align import Aligner
+from as2d_core.engine import Counters, DecodeOptions, PublishedProposer, TargetOnly, target_loop
+from as2d_core.events import EventLog
 from .costs import Costs
 
 DECOUPLED = ("as2d", "as2d-no-bc")
@@ -142,90 +146,159 @@ def publication_times(record: Record, costs: Costs, publication: str = "profile"
     return times
 
 
-def _cut_at_confidence(candidates: list[int], confidences: Sequence[float | None], first: int,
-                       threshold: float) -> list[int]:
-    """as2d-no-bc: candidates end at the first published token below ``threshold`` (included)."""
-    for i in range(len(candidates)):
-        c = confidences[first + i] if first + i < len(confidences) else None
-        if c is not None and c < threshold:
-            return candidates[: i + 1]
-    return candidates
+class _Clock:
+    """The simulated clock of one replay (seconds from the request)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+
+class PricedTarget:
+    """A stand-in for the target's session in a replay: the engine's loop runs on it unchanged.
+
+    Its greedy tokens come from the traced reference (greedy output does not depend on cost) and
+    each call is charged ``price(width, alone)`` on the simulated clock; ``use_threads`` is the
+    engine's switch to all target threads once the drafter's record has closed.
+    """
+
+    def __init__(self, reference: Sequence[int], eos: int | None, max_new_tokens: int,
+                 price: Callable[[int, bool], float], clock: _Clock, alone: bool) -> None:
+        self.reference = reference
+        self.eos_token = eos if eos is not None else -1  # -1: a response cut by its length, never by a token
+        self.max_new_tokens = max_new_tokens
+        self.price = price
+        self.clock = clock
+        self.alone = alone
+        self.cache_length = 0
+        self.calls: list[tuple[float, float, bool]] = []  # (t0, t1, alone) of every call
+
+    def first_token(self) -> int:
+        return self.reference[0]
+
+    def verify(self, root: int, candidates: Sequence[int]) -> list[int]:
+        width = len(candidates) + 1
+        t0 = self.clock.t
+        self.clock.t += self.price(width, self.alone)
+        self.calls.append((t0, self.clock.t, self.alone))
+        after = self.cache_length + 1  # reference index of the token after the root
+        self.cache_length += width
+        return [self.reference[i] if i < len(self.reference) else -1 for i in range(after, after + width)]
+
+    def truncate(self, cache_length: int) -> None:
+        self.cache_length = cache_length
+
+    def use_threads(self, threads: int) -> None:
+        self.alone = True
+
+
+@attrs.frozen
+class _Snapshot:
+    tokens: tuple[int, ...]
+    closed: bool
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+class PricedRecord:
+    """The drafter's published record as the target sees it at the simulated instant.
+
+    ``visible()`` says how many batches are published now: by their (priced or native)
+    publication times, or by what a native run's rounds saw.
+    """
+
+    def __init__(self, batches: Sequence[Batch], visible: Callable[[], int]) -> None:
+        self.all_batches = tuple(batches)
+        self.visible = visible
+        self._ends = []
+        n = 0
+        for b in self.all_batches:
+            n += len(b.tokens)
+            self._ends.append(n)
+        self._tokens = tuple(t for b in self.all_batches for t in b.tokens)
+
+    def snapshot(self) -> _Snapshot:
+        seen = self.visible()
+        closed = seen == len(self.all_batches) and bool(self.all_batches) and self.all_batches[-1].final
+        return _Snapshot(self._tokens[: self._ends[seen - 1]] if seen else (), closed)
+
+    @property
+    def batches(self) -> tuple[Batch, ...]:
+        return self.all_batches[: self.visible()]
+
+
+def _eos_of(record: Record, eos_token: int | None) -> int | None:
+    if eos_token is not None:
+        return eos_token
+    return record.reference[-1] if record.max_new_tokens == NO_EOS_LIMIT else None
+
+
+def _run_loop(record: Record, target: PricedTarget, published: PricedRecord | None, budget: int | None,
+              align_window: int, confidence_stop: float | None, out: Replayed) -> list[dict]:
+    """The engine's own target loop over the priced stand-ins; fills ``out``'s counters."""
+    options = DecodeOptions(budget=budget or 1, align_window=align_window, confidence_stop=confidence_stop)
+    proposer = PublishedProposer(published, target, options) if published is not None else TargetOnly()
+    counters, trace = Counters(), []
+    out.tokens = target_loop(target, proposer, EventLog(), counters, trace)
+    out.proposed, out.accepted = counters.proposed, counters.accepted
+    out.widths, out.target_only_steps = counters.widths, counters.target_only_steps
+    out.rounds = [{"t0": t0, "t1": t1, "width": len(r["candidates"]) + 1, "accepted": r["accepted"],
+                   "visible": r["published"], "alone": alone} for r, (t0, t1, alone) in zip(trace, target.calls)]
+    out.decode_s = target.clock.t
+    return trace
 
 
 def simulate(record: Record, costs: Costs, budget: int | None, align_window: int = 8,
              publication: str = "profile", confidence_stop: float | None = None,
              eos_token: int | None = None) -> Replayed:
-    """Re-run the target loop on a simulated clock; ``budget=None`` means target-only."""
-    reference = record.reference
-    eos = eos_token if eos_token is not None else (
-        reference[-1] if record.max_new_tokens == NO_EOS_LIMIT else None)
+    """Re-run the engine's target loop on a simulated clock; ``budget=None`` means target-only."""
     speculative = budget is not None and bool(record.batches)
     drafter = costs.for_source(record.source) if speculative else costs
     if drafter is None:  # the profile does not price this drafter: its native publication times stand
         drafter, publication = costs, "native"
     times = publication_times(record, drafter, publication) if speculative else []
-    tokens_at: list[int] = []  # published tokens in record order, and their confidences
-    conf_at: list[float | None] = []
-    offsets = []  # record length after each batch
-    for b in record.batches if speculative else ():
-        tokens_at.extend(b.tokens)
-        conf_at.extend(b.confidences[i] if b.confidences and i < len(b.confidences) else None
-                       for i in range(len(b.tokens)))
-        offsets.append(len(tokens_at))
-    finished_at = times[-1] if speculative and record.batches[-1].final else float("inf")
-
+    clock = _Clock()
+    target = PricedTarget(record.reference, _eos_of(record, eos_token), record.max_new_tokens,
+                          lambda width, alone: costs.loop_for(alone) + costs.verify(width, alone=alone),
+                          clock, alone=not speculative)
+    published = None
+    if speculative:  # causal: a round sees only what is published by its start
+        published = PricedRecord(record.batches, lambda: bisect.bisect_right(times, clock.t))
     out = Replayed(record.window, record.method, record.source if speculative else None,
                    budget if speculative else None, [], 0.0)
-    aligner = Aligner(window=align_window)
-    response: list[int] = []
-    t, seen = 0.0, 0
-    widened = not speculative
-    root = reference[0]
-    while root != eos and len(response) < record.max_new_tokens:
-        response.append(root)
-        room = record.max_new_tokens - len(response)
-        if room <= 0:
-            break
-        while seen < len(times) and times[seen] <= t:  # causal: only what is published by now
-            seen += 1
-        visible = tokens_at[: offsets[seen - 1]] if seen else []
-        if not widened and seen == len(times) and finished_at <= t:
-            widened = True
-        proposal = aligner.propose(visible, root, min(budget, room - 1) if speculative else 0)
-        candidates = list(proposal.candidates)
-        if confidence_stop is not None and candidates:
-            candidates = _cut_at_confidence(candidates, conf_at, proposal.anchor + 1, confidence_stop)
-        position = len(response)  # index in the reference of the token after the root
-        accepted = 0
-        while (accepted < len(candidates) and position + accepted < len(reference)
-               and candidates[accepted] == reference[position + accepted]):
-            accepted += 1
-        width = len(candidates) + 1
-        start = t
-        t += costs.loop_for(widened) + costs.verify(width, alone=widened)
-        out.rounds.append({"t0": start, "t1": t, "width": width, "accepted": accepted, "visible": len(visible),
-                           "alone": widened})
-        if candidates:
-            out.proposed += len(candidates)
-            out.accepted += accepted
-            out.widths.append(width)
-            aligner.verified(proposal, accepted)
-        else:
-            out.target_only_steps += 1
-            aligner.stepped(proposal)
-        committed = candidates[:accepted]
-        if eos is not None and eos in committed:
-            response.extend(committed[: committed.index(eos)])
-            break
-        response.extend(committed)
-        root = reference[position + accepted]
-    out.tokens = response[: record.max_new_tokens]
+    _run_loop(record, target, published, budget, align_window, confidence_stop, out)
     out.publication = publication if speculative else None
-    out.decode_s = t
+    t = clock.t
+    finished_at = times[-1] if speculative and record.batches[-1].final else float("inf")
     if speculative and finished_at > t:  # producer drain: the forward in flight when the target ends
         step = drafter.draft_step(shared=True) if publication == "profile" else 0.0
         last = max((x for x in times if x <= t), default=0.0)
         out.drain_s = step - ((t - last) % step) if step else 0.0
+    return out
+
+
+def replay_native(record: Record, align_window: int = 8, confidence_stop: float | None = None) -> Replayed:
+    """Replay a native as2d trace at its own measured costs: each round sees what the native round saw
+    and each call costs what it cost natively (up to the next round's call).
+
+    Nothing here is priced, so the result must reproduce the native run call by call: a check that
+    replay runs the engine's policy, not a copy of it.
+    """
+    calls = record.calls
+    starts = [c["t0"] for c in calls] + [record.decode_s]
+    clock = _Clock()
+    target = PricedTarget(record.reference, _eos_of(record, None), record.max_new_tokens,
+                          lambda width, alone: starts[len(target.calls) + 1] - starts[len(target.calls)],
+                          clock, alone=False)
+    ends = list(itertools.accumulate(len(b.tokens) for b in record.batches))
+
+    def visible() -> int:
+        seen = calls[min(len(target.calls), len(calls) - 1)].get("visible") or 0
+        return bisect.bisect_right(ends, seen)
+
+    clock.t = starts[0]
+    out = Replayed(record.window, record.method, record.source, record.budget, [], 0.0, publication="native")
+    _run_loop(record, target, PricedRecord(record.batches, visible), record.budget, align_window, confidence_stop, out)
     return out
 
 

@@ -207,3 +207,59 @@ def test_a_drafter_the_profile_does_not_price_keeps_its_native_publication_times
     assert out.publication == "native" and out.decode_s == pytest.approx(0.078)  # the hand-priced answer
     priced = attrs.evolve(costs, drafters={"s": (0.004, 0.005, 0.0)})
     assert simulate(record_of(trace), priced, budget=3, publication="profile").publication == "profile"
+
+
+def _native_replay_matches(result, reference_tokens):
+    """Replay ``result``'s own trace at its own measured costs and compare it with the native run, call by call."""
+    from as2d_bench.traces import build_trace
+    from as2d_tuning.replay import replay_native
+
+    trace = json.loads(json.dumps(build_trace("w", result)))  # as saved to traces.jsonl
+    replayed = replay_native(record_of(trace))
+    assert replayed.tokens == reference_tokens
+    native_calls = [(c["width"], c["accepted"]) for c in trace["calls"]]
+    replayed_calls = [(r["width"], r["accepted"]) for r in replayed.rounds]
+    assert replayed_calls == native_calls
+    assert replayed.widths == result.verify_widths and replayed.accepted == result.accepted
+    assert replayed.decode_s == pytest.approx(result.decode_s, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", [5, 6, 7])
+def test_native_traces_replay_call_by_call_tiny(tiny_request, seed):
+    """A drafter that drops, inserts and substitutes tokens: replay makes every decision the engine made."""
+    import random
+
+    from as2d_core import DecodeOptions, run_request
+    from tiny_lm import ScriptedSource, TinyLM
+
+    target = TinyLM()
+    request = tiny_request(seed)
+    reference = run_request(request, target, None, "target-only")
+    rng = random.Random(seed)
+    drafts = []
+    for token in reference.tokens[1:]:
+        roll = rng.random()
+        if roll < 0.1:
+            continue  # dropped
+        drafts.append(token if roll > 0.25 else (token + 3) % 30 + 2)  # substituted
+        if rng.random() < 0.05:
+            drafts.append(rng.randrange(2, 32))  # inserted
+    source = ScriptedSource(drafts, delays=[0.0005] * len(drafts))
+    result = run_request(request, target, source, "as2d", DecodeOptions(budget=4, publication_size=3))
+    assert result.tokens == reference.tokens
+    _native_replay_matches(result, reference.tokens)
+
+
+def test_native_traces_replay_call_by_call_whisper(whisper_target, whisper_source):
+    """The real Whisper pair on the bundled clip: the replay's loop is the engine's loop."""
+    from pathlib import Path
+
+    from as2d_core import DecodeOptions, Request, run_request
+    from as2d_core.audio import load_audio
+
+    clip = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
+    request = Request(request_id="ljspeech", audio=load_audio(clip), language="en")
+    reference = run_request(request, whisper_target, None, "target-only")
+    result = run_request(request, whisper_target, whisper_source, "as2d", DecodeOptions(budget=7))
+    assert result.tokens == reference.tokens
+    _native_replay_matches(result, reference.tokens)
