@@ -1,7 +1,7 @@
 """Serial speculative baselines on the engine's contracts: standard SD, SpecASR's ASP, as2d-no-td.
 
 Drafting and verification take turns on one thread, each on all the cores.
-The drafter is a prefix-conditioned session (``Source.prefix_session``), a
+The drafter is a prefix-conditioned session (``contracts.PrefixDrafting``), a
 TargetSession in the drafter's vocabulary. Before each round it is brought in
 step with the target's committed prefix: for another vocabulary the committed
 text is re-encoded into drafter ids and only the part of its cache that
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from as2d_core.contracts import Request, Source, Target, TargetSession, serves_language
+from as2d_core.contracts import PrefixDrafting, Request, ScoredSession, Source, Target, TargetSession, serves_language
 from as2d_core.engine import Counters, DecodeOptions, DecodeResult, TargetOnly, build_result, target_loop
 from as2d_core.events import EventLog
 
@@ -58,12 +58,11 @@ def no_td_policy(budget: int) -> SerialPolicy:
 
 
 def open_prefix_session(source: Source, request: Request, language: str, threads: int) -> TargetSession:
-    make = getattr(source, "prefix_session", None)
-    if make is None:
+    if not isinstance(source, PrefixDrafting):
         raise BaselineUnavailable(
-            f"source {source.name} offers no prefix-conditioned session (Source.prefix_session); "
+            f"source {source.name} offers no prefix-conditioned session (contracts.PrefixDrafting); "
             "serial baselines need one")
-    return make(request, language, threads)
+    return source.prefix_session(request, language, threads)
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -91,21 +90,18 @@ class PrefixDrafter:
         self.next: tuple[int, float | None] | None = None
         self.old: tuple[list[int], list[int], list[float | None]] | None = None  # ctx, draft, confidences
         self.recycled = 0  # drafter tokens reused from rejected drafts
-        # Optional scored entry points, looked up once here rather than on every drafter forward.
-        self._scored_verify = getattr(session, "verify_with_confidence", None)
-        self._first_confidence = getattr(session, "first_token_confidence", None)
+        self.scored = isinstance(session, ScoredSession)
 
     # -- drafter calls -------------------------------------------------------------------
     def _call(self, root: int, candidates: Sequence[int]) -> tuple[list[int], list[float | None]]:
-        if self._scored_verify is not None:
-            tokens, confidences = self._scored_verify(root, candidates)
+        if self.scored:
+            tokens, confidences = self.s.verify_with_confidence(root, candidates)
             return list(tokens), list(confidences)
         tokens = self.s.verify(root, candidates)
         return list(tokens), [None] * len(tokens)
 
     def _first(self) -> tuple[int, float | None]:
-        scored = self._first_confidence
-        return self.s.first_token(), (scored() if scored is not None else None)
+        return self.s.first_token(), (self.s.first_token_confidence() if self.scored else None)
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Append tokens to the drafter's cache in one call."""

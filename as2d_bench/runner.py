@@ -13,7 +13,7 @@ single-source run looks as before); ``target-only`` and the peers run once.
 Every row carries ``source``: the source the method was run with (null for
 target-only and peers). A window whose language the source does not serve
 runs target-only, as the engine does, and its row's ``note`` says so. Serial
-methods need ``Source.prefix_session``; on a source without one each window
+methods need ``contracts.PrefixDrafting``; on a source without one each window
 gets an error row instead of a run.
 
 Every row also carries ``first_publish_s`` (seconds from the start of the
@@ -33,7 +33,7 @@ from statistics import mean
 import attrs
 
 from as2d_core.audio import load_audio
-from as2d_core.contracts import Request
+from as2d_core.contracts import PrefixDrafting, Request
 from as2d_core.engine import DecodeOptions, DecodeResult, run_request
 from .baselines import asp_policy, no_td_policy, sd_policy, serial_decode
 from .summary import LABEL_SEP, SD_PARTS, sd_suffixes, summarize
@@ -286,9 +286,9 @@ class Bench:
                 return self.peers[method](window, audio, reference)
             if method in PEERS:
                 return error_row(window, label, "peer not configured for this run")
-            if method in SERIAL and run.source is not None and getattr(run.source, "prefix_session", None) is None:
+            if method in SERIAL and run.source is not None and not isinstance(run.source, PrefixDrafting):
                 return error_row(window, label, f"source {source} offers no prefix-conditioned session "
-                                                f"(Source.prefix_session); serial method {method} cannot run on it",
+                                                f"(contracts.PrefixDrafting); serial method {method} cannot run on it",
                                  source)
             return run_method(method, request, self.target, run.source, self.options)
         except Exception as exc:  # one failing method must not end the benchmark; the row says why

@@ -6,5 +6,9 @@ from .hookspecs import hookimpl
 
 @hookimpl
 def register_bridges(register):
-    register("identity", IdentityBridge, description="drafter shares the target's tokenizer")
-    register("text", TextBridge, description="drafter ids -> text -> target ids, holding back an unfinished word")
+    # identity connects no pair by pattern: it is chosen whenever the two vocabularies are equal
+    register("identity", IdentityBridge.for_request, description="drafter shares the target's tokenizer: ids pass through",
+             connects=())
+    register("text", TextBridge.for_request,
+             description="drafter ids -> text -> target ids, holding back an unfinished word",
+             connects=(("*", "*"),), needs=("decodes_text", "encodes_text"))

@@ -224,23 +224,46 @@ def _matches(pattern: str, vocabulary: str | None) -> bool:
     return vocabulary is not None and fnmatch.fnmatchcase(vocabulary, pattern)
 
 
-def bridge_between(source: Entry, target: Entry, bridges: list[Entry] | None = None) -> str | None:
-    """Name of the bridge that carries ``source`` tokens to ``target`` (``identity`` for equal vocabularies)."""
-    if source.vocabulary is not None and source.vocabulary == target.vocabulary:
+def choose_bridge(source_vocabulary: str | None, target_vocabulary: str | None, capabilities: dict[str, bool],
+                  bridges) -> str | None:
+    """Name of the first of ``bridges`` (``(name, info)`` pairs) that connects the two vocabularies
+    and whose needs the pair meets; ``identity`` for equal vocabularies."""
+    if source_vocabulary is not None and source_vocabulary == target_vocabulary:
         return "identity"
-    capabilities = {
-        "decodes_text": source.info.get("decodes_text", True),
-        "encodes_text": target.info.get("encodes_text", True),
-    }
-    for bridge in bridges if bridges is not None else entries("bridge"):
-        if not bridge.installed:
+    for name, info in bridges:
+        if not all(capabilities.get(need, False) for need in info.get("needs") or ()):
             continue
-        if not all(capabilities.get(need, False) for need in bridge.info.get("needs") or ()):
-            continue
-        for pair in bridge.info.get("connects") or ():
-            if _matches(pair[0], source.vocabulary) and _matches(pair[1], target.vocabulary):
-                return bridge.name
+        for pair in info.get("connects") or ():
+            if _matches(pair[0], source_vocabulary) and _matches(pair[1], target_vocabulary):
+                return name
     return None
+
+
+def _capabilities(source_info: dict, target_info: dict) -> dict[str, bool]:
+    return {"decodes_text": source_info.get("decodes_text", True), "encodes_text": target_info.get("encodes_text", True)}
+
+
+def bridge_between(source: Entry, target: Entry, bridges: list[Entry] | None = None) -> str | None:
+    """Name of the installed bridge that carries ``source`` tokens to ``target`` (``identity`` for equal vocabularies)."""
+    installed = ((b.name, b.info) for b in (bridges if bridges is not None else entries("bridge")) if b.installed)
+    return choose_bridge(source.vocabulary, target.vocabulary, _capabilities(source.info, target.info), installed)
+
+
+def bridge_for(source, target, session, registry: Registry | None = None):
+    """A fresh bridge for one request, built by the registered bridge that connects ``source`` to ``target``.
+
+    Raises ``LookupError`` when no registered bridge does (``as2d config check`` says so earlier).
+    """
+    registry = registry if registry is not None else load_registry()
+    source_part = registry.find("source", source.name.split("+", 1)[0])
+    target_part = registry.find("target", target.name)
+    capabilities = _capabilities(source_part.info if source_part else {}, target_part.info if target_part else {})
+    bridges = ((name, registry.get("bridge", name).info) for name in registry.names("bridge"))
+    name = choose_bridge(source.vocabulary, target.vocabulary, capabilities, bridges)
+    if name is None:
+        raise LookupError(f"no registered bridge carries {source.name} ({source.vocabulary}) "
+                          f"to {target.name} ({target.vocabulary})")
+    return registry.get("bridge", name).factory(source, target, session)
 
 
 def plugin_rows(registry: Registry | None = None, catalog: dict | None = None) -> list[dict[str, Any]]:

@@ -129,6 +129,7 @@ class TargetSession(Protocol):
 class Target(Protocol):
     name: str
     vocabulary: str  # tokenizer identity; a source with the same one needs no bridge
+    device_in_use: list[str]  # what really runs the model (e.g. ONNX Runtime providers), for profiles and reports
 
     def prepare(self, request: Request, threads: int) -> TargetSession:
         """Encode audio, bind audio KV and prefill the prompt (not on the decode clock)."""
@@ -136,7 +137,13 @@ class Target(Protocol):
 
 @runtime_checkable
 class DraftJob(Protocol):
-    """A drafter's work for one request, prepared before the request."""
+    """A drafter's work for one request, prepared before the request.
+
+    ``ended_with_eos`` becomes True when ``pieces`` ran out because the drafter produced its end
+    token (or its audio ran out): the bridge then publishes the target's end token as a candidate.
+    """
+
+    ended_with_eos: bool
 
     def pieces(self) -> Iterator[DraftPiece]:
         """Generate drafts from the audio and the drafter's own history only."""
@@ -157,6 +164,30 @@ class Source(Protocol):
 
     def prepare(self, request: Request, language: str, threads: int) -> DraftJob:
         """Encode audio for the drafter (background preparation)."""
+
+
+@runtime_checkable
+class ScoredSession(TargetSession, Protocol):
+    """A drafter session that also says how sure it is (SpecASR's confidence rule needs it)."""
+
+    def first_token_confidence(self) -> float:
+        """Probability of ``first_token()``."""
+
+    def verify_with_confidence(self, root: int, candidates: Sequence[int]) -> tuple[list[int], list[float]]:
+        """``verify`` plus the probability of each returned greedy token."""
+
+
+@runtime_checkable
+class PrefixDrafting(Protocol):
+    """Optional for a source: drafting from a given prefix, as serial speculative decoding needs.
+
+    The session speaks the drafter's vocabulary with the target's session API, so the serial
+    baselines can bring it in step with the target's committed prefix before each round. A
+    session that is also a :class:`ScoredSession` gives confidences (for SpecASR's stop rule).
+    """
+
+    def prefix_session(self, request: Request, language: str, threads: int) -> TargetSession:
+        """A prepared, prefix-conditioned drafter session for one request."""
 
 
 @runtime_checkable

@@ -17,10 +17,9 @@ from typing import Any, Protocol
 
 import attrs
 
-from tokenizer_bridges import bridge_for
-
 from .align import Aligner
 from .buffer import CandidateBuffer
+from .catalog import bridge_for
 from .contracts import Bridge, DraftJob, PublishedBatch, Request, Source, Target, TargetSession, serves_language
 from .events import Decomposition, Event, EventLog, decompose
 
@@ -157,7 +156,7 @@ class Producer(threading.Thread):
                 if piece.boundary or drafted >= self.publication_size:
                     self._publish(tokens, confidences, piece.span_s)
                     tokens, confidences, drafted = [], [], 0
-            ended = getattr(self.job, "ended_with_eos", False) and not self.stop_requested.is_set()
+            ended = self.job.ended_with_eos and not self.stop_requested.is_set()
             start = time.perf_counter()
             tail, _ = self.bridge.finish(ended)
             self.events.add("draft", start, tokens=0)

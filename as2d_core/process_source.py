@@ -137,7 +137,7 @@ def _draft(source, job, number: int, control: _Channel) -> None:
             if stop is not None and stop[0] == "stop":
                 control.send(("end", number, False, None))
                 return
-        control.send(("end", number, bool(getattr(job, "ended_with_eos", False)), None))
+        control.send(("end", number, bool(job.ended_with_eos), None))
     except Exception as exc:
         control.send(("end", number, False, f"{type(exc).__name__}: {exc}"))
     finally:

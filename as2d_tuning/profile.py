@@ -157,7 +157,7 @@ def _verify_sweep(session, sequence: list[int], widths: Sequence[int], offsets: 
 def _draft_steps(source: Source, target_session, target, request: Request, language: str, threads: int,
                  count: int, stop: threading.Event | None = None) -> list[float]:
     """Seconds per drafter forward incl. bridge conversion (the first, prompt prefill, excluded)."""
-    from tokenizer_bridges import bridge_for
+    from as2d_core.catalog import bridge_for
 
     times: list[float] = []
     while len(times) < count and not (stop is not None and stop.is_set()):
@@ -306,7 +306,7 @@ def build_profile(config, target, source, request: Request, *, kmax: int, offset
         "packages": package_versions(),
         "target": {"model": config.target.model, "backend": config.target.backend, "device": config.target.device,
                    "threads": config.target.threads, "shared_threads": config.target.shared_threads,
-                   "devices_in_use": getattr(target, "device_in_use", None)},
+                   "devices_in_use": target.device_in_use},
         "source": None if config.source is None else {
             "name": config.source.name, "backend": config.source.backend, "device": config.source.device,
             "threads": config.source.threads, "publication_size": config.source.publication_size},

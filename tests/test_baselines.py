@@ -211,7 +211,7 @@ def test_drafter_without_confidences_drafts_to_the_cap(tiny_request):
 
 
 def test_source_without_prefix_session_is_refused(tiny_request):
-    with pytest.raises(BaselineUnavailable, match="prefix_session"):
+    with pytest.raises(BaselineUnavailable, match="PrefixDrafting"):
         serial_decode(tiny_request(0), MODEL, ScriptedSource([3, 4]), sd_policy(5))
 
 
@@ -244,7 +244,7 @@ def test_as2d_confidence_stop_is_exact_and_cuts_candidates(tiny_request, thresho
 class SlowTarget:
     """TinyLM whose calls take ``delay`` seconds, so the producer publishes ahead of it (also used by test_bench)."""
 
-    name, vocabulary = MODEL.name, MODEL.vocabulary
+    name, vocabulary, device_in_use = MODEL.name, MODEL.vocabulary, MODEL.device_in_use
 
     def __init__(self, delay: float = 0.003):
         self.delay = delay

@@ -87,6 +87,7 @@ class Session:
 class Target:
     name = "toy-target"
     vocabulary = "toy"
+    device_in_use = ["cpu"]
 
     def prepare(self, request, threads):
         return Session(request.language)

@@ -19,6 +19,7 @@ from as2d_core import DraftPiece
 class TinyLM:
     name = "tiny-lm"
     vocabulary = "tiny"
+    device_in_use = ["numpy:CPU"]
 
     def __init__(self, vocab: int = 32, dim: int = 16, layers: int = 2, seed: int = 0, max_new_tokens: int = 48):
         rng = np.random.default_rng(seed)

@@ -11,6 +11,11 @@ class IdentityBridge:
         self.source_eos = source_eos
         self.target_eos = target_eos
 
+    @classmethod
+    def for_request(cls, source, target, session) -> "IdentityBridge":
+        """The registered factory: one bridge per request (``session`` is the target's prepared one)."""
+        return cls(source.eos_token, session.eos_token)
+
     def push(self, tokens: Sequence[int], confidences: Sequence[float] | None):
         tokens = [self.target_eos if t == self.source_eos else int(t) for t in tokens]
         return tokens, list(confidences) if confidences is not None else None

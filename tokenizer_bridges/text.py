@@ -56,6 +56,11 @@ class TextBridge:
         self._converted_chars = 0
         self._converted_tokens = 0  # drafter tokens whose text is fully converted
 
+    @classmethod
+    def for_request(cls, source, target, session) -> "TextBridge":
+        """The registered factory: one bridge per request (``session`` is the target's prepared one)."""
+        return cls(source.decode_text, session.encode_text, session.eos_token)
+
     def _convert(self, text: str, end: int, last_token: int):
         piece = text[self._converted_chars : end]
         behind = [c for c in self._confidences[self._converted_tokens : last_token] if c is not None]

@@ -108,9 +108,9 @@ class MnnLlm:
             self._text_tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
 
     @property
-    def device_in_use(self) -> str:
+    def device_in_use(self) -> list[str]:
         """The device the engine runs on: the probe refused any device this build would fall back from."""
-        return self.device
+        return [f"MNN:{self.device.upper()}"]
 
     def encode(self, text: str) -> list[int]:
         return [int(t) for t in self._llm.tokenizer_encode(text)]

@@ -72,7 +72,7 @@ class _Omni:
         self.eos_token = self.engine.encode("<|im_end|>")[-1]
 
     @property
-    def device_in_use(self) -> str:
+    def device_in_use(self) -> list[str]:
         return self.engine.device_in_use
 
     def _start(self, request: Request, threads: int):

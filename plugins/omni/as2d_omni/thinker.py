@@ -37,7 +37,7 @@ def required_files(folder: Path) -> tuple[str, ...]:
 class HFThinker:
     """One loaded thinker; any number of requests may use it at once (each holds its own cache and rope delta)."""
 
-    device_in_use = "cpu"
+    device_in_use = ["torch:CPU"]
 
     def __init__(self, folder: str | Path, device: str = "cpu", dtype: str = "float32"):
         folder = Path(folder).expanduser()

@@ -67,7 +67,7 @@ class _Qwen3ASR:
         self.context = context
         self.eos_token = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.asr_text = self.tokenizer.convert_tokens_to_ids("<asr_text>")
-        self.device_in_use = "cpu"
+        self.device_in_use = ["torch:CPU"]
 
     def prompt(self, language: str | None) -> str:
         messages = [{"role": "system", "content": self.context},
