@@ -64,6 +64,8 @@ def build_trace(window: str, result: DecodeResult, label: str | None = None) -> 
         "language": result.language,
         "tokens": list(result.tokens),
         "decode_s": result.decode_s,
+        "prepare_s": result.prepare_s,
+        "start": result.start,
         "published": published,
         "calls": calls,
         "spans": [{"kind": e.kind, "t0": rel(e.start), "t1": rel(e.end), "tokens": e.tokens, "width": e.width}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -20,11 +20,12 @@ import attrs
 from .align import Aligner
 from .buffer import CandidateBuffer
 from .catalog import bridge_for
-from .contracts import Bridge, DraftJob, PublishedBatch, Request, Source, Target, TargetSession, serves_language
+from .contracts import Bridge, DraftJob, DraftPiece, PublishedBatch, Request, Source, Target, TargetSession, serves_language
 from .events import Decomposition, Event, EventLog, decompose
 
 MAX_BUDGET = 64
 METHODS = ("target-only", "as2d")
+STARTS = ("arrival", "prepared")
 
 
 def _positive(instance, attribute, value):
@@ -46,6 +47,9 @@ class DecodeOptions:
     shared_target_threads: int = attrs.field(default=1, validator=_positive)  # while the drafter runs
     drafter_threads: int = attrs.field(default=1, validator=_positive)
     drain_timeout_s: float = 2.0
+    # arrival: the drafter starts when the request arrives, beside the target's preparation;
+    # prepared: both models are prepared first (the paper's post-prefill set-up)
+    start: str = attrs.field(default="arrival", validator=attrs.validators.in_(STARTS))
     # as2d-no-bc (SpecASR's budget rule kept with decoupled drafting): candidates end at the first
     # published token whose confidence is below this (that token included); None keeps the fixed budget.
     confidence_stop: float | None = attrs.field(default=None)
@@ -62,6 +66,7 @@ class DecodeResult:
     prepare_s: float  # both models' audio state and prompt, before the request
     source: str | None = None
     budget: int | None = None
+    start: str | None = None  # when the drafter started: arrival | prepared
     drain_s: float = 0.0  # stopping the producer after the final token (charged separately)
     proposed: int = 0
     accepted: int = 0
@@ -96,6 +101,7 @@ class DecodeResult:
             "method": self.method,
             "source": self.source,
             "budget": self.budget,
+            "start": self.start,
             "decode_s": self.decode_s,
             "tps": self.tps,
             "e2e_s": self.e2e_s,
@@ -118,58 +124,116 @@ class DecodeResult:
 
 
 class Producer(threading.Thread):
-    """Runs one drafter over one request and publishes batches; never reads target state."""
+    """Runs one drafter over one request and publishes batches; never reads target state.
+
+    Started at the request's arrival, it prepares the drafter itself (``start_job``) while the target
+    encodes its audio. The bridge needs the target's prepared session (its tokenizer and end token),
+    so until :meth:`attach_bridge` is called the drafter keeps drafting and its pieces are held;
+    ``attach_bridge`` bridges and publishes them at once (and closes the record if the drafter has
+    already finished), so the target's first step sees everything drafted during its preparation.
+    """
 
     def __init__(
         self,
-        job: DraftJob,
-        bridge: Bridge,
+        job: DraftJob | None,
+        bridge: Bridge | None,
         buffer: CandidateBuffer,
         publication_size: int,
         events: EventLog,
+        start_job: Callable[[], DraftJob] | None = None,
     ) -> None:
         super().__init__(name=f"as2d-producer-{buffer.source_id}", daemon=True)
+        if (job is None) == (start_job is None):
+            raise ValueError("give the producer a prepared job or a way to prepare one, not both")
         self.job = job
+        self.start_job = start_job
         self.bridge = bridge
         self.buffer = buffer
         self.publication_size = publication_size
         self.events = events
         self.stop_requested = threading.Event()
         self.error: str | None = None
+        # Publication state, shared with attach_bridge (the target's thread) under one lock.
+        self._lock = threading.Lock()
+        self._held: list[DraftPiece] = []  # drafted before the bridge was attached
+        self._ended: bool | None = None  # set when drafting is over and the bridge has yet to finish it
+        self._tokens: list[int] = []
+        self._confidences: list[float] | None = []
+        self._drafted = 0
+
+    def attach_bridge(self, bridge: Bridge) -> None:
+        """The target is prepared: its bridge converts everything drafted so far and from now on."""
+        with self._lock:
+            self.bridge = bridge
+            held, self._held = self._held, []
+            try:
+                for piece in held:
+                    self._bridge_and_publish(piece, time.perf_counter())
+                if self._ended is not None:
+                    self._finish(self._ended)
+            except Exception as exc:  # the drafter failed or was stopped meanwhile: drafts end, the target goes on
+                self.error = self.error or f"{type(exc).__name__}: {exc}"
+                self.buffer.close(f"producer failed: {self.error}")
 
     def run(self) -> None:
-        tokens: list[int] = []
-        confidences: list[float] | None = []
-        drafted = 0
+        deferred = False
         try:
+            if self.job is None:
+                start = time.perf_counter()
+                self.job = self.start_job()
+                self.events.add("draft-prepare", start)
             pieces = iter(self.job.pieces())
             while not self.stop_requested.is_set():
                 start = time.perf_counter()
                 piece = next(pieces, None)
                 if piece is None:
                     break
-                ready, ready_conf = self.bridge.push(piece.tokens, piece.confidences)
-                self.events.add("draft", start, tokens=len(piece.tokens))
-                tokens.extend(ready)
-                confidences = confidences + ready_conf if confidences is not None and ready_conf is not None else None
-                drafted += len(piece.tokens)
-                if piece.boundary or drafted >= self.publication_size:
-                    self._publish(tokens, confidences, piece.span_s)
-                    tokens, confidences, drafted = [], [], 0
+                with self._lock:
+                    if self.bridge is None:
+                        self.events.add("draft", start, tokens=len(piece.tokens))
+                        self._held.append(piece)
+                    else:
+                        self._bridge_and_publish(piece, start)
             ended = self.job.ended_with_eos and not self.stop_requested.is_set()
-            start = time.perf_counter()
-            tail, _ = self.bridge.finish(ended)
-            self.events.add("draft", start, tokens=0)
-            self._publish(tokens + tail, None, None, final=True)
+            with self._lock:
+                if self.bridge is None:  # attach_bridge finishes the record
+                    self._ended, deferred = ended, True
+                else:
+                    self._finish(ended)
         except Exception as exc:  # a drafter failure must never reach the target
             self.error = f"{type(exc).__name__}: {exc}"
             self.buffer.close(f"producer failed: {self.error}")
         finally:
-            self.buffer.close("stopped")
+            if not deferred:
+                self.buffer.close("stopped")
             try:
-                self.job.close()
+                if self.job is not None:
+                    self.job.close()
             except Exception:
                 pass
+
+    def _bridge_and_publish(self, piece: DraftPiece, start: float) -> None:
+        ready, ready_conf = self.bridge.push(piece.tokens, piece.confidences)
+        self.events.add("draft", start, tokens=len(piece.tokens))
+        self._tokens.extend(ready)
+        known = self._confidences is not None and ready_conf is not None
+        self._confidences = self._confidences + ready_conf if known else None
+        self._drafted += len(piece.tokens)
+        if piece.boundary or self._drafted >= self.publication_size:
+            self._publish(self._tokens, self._confidences, piece.span_s)
+            self._tokens, self._confidences, self._drafted = [], [], 0
+
+    def _finish(self, ended: bool) -> None:
+        """Flush the bridge and publish the final batch, which closes the record."""
+        start = time.perf_counter()
+        tail, _ = self.bridge.finish(ended)
+        self.events.add("draft", start, tokens=0)
+        tokens, confidences = self._tokens, self._confidences
+        if tail and confidences:  # keep the confidences of what was drafted; the bridge's tail has none
+            self._publish(tokens, confidences, None)
+            tokens = []
+        self._publish(tokens + tail, confidences if not tail else None, None, final=True)
+        self._tokens, self._confidences, self._drafted = [], [], 0
 
     def _publish(self, tokens, confidences, span_s, final: bool = False) -> None:
         start = time.perf_counter()
@@ -379,6 +443,15 @@ def _warm_thread_switch(session: TargetSession, options: DecodeOptions) -> None:
         session.truncate(0)
 
 
+def _drafting_language(request: Request, source: Source) -> str | None:
+    """The language the drafter can start on before the target has detected one, if any."""
+    if request.language is not None:
+        return request.language
+    if source.languages is not None and len(source.languages) == 1:
+        return next(iter(source.languages))
+    return None
+
+
 def run_request(
     request: Request,
     target: Target,
@@ -386,7 +459,12 @@ def run_request(
     method: str = "as2d",
     options: DecodeOptions | None = None,
 ) -> DecodeResult:
-    """Prepare both models' audio state, then decode one response on the post-prefill clock."""
+    """Decode one response; ``prepare_s + decode_s`` is the user's clock from the audio's arrival.
+
+    With ``options.start == "arrival"`` the drafter starts when the request arrives and encodes and
+    drafts while the target encodes, detects the language and prefills; with ``"prepared"`` (the
+    paper's set-up) both models are prepared first and the drafter starts with the decode clock.
+    """
     options = options or DecodeOptions()
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
@@ -394,36 +472,56 @@ def run_request(
         raise ValueError("method 'as2d' needs a source (drafter)")
     events = EventLog()
     note = None
-    prep_start = time.perf_counter()
+    arrival = time.perf_counter()
     speculative = method == "as2d"
-    # The drafter has not started yet, so the target prepares on all its threads.
-    session = target.prepare(request, options.target_threads)
+    buffer = producer = wasted = None
+    early = _drafting_language(request, source) if speculative and options.start == "arrival" else None
+    if early is not None and serves_language(source, early):
+        buffer = CandidateBuffer(request.request_id, source.name, f"{source.name}:arrival")
+        producer = Producer(None, None, buffer, options.publication_size, events,
+                            start_job=lambda: source.prepare(request, early, options.drafter_threads))
+        producer.start()
+    # The target prepares beside a running drafter on its shared threads, alone on all of them.
+    try:
+        session = target.prepare(request, options.shared_target_threads if producer else options.target_threads)
+    except BaseException:
+        if producer is not None:  # the request fails (bad audio, unknown language): so do its drafts
+            producer.stop_requested.set()
+        raise
     if speculative and not serves_language(source, session.language):
         note = (
             f"source {source.name} does not draft {session.language!r} "
             f"(it serves {', '.join(sorted(source.languages))}); ran target-only with {options.target_threads} threads"
         )
         speculative = False
-    job = source.prepare(request, session.language, options.drafter_threads) if speculative else None
-    if speculative:
+    if producer is not None and (not speculative or session.language != early):
+        # started on a language the target did not confirm: stop it (it is drained below) and go on without it
+        producer.stop_requested.set()
+        if not speculative:
+            session.use_threads(options.target_threads)
+        wasted, buffer, producer = producer, None, None
+    if speculative and producer is None:  # prepared start: the drafter's audio is encoded before the request
+        job = source.prepare(request, session.language, options.drafter_threads)
         _warm_thread_switch(session, options)
-    prepare_s = time.perf_counter() - prep_start
-    events.add("prepare", prep_start)
-
-    buffer = producer = None
-    if speculative:
         buffer = CandidateBuffer(request.request_id, source.name, f"{source.name}:{id(job):x}")
         producer = Producer(job, bridge_for(source, target, session), buffer, options.publication_size, events)
+    elif speculative:
+        producer.attach_bridge(bridge_for(source, target, session))
+    prepare_s = time.perf_counter() - arrival
+    events.add("prepare", arrival)
+
     counters = Counters()
     trace: list[dict] = []
     try:
         clock_start = time.perf_counter()
-        if producer is not None:
+        if producer is not None and not producer.is_alive() and producer.ident is None:
             producer.start()
         proposer = PublishedProposer(buffer, session, options, events) if buffer is not None else TargetOnly()
         tokens = target_loop(session, proposer, events, counters, trace)
         clock_end = time.perf_counter()
         drain_s = 0.0
+        if wasted is not None:
+            wasted.join(options.drain_timeout_s)
         if producer is not None:
             producer.stop_requested.set()
             producer.join(options.drain_timeout_s)
@@ -438,9 +536,10 @@ def run_request(
         request, method, session, tokens, text, (clock_start, clock_end), prepare_s, counters, events, trace,
         source=source.name if speculative else None,
         budget=options.budget if speculative else None,
+        start=options.start if speculative else None,
         drain_s=drain_s,
         note=note,
-        producer_error=producer.error if producer is not None else None,
+        producer_error=producer.error if producer is not None and speculative else None,
         published=len(buffer.snapshot()) if buffer is not None else 0,
         batches=buffer.batches if buffer is not None else (),
     )

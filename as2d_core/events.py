@@ -15,13 +15,13 @@ from collections.abc import Iterable
 
 import attrs
 
-DRAFT_KINDS = frozenset({"draft"})
+DRAFT_KINDS = frozenset({"draft", "draft-prepare"})
 TARGET_KINDS = frozenset({"verify", "step"})
 
 
 @attrs.frozen
 class Event:
-    kind: str  # draft | publish | verify | step | align | prefill | encode | drain
+    kind: str  # draft | draft-prepare | publish | verify | step | align | prefill | encode | drain
     start: float
     end: float
     tokens: int = 0

@@ -112,7 +112,8 @@ def test_bench_run_on_tiny_lm(tmp_path, manifest):
         first = t["tokens"][:1]
         # replaying the commits rebuilds the output: first token, then each call's commit
         assert (first + committed)[: len(t["tokens"])] == t["tokens"]
-        assert all(0 <= p["t"] <= t["decode_s"] + 1 for p in t["published"])
+        # drafting from arrival publishes during the target's preparation, before the decode clock starts
+        assert all(-t["prepare_s"] <= p["t"] <= t["decode_s"] + 1 for p in t["published"])
     assert summary["methods"]["target-only"]["ratio_vs_target_only"] == pytest.approx(1.0)
 
 
@@ -151,7 +152,7 @@ def test_summary_per_source_by_hand():
 def test_bench_with_two_sources(tmp_path, manifest):
     from tiny_lm import ScriptedSource
 
-    first = PrefixSource(tokens=[3, 4, 5, 6], every=4, positional=True)  # offers prefix_session
+    first = PrefixSource(tokens=[3, 4, 5, 6], every=4, positional=True)  # offers prefix_session (contracts.PrefixDrafting)
     second = ScriptedSource([5, 6, 7, 8, 9, 10], boundaries={1}, name="scripted")  # does not
     german = ScriptedSource([5, 6], name="german")
     german.languages = frozenset({"de"})
@@ -180,9 +181,9 @@ def test_bench_with_two_sources(tmp_path, manifest):
     for r in by["as2d@german"]:
         assert r["exact"] is True and r["proposed"] == 0 and "does not draft 'en'" in r["note"]
         assert r["first_publish_s"] is None and r["source"] == "german"
-    # a serial method on a source without prefix_session: an error row per window, not a crash
+    # a serial method on a source without prefix_session (contracts.PrefixDrafting): an error row per window, not a crash
     for r in by["sd-k5@scripted"]:
-        assert "prefix_session" in r["error"] and r["source"] == "scripted"
+        assert "PrefixDrafting" in r["error"] and r["source"] == "scripted"
     m = summary["methods"]
     assert m["as2d"]["source"] == "prefix-drafter" and m["as2d@scripted"]["source"] == "scripted"
     assert m["as2d"]["windows"] == m["as2d@scripted"]["windows"] == 3

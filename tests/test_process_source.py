@@ -17,6 +17,10 @@ from tiny_lm import ScriptedSource, TinyLM
 
 MODEL = TinyLM()
 
+# The tiny target decodes a response in milliseconds, faster than a child process answers; these tests are
+# about the child's life cycle, so the drafter starts with the decode clock (arrival starts: test_engine).
+PREPARED = "prepared"
+
 
 def reference(request):
     return run_request(request, MODEL, None, "target-only").tokens
@@ -55,7 +59,7 @@ def test_as2d_with_process_source_is_exact(tiny_request):
     for request, ref, draft in zip(requests, refs, drafts):
         source = ProcessSource(ScriptedSource, draft)
         try:
-            result = run_request(request, MODEL, source, "as2d", DecodeOptions(budget=4, publication_size=2))
+            result = run_request(request, MODEL, source, "as2d", DecodeOptions(budget=4, publication_size=2, start=PREPARED))
         finally:
             source.close()
         assert result.tokens == ref and result.producer_error is None
@@ -67,7 +71,7 @@ def test_one_process_serves_consecutive_requests(tiny_request):
     ref = reference(request)
     source = ProcessSource(ScriptedSource, ref)
     try:
-        results = [run_request(request, MODEL, source, "as2d", DecodeOptions(publication_size=2)) for _ in range(3)]
+        results = [run_request(request, MODEL, source, "as2d", DecodeOptions(publication_size=2, start=PREPARED)) for _ in range(3)]
     finally:
         source.close()
     assert all(r.tokens == ref and r.producer_error is None for r in results)
@@ -79,7 +83,7 @@ def test_crash_in_child_does_not_change_output(tiny_request):
     ref = reference(request)
     source = ProcessSource(partial(ScriptedSource, ref, crash_after=4))
     try:
-        result = run_request(request, MODEL, source, "as2d", DecodeOptions(publication_size=2))
+        result = run_request(request, MODEL, source, "as2d", DecodeOptions(publication_size=2, start=PREPARED))
     finally:
         source.close()
     assert result.tokens == ref
@@ -92,9 +96,11 @@ def test_stalled_child_is_replaced(tiny_request):
     source = ProcessSource(partial(ScriptedSource, ref, stall_after=3))
     try:
         first = source._child.process
-        stalled = run_request(request, MODEL, source, "as2d", DecodeOptions(publication_size=1, drain_timeout_s=0.2))
+        # prepared start: the replacement happens in run_request's own thread, so it is done when it returns
+        options = DecodeOptions(publication_size=1, drain_timeout_s=0.2, start=PREPARED)
+        stalled = run_request(request, MODEL, source, "as2d", options)
         assert stalled.tokens == ref and stalled.target_only_steps > 0
-        again = run_request(request, MODEL, source, "as2d", DecodeOptions(publication_size=1, drain_timeout_s=0.2))
+        again = run_request(request, MODEL, source, "as2d", options)
         assert again.tokens == ref
         assert source._child.process is not first and not first.is_alive()
     finally:
@@ -110,7 +116,7 @@ def test_killed_child_ends_drafts_not_the_target(tiny_request):
         source._child.kill()
         with pytest.raises(RuntimeError, match="drafter process"):
             list(job.pieces())
-        result = run_request(request, MODEL, source, "as2d", DecodeOptions(publication_size=1))
+        result = run_request(request, MODEL, source, "as2d", DecodeOptions(publication_size=1, start=PREPARED))
         assert result.tokens == ref and result.producer_error is None  # a fresh child took over
     finally:
         source.close()
@@ -124,7 +130,7 @@ def test_prepare_failure_surfaces_on_the_producer_side(tiny_request):
         job = source.prepare(request, "en", 1)  # never raises: the target must go on
         with pytest.raises(RuntimeError, match="ValueError: cannot encode this audio"):
             list(job.pieces())
-        result = run_request(request, MODEL, source, "as2d")
+        result = run_request(request, MODEL, source, "as2d", DecodeOptions(start=PREPARED))
     finally:
         source.close()
     assert result.tokens == ref and "cannot encode this audio" in result.producer_error
@@ -146,8 +152,9 @@ def test_registered_source_by_suffix(whisper_target):
         for item_id in ("jfk_en_w00", "fleurs_en_w02"):
             request = Request(item_id, load_window(item_id), language="en")
             ref = run_request(request, whisper_target, None, "target-only")
-            result = run_request(request, whisper_target, source, "as2d")
-            assert result.tokens == ref.tokens and result.producer_error is None
+            for start in ("arrival", PREPARED):  # the shared target reuses the audio K/V: no encoder to draft beside
+                result = run_request(request, whisper_target, source, "as2d", DecodeOptions(start=start))
+                assert result.tokens == ref.tokens and result.producer_error is None
             assert result.accepted > 0
     finally:
         source.close()
