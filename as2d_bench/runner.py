@@ -26,6 +26,7 @@ there was none).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from statistics import mean
@@ -167,10 +168,13 @@ def result_row(window: Window, method: str, result: DecodeResult, reference: Dec
         "verify_widths": result.verify_widths,
         "target_only_steps": result.target_only_steps,
         "prepare_s": result.prepare_s,
+        "e2e_s": result.e2e_s,
         "drain_s": result.drain_s,
         "first_publish_s": first_publish_s,
         "all_published_s": all_published_s,
         "source": source if source is not None else result.source,
+        # run with a source, did it draft? (False: the window's language is one the source does not serve)
+        "served": None if source is None else result.source is not None,
         "budget": result.budget,
         "note": result.note,
         "producer_error": result.producer_error,
@@ -198,6 +202,15 @@ def sd_mean_rows(window: Window, rows: list[dict]) -> list[dict]:
                     "of": names, "source": parts[0].get("source"), "tokens": parts[0]["tokens"],
                     "tps": mean(r["tps"] for r in parts), "exact": all(r["exact"] for r in parts)})
     return out
+
+
+def timed_peer(peer: Callable, window: Window, audio, reference) -> dict:
+    """A peer's row, with its ``e2e_s`` (audio in memory and models loaded, to its final token) if it gave none."""
+    start = time.perf_counter()
+    row = peer(window, audio, reference)
+    if not row.get("error"):
+        row.setdefault("e2e_s", time.perf_counter() - start)
+    return row
 
 
 @attrs.define
@@ -283,7 +296,7 @@ class Bench:
         method, label, source = run.method, run.label, run.source_name
         try:
             if method in self.peers:
-                return self.peers[method](window, audio, reference)
+                return timed_peer(self.peers[method], window, audio, reference)
             if method in PEERS:
                 return error_row(window, label, "peer not configured for this run")
             if method in SERIAL and run.source is not None and not isinstance(run.source, PrefixDrafting):

@@ -206,3 +206,29 @@ def test_bench_command_source_options(manifest, tmp_path):
     assert both.exit_code == 2 and "not both" in both.output
     twice = runner.invoke(bench, [str(manifest), "--sources", "a,a", "--out", str(tmp_path / "o")])
     assert twice.exit_code == 2 and "twice" in twice.output
+
+
+def test_summary_end_to_end_and_eligible_by_hand():
+    rows = [
+        _row("en1", "target-only", 10, 1.0, e2e_s=2.0), _row("de1", "target-only", 30, 1.0, e2e_s=3.0),
+        _row("en1", "as2d", 10, 0.5, e2e_s=2.5, source="s", served=True),
+        _row("de1", "as2d", 30, 1.0, e2e_s=3.0, source="s", served=False, note="source s does not draft 'de'"),
+        # an older row without ``served`` or ``e2e_s``: the note and prepare_s + decode_s stand in
+        _row("de2", "target-only", 20, 1.0, prepare_s=1.0), _row("de2", "as2d", 20, 1.0, prepare_s=1.5,
+                                                                  note="source s does not draft 'de' (it serves en)"),
+        _row("en1", "faster-whisper", 10, 0.4, e2e_s=1.0),
+    ]
+    summary = summarize(rows)
+    m = summary["methods"]
+    assert m["target-only"]["pooled_e2e_tps"] == pytest.approx(60 / 7)
+    assert m["as2d"]["pooled_e2e_tps"] == pytest.approx(60 / 8)
+    assert m["as2d"]["e2e_ratio_vs_target_only"] == pytest.approx(7 / 8)
+    assert m["as2d"]["e2e_slower_windows"] == 2  # en1: 4 < 5; de2: 8 < 10; de1 ties
+    assert m["faster-whisper"]["pooled_e2e_tps"] == pytest.approx(10.0)
+    eligible = summary["eligible"]
+    assert eligible["windows"] == ["en1"]
+    e = eligible["methods"]
+    assert e["as2d"]["pooled_tps"] == pytest.approx(20.0) and e["as2d"]["ratio_vs_target_only"] == pytest.approx(2.0)
+    assert e["as2d"]["e2e_ratio_vs_target_only"] == pytest.approx(4 / 5)
+    assert e["faster-whisper"]["e2e_ratio_vs_target_only"] == pytest.approx(2.0)
+    assert e["target-only"]["windows"] == 1
