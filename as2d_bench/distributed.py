@@ -1,0 +1,174 @@
+"""``as2d bench --ray``: windows as tasks on Ray actors that keep their models resident.
+
+Each actor builds the bench once on its own machine (from a :class:`BenchSpec`: names, not
+models), pins itself to its own cores, and runs whole windows: every method of a window back to
+back on one worker, so each ratio stays within one machine. The driver feeds one window at a time
+to each idle actor, appends each window's rows to ``results.jsonl`` as they come back (the same
+resumable folder as a local run), and when an actor dies, its window goes back in the queue and a
+new actor, placed wherever Ray finds room, takes the dead one's place.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from as2d_core.audio import load_audio
+from .machine import bench_machine
+from .runner import Window, _NoBar, _progress, _timeline_only, error_row, write_outputs
+from .spec import BenchSpec
+
+SLOT_LOCKS = Path(os.environ.get("AS2D_SLOT_DIR", "/tmp"))
+MAX_ATTEMPTS = 3
+
+
+class WorkerFailed(RuntimeError):
+    """A worker could not build the bench (a missing model or plugin on its machine)."""
+
+
+def claim_cores(count: int) -> tuple[list[int] | None, object]:
+    """Pin this process to ``count`` cores no other bench worker on this machine holds.
+
+    Workers on one machine take numbered slots through lock files; the lock dies with its process,
+    so a dead worker's cores are free for its replacement. Every existing thread is pinned, and threads
+    started later (the runtimes' pools, built after this) inherit it. Without enough free cores the
+    worker is left unpinned: ``None``.
+    """
+    usable = sorted(os.sched_getaffinity(0))
+    for slot in range(len(usable) // count):
+        lock = open(SLOT_LOCKS / f"as2d-bench-cores-{slot}.lock", "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            continue
+        cores = usable[slot * count:(slot + 1) * count]
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(tid), cores)
+            except OSError:  # a thread that ended meanwhile
+                pass
+        return cores, lock
+    return None, None
+
+
+class BenchWorker:
+    """A Ray actor's body: the models of one bench, resident for every window it is given."""
+
+    def __init__(self, spec: BenchSpec):
+        self.cores, self._lock = claim_cores(spec.cores)
+        self.bench = spec.build(Path("."), progress=False)
+
+    def run_window(self, window: Window, audio) -> tuple[list[dict], list[dict]]:
+        import ray
+
+        rows, traces = self.bench.window_rows(window, audio)
+        worker = {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(), "cores": self.cores}
+        for row in rows:
+            row["worker"] = worker
+        return rows, traces
+
+    def machine(self) -> dict:
+        return bench_machine()
+
+
+class RayBench:
+    """The driver: hands windows to actors, writes what comes back, replaces actors that die."""
+
+    def __init__(self, spec: BenchSpec, out_dir: Path, workers: int | None = None,
+                 cpus_per_worker: float | None = None, progress: bool = True,
+                 on_submit: Callable[[RayBench, object, Window], None] | None = None):
+        self.spec = spec
+        self.out_dir = Path(out_dir)
+        self.workers = workers
+        self.cpus_per_worker = cpus_per_worker or spec.cores
+        self.progress = progress
+        self.on_submit = on_submit  # for tests: called after each window is handed to an actor
+        self.in_flight: dict = {}  # object ref -> (actor, window)
+        self.retried: list[str] = []
+
+    def _actor_class(self):
+        import ray
+
+        return ray.remote(num_cpus=self.cpus_per_worker, max_restarts=0)(BenchWorker)
+
+    def run(self, windows: list[Window], fresh: bool = False, pool_machines: bool = False) -> dict:
+        import ray
+        from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
+
+        folder = self.folder = self.spec.folder(self.out_dir)
+        done = {r["window"] for r in folder.open(fresh)}
+        todo = deque(w for w in windows if w.id not in done)
+        timelines = folder.timelines()
+        worker_class = self._actor_class()
+        count = self.workers or max(1, int(ray.cluster_resources().get("CPU", 1) // self.cpus_per_worker))
+        idle = [worker_class.remote(self.spec) for _ in range(min(count, len(todo)))]
+        attempts: dict[str, int] = {}
+        bar = _progress(len(todo), self.progress) if todo else _NoBar()
+        started = time.perf_counter()
+        finished = 0
+        try:
+            while todo or self.in_flight:
+                while idle and todo:
+                    actor, window = idle.pop(), todo.popleft()
+                    self.in_flight[actor.run_window.remote(window, load_audio(window.path))] = (actor, window)
+                    if self.on_submit is not None:
+                        self.on_submit(self, actor, window)
+                ready, _ = ray.wait(list(self.in_flight), num_returns=1)
+                actor, window = self.in_flight.pop(ready[0])
+                try:
+                    rows, traces = ray.get(ready[0])
+                except (RayActorError, ActorUnavailableError) as exc:
+                    if getattr(exc, "actor_init_failed", False):
+                        raise WorkerFailed(f"a Ray worker could not build the bench: {_error_line(exc)}") from exc
+                    attempts[window.id] = attempts.get(window.id, 0) + 1
+                    self.retried.append(window.id)
+                    if attempts[window.id] < MAX_ATTEMPTS:
+                        todo.appendleft(window)
+                    else:
+                        folder.append(self._failed_rows(window, f"its Ray worker died {MAX_ATTEMPTS} times"), [])
+                    idle.append(worker_class.remote(self.spec))  # the replacement goes wherever Ray has room
+                    continue
+                except RayTaskError as exc:  # not a method's failure (those are rows): the window's task itself
+                    rows, traces = self._failed_rows(window, _error_line(exc)), []
+                folder.append(rows, traces)
+                timelines.update({(t["window"], t["label"]): _timeline_only(t) for t in traces})
+                idle.append(actor)
+                finished += 1
+                bar.update(1)
+        finally:
+            bar.close()
+            for actor, _ in self.in_flight.values():
+                ray.kill(actor)
+            for actor in idle:
+                ray.kill(actor)
+        extra = {"run": {"executor": "ray", "workers": count, "cpus_per_worker": self.cpus_per_worker,
+                         "retried_windows": self.retried, "windows_run": finished,
+                         "wall_s": time.perf_counter() - started}}
+        return write_outputs(folder, self.spec.options, self.spec.source_names, windows, timelines, pool_machines,
+                             extra)
+
+    def _failed_rows(self, window: Window, message: str) -> list[dict]:
+        return [error_row(window, label, message) for label in self.folder.labels]
+
+
+def _error_line(exc: BaseException) -> str:
+    """The last line of a Ray error (its cause, after the remote traceback)."""
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else type(exc).__name__
+
+
+def connect(address: str | None) -> bool:
+    """Join the Ray cluster at ``address`` (or the one this machine belongs to, else a new local one).
+
+    Returns whether this call started Ray (so the caller shuts it down again).
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    ray.init(address=address or None, include_dashboard=False, log_to_driver=False)
+    return True
