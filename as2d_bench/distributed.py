@@ -58,8 +58,8 @@ def claim_cores(count: int) -> tuple[list[int] | None, object]:
 class BenchWorker:
     """A Ray actor's body: the models of one bench, resident for every window it is given."""
 
-    def __init__(self, spec: BenchSpec):
-        self.cores, self._lock = claim_cores(spec.cores)
+    def __init__(self, spec: BenchSpec, cores: int):
+        self.cores, self._lock = claim_cores(cores)
         self.bench = spec.build(Path("."), progress=False)
 
     def run_window(self, window: Window, audio) -> tuple[list[dict], list[dict]]:
@@ -85,6 +85,7 @@ class RayBench:
         self.out_dir = Path(out_dir)
         self.workers = workers
         self.cpus_per_worker = cpus_per_worker or spec.cores
+        self.cores_each = max(1, round(self.cpus_per_worker))  # the cores a worker pins itself to
         self.progress = progress
         self.on_submit = on_submit  # for tests: called after each window is handed to an actor
         self.in_flight: dict = {}  # object ref -> (actor, window)
@@ -105,7 +106,7 @@ class RayBench:
         timelines = folder.timelines()
         worker_class = self._actor_class()
         count = self.workers or max(1, int(ray.cluster_resources().get("CPU", 1) // self.cpus_per_worker))
-        idle = [worker_class.remote(self.spec) for _ in range(min(count, len(todo)))]
+        idle = [worker_class.remote(self.spec, self.cores_each) for _ in range(min(count, len(todo)))]
         attempts: dict[str, int] = {}
         bar = _progress(len(todo), self.progress) if todo else _NoBar()
         started = time.perf_counter()
@@ -130,7 +131,7 @@ class RayBench:
                         todo.appendleft(window)
                     else:
                         folder.append(self._failed_rows(window, f"its Ray worker died {MAX_ATTEMPTS} times"), [])
-                    idle.append(worker_class.remote(self.spec))  # the replacement goes wherever Ray has room
+                    idle.append(worker_class.remote(self.spec, self.cores_each))  # the replacement goes wherever Ray has room
                     continue
                 except RayTaskError as exc:  # not a method's failure (those are rows): the window's task itself
                     rows, traces = self._failed_rows(window, _error_line(exc)), []

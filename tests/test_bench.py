@@ -232,3 +232,86 @@ def test_summary_end_to_end_and_eligible_by_hand():
     assert e["as2d"]["e2e_ratio_vs_target_only"] == pytest.approx(4 / 5)
     assert e["faster-whisper"]["e2e_ratio_vs_target_only"] == pytest.approx(2.0)
     assert e["target-only"]["windows"] == 1
+
+
+class _StopsAt:
+    """TinyLM that is interrupted (as by Ctrl-C) when it reaches one window: the run stops there."""
+
+    name, vocabulary = MODEL.name, MODEL.vocabulary
+
+    def __init__(self, window):
+        self.window = window
+
+    def prepare(self, request, threads):
+        if request.request_id == self.window:
+            raise KeyboardInterrupt
+        return MODEL.prepare(request, threads)
+
+
+def _stable(summary):
+    """What two runs of the same windows share (timings differ run to run)."""
+    keys = ("tokens", "windows", "exact_windows", "failed_windows", "source")
+    return {"windows": summary["windows"], "eligible": summary["eligible"]["windows"],
+            "methods": {m: {k: s.get(k) for k in keys} for m, s in summary["methods"].items()}}
+
+
+def test_interrupted_run_resumes_to_the_same_summary(tmp_path, manifest):
+    methods = expand_methods(["as2d", "sd-k5", "asp"])
+    windows = read_manifest(manifest)
+
+    def bench(target, out, **kw):
+        source = PrefixSource(tokens=[3, 4, 5, 6], every=4, positional=True)
+        return Bench(target, source, DecodeOptions(), methods, out, save_traces=True, progress=False, **kw)
+
+    whole = bench(MODEL, tmp_path / "whole").run(windows)
+    out = tmp_path / "resumed"
+    with pytest.raises(KeyboardInterrupt):
+        bench(_StopsAt("x2"), out).run(windows)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {r["window"] for r in rows} == {"x0", "x1"}  # every finished window was written as it finished
+    with (out / "results.jsonl").open("a") as f:
+        f.write('{"window": "x2", "method": "target-on')  # a row torn by the interruption
+    resumed = bench(MODEL, out).run(windows)
+    assert resumed["run"]["windows_run"] == 1  # only the window that had not finished
+    assert _stable(resumed) == _stable(whole)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["window"], r["method"]) for r in rows) == sorted(
+        (r["window"], r["method"]) for r in map(json.loads, (tmp_path / "whole" / "results.jsonl").open()))
+    assert all(r["e2e_s"] >= r["decode_s"] for r in rows if not r.get("derived"))
+    assert len((out / "traces.jsonl").read_text().splitlines()) == 3 * len(methods)
+    again = bench(MODEL, out).run(windows)  # nothing left to run: the outputs are rebuilt from the rows
+    assert again["run"]["windows_run"] == 0 and _stable(again) == _stable(whole)
+    assert "Summary, eligible windows" in (out / "report.md").read_text()
+
+
+def test_resume_refuses_another_configuration(tmp_path, manifest):
+    from as2d_bench.cli import bench
+    from as2d_bench.folder import ConfigMismatch
+
+    windows = read_manifest(manifest)[:1]
+    out = tmp_path / "o"
+    Bench(MODEL, None, DecodeOptions(), ["target-only"], out, progress=False, warmup=False).run(windows)
+    with pytest.raises(ConfigMismatch, match="options.budget 7 -> 3"):
+        Bench(MODEL, None, DecodeOptions(budget=3), ["target-only"], out, progress=False).run(windows)
+    fresh = Bench(MODEL, None, DecodeOptions(budget=3), ["target-only"], out, progress=False, fresh=True).run(windows)
+    assert fresh["run"]["windows_run"] == 1 and fresh["options"]["budget"] == 3
+    # the command says so in one line, before loading any model
+    result = CliRunner().invoke(bench, [str(manifest), "--methods", "target-only", "--target", "tiny-lm",
+                                        "--out", str(out)])
+    assert result.exit_code == 2 and result.output.startswith("Error: ") and "configured differently" in result.output
+
+
+def test_summary_refuses_rows_from_another_kind_of_machine(tmp_path, manifest):
+    from as2d_bench.machine import MixedMachines, bench_machine
+
+    windows = read_manifest(manifest)
+    out = tmp_path / "o"
+    Bench(MODEL, None, DecodeOptions(), ["target-only"], out, progress=False, warmup=False).run(windows[:2])
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert all(r["machine"]["kind"] == bench_machine()["kind"] and r["machine"]["versions"]["as2d"] for r in rows)
+    rows[1]["machine"] = {**rows[1]["machine"], "kind": "Other CPU x64 arm64"}  # as if measured elsewhere
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(MixedMachines, match="2 kinds of machine"):
+        Bench(MODEL, None, DecodeOptions(), ["target-only"], out, progress=False).run(windows)
+    pooled = Bench(MODEL, None, DecodeOptions(), ["target-only"], out, progress=False, pool_machines=True).run(windows)
+    assert len(pooled["machines"]) == 2 and pooled["methods"]["target-only"]["windows"] == 3
