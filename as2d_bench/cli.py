@@ -115,25 +115,13 @@ def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, 
 
 
 def _run_on_ray(spec, windows, out_dir, address, workers, cpus_per_worker, pool_machines) -> dict:
-    try:
-        import ray  # noqa: F401
-    except ImportError as exc:
-        _fail(f"--ray needs Ray ({exc}); pip install 'as2d[ray]'")
-    from .distributed import RayBench, WorkerFailed, connect
+    from .distributed import RayBench, RayUnavailable, WorkerFailed, ray_cluster
 
     try:
-        started_here = connect(address)
-    except Exception as exc:  # an unreachable address, a version mismatch with the cluster
-        _fail(f"could not join the Ray cluster at {address or '(auto)'}: {exc}")
-    try:
-        return RayBench(spec, out_dir, workers, cpus_per_worker).run(windows, pool_machines=pool_machines)
-    except WorkerFailed as exc:
+        with ray_cluster(address):
+            return RayBench(spec, out_dir, workers, cpus_per_worker).run(windows, pool_machines=pool_machines)
+    except (RayUnavailable, WorkerFailed) as exc:
         _fail(exc)
-    finally:
-        if started_here:
-            import ray
-
-            ray.shutdown()
 
 
 def _fail(message) -> None:

@@ -13,6 +13,7 @@ import fcntl
 import os
 import time
 from collections import deque
+from contextlib import contextmanager
 from collections.abc import Callable
 from pathlib import Path
 
@@ -162,14 +163,27 @@ def _error_line(exc: BaseException) -> str:
     return text.splitlines()[-1] if text else type(exc).__name__
 
 
-def connect(address: str | None) -> bool:
-    """Join the Ray cluster at ``address`` (or the one this machine belongs to, else a new local one).
+class RayUnavailable(RuntimeError):
+    """Ray is not installed here, or the cluster cannot be joined."""
 
-    Returns whether this call started Ray (so the caller shuts it down again).
-    """
-    import ray
 
-    if ray.is_initialized():
-        return False
-    ray.init(address=address or None, include_dashboard=False, log_to_driver=False)
-    return True
+@contextmanager
+def ray_cluster(address: str | None):
+    """Ray, joined for the duration: the cluster at ``address``, else the one this machine belongs to, else a
+    new local one; shut down on exit only if this call started it (a test's own instance stays)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise RayUnavailable(f"--ray needs Ray ({exc}); pip install 'as2d[ray]'") from exc
+    started = False
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address or None, include_dashboard=False, log_to_driver=False)
+        except Exception as exc:  # an unreachable address, a version mismatch with the cluster
+            raise RayUnavailable(f"could not join the Ray cluster at {address or '(auto)'}: {exc}") from exc
+        started = True
+    try:
+        yield ray
+    finally:
+        if started:
+            ray.shutdown()
