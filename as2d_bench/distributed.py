@@ -180,7 +180,9 @@ def ray_cluster(address: str | None):
         try:
             ray.init(address=address or None, include_dashboard=False, log_to_driver=False)
         except Exception as exc:  # an unreachable address, a version mismatch with the cluster
-            raise RayUnavailable(f"could not join the Ray cluster at {address or '(auto)'}: {exc}") from exc
+            raise RayUnavailable(f"could not join the Ray cluster at {address or '(auto)'}: {exc} (a cluster "
+                                 "started with `ray start` needs RAY_AUTH_MODE=token and its token here; see "
+                                 "README)") from exc
         started = True
     try:
         yield ray
