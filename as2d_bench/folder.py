@@ -81,7 +81,7 @@ class ResultsFolder:
         if fresh:
             for f in (self.results, self.traces, run_file):
                 f.unlink(missing_ok=True)
-        if run_file.is_file():
+        if run_file.is_file() and read_jsonl(self.results):  # a configuration without rows binds nothing
             old = json.loads(run_file.read_text())
             changed = _differences(old, config)
             if changed:

@@ -21,7 +21,14 @@ decode clock to the first non-empty published batch, or for serial methods
 the end of the first drafting round that proposed something; null when
 nothing was published) and ``all_published_s`` (to the producer's final
 batch, or the end of the last proposing round for serial methods; null when
-there was none).
+there was none), ``e2e_s`` (arrival to final token: both models' preparation plus the decode
+clock; a peer's own wall clock from the audio in memory), ``served`` (for a run with a source:
+whether it drafted, False when the window's language is one it does not serve) and ``machine``
+(where it was measured, see ``machine``).
+
+``Bench.run`` resumes: each window's rows are appended to ``results.jsonl`` as the window finishes,
+and windows already complete in the folder are skipped (``folder``). ``window_rows`` is one window,
+all methods back to back: the unit a Ray worker runs (``distributed``).
 """
 from __future__ import annotations
 
