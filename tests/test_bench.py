@@ -315,3 +315,10 @@ def test_summary_refuses_rows_from_another_kind_of_machine(tmp_path, manifest):
         Bench(MODEL, None, DecodeOptions(), ["target-only"], out, progress=False).run(windows)
     pooled = Bench(MODEL, None, DecodeOptions(), ["target-only"], out, progress=False, pool_machines=True).run(windows)
     assert len(pooled["machines"]) == 2 and pooled["methods"]["target-only"]["windows"] == 3
+
+
+def test_bench_command_worker_options_need_ray(manifest, tmp_path):
+    from as2d_bench.cli import bench
+
+    result = CliRunner().invoke(bench, [str(manifest), "--workers", "2", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and result.output == "Error: --workers and --cpus-per-worker need --ray\n"

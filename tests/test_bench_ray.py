@@ -80,6 +80,8 @@ def test_ray_gives_the_local_rows(ray_instance, spec, windows, local_rows, tmp_p
     for window in {r["window"] for r in rows}:  # each window's methods ran back to back on one worker
         assert len({r["worker"]["pid"] for r in rows if r["window"] == window}) == 1
     assert all(r["machine"]["kind"] and r["machine"]["versions"]["ray"] for r in rows)
+    pinned = {r["worker"]["pid"]: tuple(r["worker"]["cores"] or ()) for r in rows}
+    assert len(set(pinned.values())) == len(pinned)  # each worker on cores of its own (one each here)
 
 
 def test_a_killed_worker_loses_no_window(ray_instance, spec, windows, local_rows, tmp_path):
