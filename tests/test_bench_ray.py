@@ -102,3 +102,27 @@ def test_a_killed_worker_loses_no_window(ray_instance, spec, windows, local_rows
     assert _outcome(rows) == _outcome(local_rows)
     retried = {r["worker"]["pid"] for r in rows if r["window"] == killed[0]}
     assert len(retried) == 1 and summary["run"]["workers"] == 2
+
+
+def test_eligible_block_on_real_speech(whisper_target, whisper_source, tmp_path):
+    """An English and a German window of the shared speech set: tiny.en drafts only the English one, whose row
+    says so (``served``), and the ``eligible`` block holds only it; both clocks are reported for both blocks."""
+    from conftest import SHARED_SPEECH
+    from as2d_bench.runner import Bench
+
+    manifest = SHARED_SPEECH / "windows.jsonl"
+    if not manifest.is_file():
+        pytest.skip(f"the shared speech set is not here ({manifest}); it lives beside the checkout (../shared)")
+    windows = [w for w in read_manifest(manifest) if w.id in ("pocketsphinx_en_w00", "fleurs_de_w03")]
+    options = DecodeOptions(target_threads=1, shared_target_threads=1, drafter_threads=1)
+    summary = Bench(whisper_target, whisper_source, options, expand_methods(["as2d"]), tmp_path, progress=False,
+                    warmup=False).run(windows)
+    rows = {(r["window"], r["method"]): r for r in _rows(tmp_path)}
+    assert rows[("pocketsphinx_en_w00", "as2d")]["served"] is True
+    assert rows[("fleurs_de_w03", "as2d")]["served"] is False and rows[("fleurs_de_w03", "as2d")]["proposed"] == 0
+    assert all(r["exact"] is True and r["e2e_s"] > r["decode_s"] > 0 for r in rows.values())
+    assert summary["eligible"]["windows"] == ["pocketsphinx_en_w00"]
+    for block in (summary["methods"], summary["eligible"]["methods"]):
+        assert block["target-only"]["e2e_ratio_vs_target_only"] == pytest.approx(1.0)
+        assert block["as2d"]["pooled_e2e_tps"] > 0 and block["as2d"]["e2e_ratio_vs_target_only"] > 0
+    assert summary["eligible"]["methods"]["as2d"]["windows"] == 1 and summary["methods"]["as2d"]["windows"] == 2
