@@ -1,5 +1,6 @@
-"""``as2d bench --ray`` on a local Ray instance (2 CPUs): the same rows as a local run, and a killed
-worker's window retried on another, every window finished once. Real Whisper models, real speech."""
+"""The bench on real Whisper models and real speech: ``--ray`` on a local Ray instance (2 CPUs) gives the
+rows of a local run, a killed worker's window is retried on another and every window finishes once; the
+``eligible`` block on an English and a German window."""
 from __future__ import annotations
 
 import json
