@@ -1,5 +1,8 @@
 """``as2d bench MANIFEST --methods LIST --out DIR [--sources A,B] [--save-traces]`` (attached to ``as2d`` through the ``register_commands`` hook, ``as2d_bench.plugin``).
 
+Resumable (``folder``): each window's rows are appended as it finishes; the same command again runs only
+the windows not yet in DIR. ``--ray [ADDRESS]`` runs the windows on Ray workers (``distributed``).
+
 With ``--sources A,B`` every source-dependent method runs once per source: ``as2d`` with A, ``as2d@B`` with B
 (likewise ``as2d-no-bc``, ``sd-k*``, ``asp``, ``as2d-no-td``); see ``runner``.
 """

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from as2d_core.audio import load_audio
-from .machine import bench_machine
 from .runner import Window, _NoBar, _progress, _timeline_only, error_row, write_outputs
 from .spec import BenchSpec
 
@@ -72,9 +71,6 @@ class BenchWorker:
             row["worker"] = worker
         return rows, traces
 
-    def machine(self) -> dict:
-        return bench_machine()
-
 
 class RayBench:
     """The driver: hands windows to actors, writes what comes back, replaces actors that die."""
@@ -90,28 +86,27 @@ class RayBench:
         self.progress = progress
         self.on_submit = on_submit  # for tests: called after each window is handed to an actor
         self.in_flight: dict = {}  # object ref -> (actor, window)
-        self.retried: list[str] = []
+        self.retried: list[str] = []  # a window once per worker that died under it
+        self.folder = None
 
-    def _actor_class(self):
+    @property
+    def _worker_class(self):
         import ray
 
         return ray.remote(num_cpus=self.cpus_per_worker, max_restarts=0)(BenchWorker)
 
     def run(self, windows: list[Window], fresh: bool = False, pool_machines: bool = False) -> dict:
+        """Every window not yet in the folder, on the workers; then the outputs from all rows."""
         import ray
-        from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 
-        folder = self.folder = self.spec.folder(self.out_dir)
-        done = {r["window"] for r in folder.open(fresh)}
+        self.folder = self.spec.folder(self.out_dir)
+        done = {r["window"] for r in self.folder.open(fresh)}
         todo = deque(w for w in windows if w.id not in done)
-        timelines = folder.timelines()
-        worker_class = self._actor_class()
+        timelines = self.folder.timelines()
         count = self.workers or max(1, int(ray.cluster_resources().get("CPU", 1) // self.cpus_per_worker))
-        idle = [worker_class.remote(self.spec, self.cores_each) for _ in range(min(count, len(todo)))]
-        attempts: dict[str, int] = {}
+        idle = [self._new_worker() for _ in range(min(count, len(todo)))]
         bar = _progress(len(todo), self.progress) if todo else _NoBar()
-        started = time.perf_counter()
-        finished = 0
+        started, finished = time.perf_counter(), 0
         try:
             while todo or self.in_flight:
                 while idle and todo:
@@ -121,37 +116,48 @@ class RayBench:
                         self.on_submit(self, actor, window)
                 ready, _ = ray.wait(list(self.in_flight), num_returns=1)
                 actor, window = self.in_flight.pop(ready[0])
-                try:
-                    rows, traces = ray.get(ready[0])
-                except (RayActorError, ActorUnavailableError) as exc:
-                    if getattr(exc, "actor_init_failed", False):
-                        raise WorkerFailed(f"a Ray worker could not build the bench: {_error_line(exc)}") from exc
-                    attempts[window.id] = attempts.get(window.id, 0) + 1
-                    self.retried.append(window.id)
-                    if attempts[window.id] < MAX_ATTEMPTS:
-                        todo.appendleft(window)
-                    else:
-                        folder.append(self._failed_rows(window, f"its Ray worker died {MAX_ATTEMPTS} times"), [])
-                    idle.append(worker_class.remote(self.spec, self.cores_each))  # the replacement goes wherever Ray has room
+                result = self._collect(ready[0], window, todo)
+                if result is None:  # the worker died: a new one takes its place
+                    idle.append(self._new_worker())
                     continue
-                except RayTaskError as exc:  # not a method's failure (those are rows): the window's task itself
-                    rows, traces = self._failed_rows(window, _error_line(exc)), []
-                folder.append(rows, traces)
+                rows, traces = result
+                self.folder.append(rows, traces)
                 timelines.update({(t["window"], t["label"]): _timeline_only(t) for t in traces})
                 idle.append(actor)
                 finished += 1
                 bar.update(1)
         finally:
             bar.close()
-            for actor, _ in self.in_flight.values():
-                ray.kill(actor)
-            for actor in idle:
+            for actor in [a for a, _ in self.in_flight.values()] + idle:
                 ray.kill(actor)
         extra = {"run": {"executor": "ray", "workers": count, "cpus_per_worker": self.cpus_per_worker,
                          "retried_windows": self.retried, "windows_run": finished,
                          "wall_s": time.perf_counter() - started}}
-        return write_outputs(folder, self.spec.options, self.spec.source_names, windows, timelines, pool_machines,
-                             extra)
+        return write_outputs(self.folder, self.spec.options, self.spec.source_names, windows, timelines,
+                             pool_machines, extra)
+
+    def _new_worker(self):
+        """An actor placed wherever Ray has room (for a replacement: possibly another machine)."""
+        return self._worker_class.remote(self.spec, self.cores_each)
+
+    def _collect(self, ref, window: Window, todo: deque) -> tuple[list[dict], list[dict]] | None:
+        """A window's rows and traces; None when its worker died (the window queued again, or given up)."""
+        import ray
+        from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
+
+        try:
+            return ray.get(ref)
+        except (RayActorError, ActorUnavailableError) as exc:
+            if getattr(exc, "actor_init_failed", False):
+                raise WorkerFailed(f"a Ray worker could not build the bench: {_error_line(exc)}") from exc
+            self.retried.append(window.id)
+            if self.retried.count(window.id) < MAX_ATTEMPTS:
+                todo.appendleft(window)
+            else:
+                self.folder.append(self._failed_rows(window, f"its Ray worker died {MAX_ATTEMPTS} times"), [])
+            return None
+        except RayTaskError as exc:  # not a method's failure (those are rows): the window's task itself
+            return self._failed_rows(window, _error_line(exc)), []
 
     def _failed_rows(self, window: Window, message: str) -> list[dict]:
         return [error_row(window, label, message) for label in self.folder.labels]
