@@ -1,5 +1,8 @@
 """``as2d bench MANIFEST --methods LIST --out DIR [--sources A,B] [--save-traces]`` (attached to ``as2d`` through the ``register_commands`` hook, ``as2d_bench.plugin``).
 
+Resumable (``folder``): each window's rows are appended as it finishes; the same command again runs only
+the windows not yet in DIR. ``--ray [ADDRESS]`` runs the windows on Ray workers (``distributed``).
+
 With ``--sources A,B`` every source-dependent method runs once per source: ``as2d`` with A, ``as2d@B`` with B
 (likewise ``as2d-no-bc``, ``sd-k*``, ``asp``, ``as2d-no-td``); see ``runner``.
 """
@@ -7,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -40,14 +44,29 @@ DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
 @click.option("--limit", type=int, default=None, help="Only the first N windows.")
 @click.option("--languages", default=None, help="Only windows of these comma-separated languages.")
 @click.option("--warmup/--no-warmup", default=True, show_default=True, help="One untimed pass on the first window.")
+@click.option("--fresh", is_flag=True,
+              help="Discard the results already in OUT instead of resuming (OUT keeps the windows it has; "
+                   "running the same command again runs only the others).")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
+              help="Run windows on a Ray cluster: the one at ADDRESS, else the one this machine belongs to, "
+                   "else a new local one (pip install 'as2d[ray]').")
+@click.option("--workers", type=int, default=None, help="Ray workers (default: as many as the cluster's CPUs hold).")
+@click.option("--cpus-per-worker", type=float, default=None,
+              help="CPUs each Ray worker reserves (default: the threads one window uses at once).")
+@click.option("--pool-machines", is_flag=True, help="Pool rows measured on different kinds of machine.")
 def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, source_backend, source_name,
-          source_names, budget, publication_size,
-          target_threads, shared_target_threads, drafter_threads, limit, languages, warmup):
-    """Run METHODS on every window of MANIFEST (JSONL: id, path, lang, text) and write results to OUT."""
-    from as2d_core.build import build_part, build_source
+          source_names, budget, publication_size, target_threads, shared_target_threads, drafter_threads, limit,
+          languages, warmup, fresh, ray_address, workers, cpus_per_worker, pool_machines):
+    """Run METHODS on every window of MANIFEST (JSONL: id, path, lang, text) and write results to OUT.
+
+    Resumable: each window's rows are appended to OUT/results.jsonl as it finishes, and the same
+    command run again skips the windows already there (OUT/run.json records the configuration).
+    """
     from as2d_core.engine import DecodeOptions
-    from .peers import make_peers
-    from .runner import SOURCE_METHODS, Bench, expand_methods, plan_runs, read_manifest
+    from .folder import ConfigMismatch
+    from .machine import MixedMachines
+    from .runner import expand_methods, plan_runs, read_manifest
+    from .spec import BenchSpec
 
     try:
         if source_name and source_names:
@@ -57,6 +76,8 @@ def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, 
             raise ValueError("--sources names no source")
         if len(set(names)) != len(names):
             raise ValueError(f"--sources names a source twice: {', '.join(names)}")
+        if ray_address is None and (workers or cpus_per_worker):
+            raise ValueError("--workers and --cpus-per-worker need --ray")
         chosen = expand_methods(methods.split(","))
         options = DecodeOptions(budget=budget, publication_size=publication_size, target_threads=target_threads,
                                 shared_target_threads=shared_target_threads, drafter_threads=drafter_threads)
@@ -67,17 +88,45 @@ def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, 
         windows = windows[:limit] if limit else windows
         if not windows:
             raise ValueError("no windows to run")
-        target = build_part("target", target_name, backend=target_backend)
-        needs_source = any(m in SOURCE_METHODS for m in chosen)
-        sources = [build_source(name, backend=source_backend) for name in names] if needs_source else []
-        plan_runs(chosen, sources)  # distinct source names
+        spec = BenchSpec(tuple(chosen), target_name, tuple(names), options, target_backend, source_backend,
+                         save_traces, warmup)
+        spec.folder(out_dir).open(fresh)  # a different configuration in OUT fails here, before any model loads
+        started = time.perf_counter()
+        if ray_address is None:
+            local = spec.build(out_dir)
+            plan_runs(chosen, local.sources)  # distinct source names
+        else:
+            spec.check_names()
     except Exception as exc:
-        click.echo(f"Error: {exc}", err=True)
-        sys.exit(2)
-    peers = make_peers(chosen, target_threads)
-    summary = Bench(target, sources, options, chosen, out_dir, save_traces, peers, warmup).run(windows)
+        _fail(exc)
+    try:
+        if ray_address is None:
+            summary = local.run(windows)
+        else:
+            summary = _run_on_ray(spec, windows, out_dir, ray_address, workers, cpus_per_worker, pool_machines)
+    except (ConfigMismatch, MixedMachines) as exc:
+        _fail(exc)
     for name, s in summary["methods"].items():
         click.echo(json.dumps({"method": name, **{k: s.get(k) for k in (
-            "source", "pooled_tps", "ratio_vs_target_only", "windows", "exact_windows", "slower_windows",
-            "acceptance", "coverage", "median_first_publish_s", "failed_windows")}}))
+            "source", "pooled_tps", "ratio_vs_target_only", "pooled_e2e_tps", "e2e_ratio_vs_target_only",
+            "windows", "exact_windows", "slower_windows", "acceptance", "coverage", "median_first_publish_s",
+            "failed_windows")}}))
+    ran, wall = summary["run"]["windows_run"], time.perf_counter() - started
+    click.echo(f"{ran} windows run in {wall:.1f} s ({60 * ran / wall:.2f} windows per minute, model loading "
+               f"included); {len(summary['windows'])} windows in the summary")
     click.echo(f"wrote {out_dir / 'results.jsonl'}, {out_dir / 'summary.json'}, {out_dir / 'report.md'}")
+
+
+def _run_on_ray(spec, windows, out_dir, address, workers, cpus_per_worker, pool_machines) -> dict:
+    from .distributed import RayBench, RayUnavailable, WorkerFailed, ray_cluster
+
+    try:
+        with ray_cluster(address):
+            return RayBench(spec, out_dir, workers, cpus_per_worker).run(windows, pool_machines=pool_machines)
+    except (RayUnavailable, WorkerFailed) as exc:
+        _fail(exc)
+
+
+def _fail(message) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(2)

@@ -21,11 +21,19 @@ decode clock to the first non-empty published batch, or for serial methods
 the end of the first drafting round that proposed something; null when
 nothing was published) and ``all_published_s`` (to the producer's final
 batch, or the end of the last proposing round for serial methods; null when
-there was none).
+there was none), ``e2e_s`` (arrival to final token: both models' preparation plus the decode
+clock; a peer's own wall clock from the audio in memory), ``served`` (for a run with a source:
+whether it drafted, False when the window's language is one it does not serve) and ``machine``
+(where it was measured, see ``machine``).
+
+``Bench.run`` resumes: each window's rows are appended to ``results.jsonl`` as the window finishes,
+and windows already complete in the folder are skipped (``folder``). ``window_rows`` is one window,
+all methods back to back: the unit a Ray worker runs (``distributed``).
 """
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from statistics import mean
@@ -36,8 +44,11 @@ from as2d_core.audio import load_audio
 from as2d_core.contracts import PrefixDrafting, Request
 from as2d_core.engine import DecodeOptions, DecodeResult, run_request
 from .baselines import asp_policy, no_td_policy, sd_policy, serial_decode
+from .folder import ResultsFolder
+from .machine import bench_machine, check_one_kind
 from .summary import LABEL_SEP, SD_PARTS, sd_suffixes, summarize
 from .summary import split_label  # noqa: F401  (kept importable from here, where it used to live)
+from .traces import build_trace
 
 PEERS = ("faster-whisper", "hf-assisted")
 METHODS = ("target-only", *SD_PARTS, "sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc", *PEERS)
@@ -167,10 +178,13 @@ def result_row(window: Window, method: str, result: DecodeResult, reference: Dec
         "verify_widths": result.verify_widths,
         "target_only_steps": result.target_only_steps,
         "prepare_s": result.prepare_s,
+        "e2e_s": result.e2e_s,
         "drain_s": result.drain_s,
         "first_publish_s": first_publish_s,
         "all_published_s": all_published_s,
         "source": source if source is not None else result.source,
+        # run with a source, did it draft? (False: the window's language is one the source does not serve)
+        "served": None if source is None else result.source is not None,
         "budget": result.budget,
         "note": result.note,
         "producer_error": result.producer_error,
@@ -200,12 +214,33 @@ def sd_mean_rows(window: Window, rows: list[dict]) -> list[dict]:
     return out
 
 
+def timed_peer(peer: Callable, window: Window, audio, reference) -> dict:
+    """A peer's row, with its ``e2e_s`` (audio in memory and models loaded, to its final token) if it gave none."""
+    start = time.perf_counter()
+    row = peer(window, audio, reference)
+    if not row.get("error"):
+        row.setdefault("e2e_s", time.perf_counter() - start)
+    return row
+
+
+def run_labels(methods: Iterable[str], source_names: list[str]) -> list[str]:
+    """The bench labels of ``methods`` over sources of these names (what every complete window has a row for)."""
+    return [run.label for run in plan_runs(methods, [_Named(n) for n in source_names])]
+
+
+@attrs.frozen
+class _Named:
+    name: str
+
+
 @attrs.define
 class Bench:
     """Everything one ``as2d bench`` run needs: models, options, methods and where to write.
 
     ``source`` is one source, a list of sources (source-dependent methods run once per source,
-    see the module docstring) or None.
+    see the module docstring) or None. ``run`` resumes: windows already complete in ``out_dir``
+    are skipped (see ``folder``); ``fresh`` discards them instead. ``describe`` adds what the
+    models' objects do not tell (target name, backends) to the configuration recorded in ``run.json``.
     """
 
     target: object
@@ -217,6 +252,10 @@ class Bench:
     peers: dict[str, Callable] = attrs.Factory(dict)  # method -> fn(window, audio, reference) -> row dict
     warmup: bool = True
     progress: bool = True
+    fresh: bool = False
+    pool_machines: bool = False
+    describe: dict = attrs.Factory(dict)
+    _warmed: bool = attrs.field(default=False, init=False)
 
     @property
     def sources(self) -> list:
@@ -228,62 +267,61 @@ class Bench:
     def runs(self) -> list[Run]:
         return plan_runs(self.methods, self.sources)
 
-    def run(self, windows: list[Window]) -> dict:
-        from .report import write_report
-        from .traces import build_trace
+    def folder(self) -> ResultsFolder:
+        """The results folder of this configuration (building it checks the sources' names are distinct)."""
+        config = run_config(self.methods, [s.name for s in self.sources], self.options,
+                            {"target": getattr(self.target, "name", type(self.target).__name__), **self.describe})
+        return ResultsFolder(self.out_dir, config, [r.label for r in self.runs], self.save_traces)
 
-        runs = self.runs  # checks the sources before anything is written
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        rows: list[dict] = []
-        traces: dict[tuple[str, str], dict] = {}
-        trace_file = (self.out_dir / "traces.jsonl").open("w") if self.save_traces else None
-        if self.warmup and windows:
-            self._warm(windows[0])
-        bar = _progress(len(windows) * len(runs), self.progress)
+    def run(self, windows: list[Window]) -> dict:
+        """Every window not yet in ``out_dir``, appended as it finishes; then the outputs from all rows."""
+        folder = self.folder()
+        done = {r["window"] for r in folder.open(self.fresh)}
+        todo = [w for w in windows if w.id not in done]
+        timelines = folder.timelines()
+        bar = _progress(len(todo) * len(self.runs), self.progress)
+        started = time.perf_counter()
         try:
-            with (self.out_dir / "results.jsonl").open("w") as results:
-                for window in windows:
-                    window_rows = []
-                    audio = load_audio(window.path)
-                    request = Request(request_id=window.id, audio=audio, language=window.lang)
-                    reference = None
-                    for run in runs:
-                        bar.set_description(f"{window.id} {run.label}")
-                        row = self._one(window, run, request, audio, reference)
-                        if isinstance(row, DecodeResult):
-                            result = row
-                            if run.method == "target-only":
-                                reference = result
-                            row = result_row(window, run.label, result, reference, run.source_name)
-                            trace = build_trace(window.id, result, run.label)
-                            traces[(window.id, run.label)] = _timeline_only(trace)
-                            if trace_file is not None:
-                                trace_file.write(json.dumps(trace) + "\n")
-                        window_rows.append(row)
-                        bar.update(1)
-                    window_rows += sd_mean_rows(window, window_rows)
-                    for row in window_rows:
-                        results.write(json.dumps(row, ensure_ascii=False) + "\n")
-                    results.flush()
-                    rows.extend(window_rows)
+            for window in todo:
+                rows, traces = self.window_rows(window, load_audio(window.path), bar)
+                folder.append(rows, traces)
+                timelines.update({(t["window"], t["label"]): _timeline_only(t) for t in traces})
         finally:
             bar.close()
-            if trace_file is not None:
-                trace_file.close()
-        summary = summarize(rows)
-        summary["options"] = attrs.asdict(self.options)
-        summary["methods_run"] = [r.label for r in runs]
-        summary["sources"] = [s.name for s in self.sources]
-        summary["windows"] = [w.id for w in windows]
-        (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
-        write_report(self.out_dir, rows, summary, traces)
-        return summary
+        run = {"executor": "local", "windows_run": len(todo), "wall_s": time.perf_counter() - started}
+        return write_outputs(folder, self.options, [s.name for s in self.sources], windows, timelines,
+                             self.pool_machines, {"run": run})
+
+    def window_rows(self, window: Window, audio, bar=None) -> tuple[list[dict], list[dict]]:
+        """All methods back to back on one window: its rows (``sd`` means included) and traces."""
+        bar = bar or _NoBar()
+        if self.warmup and not self._warmed:
+            self._warm(window, audio)
+        request = Request(request_id=window.id, audio=audio, language=window.lang)
+        rows, traces = [], []
+        reference = None
+        for run in self.runs:
+            bar.set_description(f"{window.id} {run.label}")
+            row = self._one(window, run, request, audio, reference)
+            if isinstance(row, DecodeResult):
+                result = row
+                if run.method == "target-only":
+                    reference = result
+                row = result_row(window, run.label, result, reference, run.source_name)
+                traces.append(build_trace(window.id, result, run.label))
+            rows.append(row)
+            bar.update(1)
+        rows += sd_mean_rows(window, rows)
+        machine = bench_machine()
+        for row in rows:
+            row["machine"] = machine
+        return rows, traces
 
     def _one(self, window: Window, run: Run, request: Request, audio, reference):
         method, label, source = run.method, run.label, run.source_name
         try:
             if method in self.peers:
-                return self.peers[method](window, audio, reference)
+                return timed_peer(self.peers[method], window, audio, reference)
             if method in PEERS:
                 return error_row(window, label, "peer not configured for this run")
             if method in SERIAL and run.source is not None and not isinstance(run.source, PrefixDrafting):
@@ -294,12 +332,38 @@ class Bench:
         except Exception as exc:  # one failing method must not end the benchmark; the row says why
             return error_row(window, label, f"{type(exc).__name__}: {exc}", source)
 
-    def _warm(self, window: Window) -> None:
+    def _warm(self, window: Window, audio) -> None:
         """One untimed pass of every method, so session builds and first-call costs stay off the clock."""
-        audio = load_audio(window.path)
+        self._warmed = True
         request = Request(request_id=f"warmup-{window.id}", audio=audio, language=window.lang)
         for run in self.runs:
             self._one(window, run, request, audio, None)
+
+
+def run_config(methods: list[str], source_names: list[str], options: DecodeOptions, describe: dict) -> dict:
+    """What ``run.json`` records: a resumed run must match it (the windows may differ)."""
+    return {"methods": run_labels(methods, source_names), "sources": list(source_names),
+            "options": attrs.asdict(options), **describe}
+
+
+def write_outputs(folder: ResultsFolder, options: DecodeOptions, source_names: list[str], windows: list[Window],
+                  timelines: dict, pool_machines: bool = False, extra: dict | None = None) -> dict:
+    """``summary.json``, ``report.md`` and the plots, rebuilt from every row in the folder."""
+    from .report import write_report
+
+    rows = folder.rows()
+    kinds = check_one_kind(rows, pool_machines)
+    summary = summarize(rows)
+    summary["options"] = attrs.asdict(options)
+    summary["methods_run"] = list(folder.labels)
+    summary["sources"] = list(source_names)
+    order = {w.id: i for i, w in enumerate(windows)}
+    summary["windows"] = sorted(dict.fromkeys(r["window"] for r in rows), key=lambda w: (order.get(w, len(order)), w))
+    summary["machines"] = kinds
+    summary.update(extra or {})
+    (folder.path / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+    write_report(folder.path, rows, summary, timelines)
+    return summary
 
 
 def _timeline_only(trace: dict) -> dict:

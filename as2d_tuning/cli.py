@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -16,6 +17,30 @@ from .replay import PUBLICATION
 def _fail(message: str) -> None:
     click.echo(f"Error: {message}", err=True)
     sys.exit(2)
+
+
+def _ray_option(command):
+    return click.option(
+        "--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
+        help="Price the source x budget sweep as Ray tasks: on the cluster at ADDRESS, else the one this machine "
+             "belongs to, else a new local one (pip install 'as2d[ray]'). Same output as without.")(command)
+
+
+@contextmanager
+def _mapper(ray_address: str | None):
+    """How independent pricing jobs run: here, or (``--ray``) as tasks on a Ray cluster, joined for the command."""
+    from .tasks import local_map, ray_map
+
+    if ray_address is None:
+        yield local_map
+        return
+    from as2d_bench.distributed import RayUnavailable, ray_cluster
+
+    try:
+        with ray_cluster(ray_address):
+            yield ray_map
+    except RayUnavailable as exc:
+        _fail(str(exc))
 
 
 def _load_config(path: Path):
@@ -102,15 +127,17 @@ def profile(config_path, out_path, audio, kmax, offsets, repeats, warmup, decode
 @click.option("--languages", default=None, help="Only windows of these comma-separated languages.")
 @click.option("--load-calibrate", is_flag=True,
               help="Scale each window's costs by its own native target-only run (drifting load on shared cores).")
+@_ray_option
 def replay(traces, profile_path, out_dir, sources, budgets, publication, align_window, compare_native, languages,
-           load_calibrate):
+           load_calibrate, ray_address):
     """Price saved trajectories (as2d bench --save-traces) under a device profile."""
     import platform
     import statistics
 
     from as2d_bench.summary import summarize
-    from .costs import MissingCost, costs_of, load_profile
-    from .replay import DECOUPLED, load_factors, mae, parse_budgets, read_traces, record_of, replay_record, row_of
+    from .costs import costs_of, load_profile
+    from .replay import DECOUPLED, load_factors, mae, parse_budgets, read_traces, record_of, row_of
+    from .tasks import replay_plan
 
     try:
         profile_data = load_profile(profile_path)
@@ -127,7 +154,7 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
     factors = load_factors(raw, base_costs) if load_calibrate else {}
     if compare_native is None:
         compare_native = (profile_data.get("machine") or {}).get("hostname") == platform.node()
-    rows, skipped = [], []
+    rows, skipped, jobs, plans = [], [], [], []
     for trace, record in zip(raw, records):
         factor = factors.get((trace.get("_file", ""), record.window))
         if load_calibrate and factor is None:
@@ -140,11 +167,14 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
         plan = [(None, record.method)]
         if record.method == "as2d" and budget_list:
             plan = [(b, record.method if len(budget_list) == 1 else f"as2d-b{b}") for b in budget_list]
-        for budget, name in plan:
-            try:
-                out = replay_record(record, costs, budget, align_window, publication)
-            except MissingCost as exc:
-                skipped.append({"window": record.window, "method": name, "reason": str(exc)})
+        jobs.append((record, costs, [b for b, _ in plan], align_window, publication))
+        plans.append((record, plan))
+    with _mapper(ray_address) as mapper:
+        priced = mapper(replay_plan, jobs)
+    for (record, plan), outs in zip(plans, priced):
+        for (budget, name), out in zip(plan, outs):
+            if isinstance(out, str):  # the profile cannot price it
+                skipped.append({"window": record.window, "method": name, "reason": out})
                 continue
             row = row_of(out, record, name)
             traced = budget is None or budget == record.budget or record.source is None
@@ -207,9 +237,12 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
               help="Where collected traces and the plot go (default: next to OUT).")
 @click.option("--align-window", type=int, default=8, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
+@_ray_option
 def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path, base_path, trace_paths, work_dir,
-           align_window, as_json):
+           align_window, as_json, ray_address):
     """Rank every feasible source and fixed budget on DEV_MANIFEST by replayed pooled TPS; report the test oracle gap."""
+    from as2d_bench.folder import ConfigMismatch
+    from as2d_bench.machine import MixedMachines
     from as2d_bench.runner import read_manifest
     from as2d_core.build import build_part
     from as2d_core.config import check_file
@@ -238,17 +271,21 @@ def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path
         config, target, _ = _load_config(base_path)
         parts = {n: build_part("source", n) for n in names}
         traces = []
-        for manifest in dict.fromkeys([dev_manifest, test_manifest]):
-            traces += collect(manifest, target, parts, config.decode_options(), work_dir / manifest.stem,
-                              progress=not as_json)
+        try:
+            for manifest in dict.fromkeys([dev_manifest, test_manifest]):
+                traces += collect(manifest, target, parts, config.decode_options(), work_dir / manifest.stem,
+                                  progress=not as_json)
+        except (ConfigMismatch, MixedMachines) as exc:  # traces collected before, under another configuration
+            _fail(str(exc))
     costs = costs_of(profile_data)
     records = records_by_source(traces, names)
-    dev_grid = price_grid(records, costs, budget_list, dev, align_window)
+    with _mapper(ray_address) as mapper:
+        dev_grid = price_grid(records, costs, budget_list, dev, align_window, mapper)
+        test_grid = price_grid(records, costs, budget_list, test, align_window, mapper)
     try:
         best, dev_tps = choose(dev_grid)
     except ValueError as exc:
         _fail(str(exc))
-    test_grid = price_grid(records, costs, budget_list, test, align_window)
     selected_test = pooled(test_grid[best])
     oracle_tps, picks = oracle(test_grid)
     gap = gap_pct(selected_test, oracle_tps)

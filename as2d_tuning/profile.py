@@ -21,8 +21,6 @@ Medians are kept with their spread (quartiles, standard deviation, n).
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import os
 import platform
 import random
 import statistics
@@ -33,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from as2d_bench.machine import machine_info, package_versions  # noqa: F401  (also imported from here)
 from as2d_core.buffer import CandidateBuffer
 from as2d_core.contracts import Request, Source, Target
 from as2d_core.engine import DecodeOptions, run_request
@@ -49,35 +48,6 @@ def stat(samples: Sequence[float]) -> dict:
     q = statistics.quantiles(xs, n=4) if len(xs) >= 2 else [xs[0]] * 3
     return {"median": statistics.median(xs), "q1": q[0], "q3": q[2], "mean": statistics.fmean(xs),
             "stdev": statistics.stdev(xs) if len(xs) > 1 else 0.0, "min": xs[0], "max": xs[-1], "n": len(xs)}
-
-
-def machine_info() -> dict:
-    """What identifies the machine the numbers belong to."""
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
-    return {"hostname": platform.node(), "cpu": cpu, "cores": usable, "system": platform.platform(),
-            "python": platform.python_version()}
-
-
-def package_versions(names: Sequence[str] = ("as2d", "as2d-whisper", "as2d-onnxruntime", "onnxruntime",
-                                             "numpy")) -> dict:
-    out = {}
-    for name in names:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return out
 
 
 def model_version(models_dir: Path, name: str) -> dict:

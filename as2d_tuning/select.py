@@ -10,7 +10,7 @@ selection cost) and the gap 100(1 - TPS_selected / TPS_oracle).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -18,6 +18,7 @@ import attrs
 from as2d_core.engine import DecodeOptions
 from .costs import Costs
 from .replay import DECOUPLED, Record, record_of, replay_record
+from .tasks import local_map
 
 
 @attrs.frozen
@@ -45,22 +46,27 @@ def records_by_source(traces: Sequence[dict], sources: Sequence[str]) -> dict[st
     return out
 
 
+def price_cells(per: dict[str, Record], costs: Costs, budget: int, windows: Sequence[str], align_window: int = 8
+                ) -> dict[str, tuple[int, float]]:
+    """{window: (tokens, seconds)} of one source at one budget: one job of the grid."""
+    cells = {}
+    for w in windows:
+        out = replay_record(per[w], costs, budget, align_window)
+        cells[w] = (len(out.tokens), out.decode_s)
+    return cells
+
+
 def price_grid(records: dict[str, dict[str, Record]], costs: Costs, budgets: Sequence[int], windows: Sequence[str],
-               align_window: int = 8) -> dict[Pair, dict[str, tuple[int, float]]]:
-    """{pair: {window: (tokens, seconds)}} for every feasible pair that has a record of every window."""
-    grid: dict[Pair, dict[str, tuple[int, float]]] = {}
-    for source, per in records.items():
-        if any(w not in per for w in windows):
-            continue
-        for budget in budgets:
-            if not costs.feasible_budget(budget):
-                continue
-            cells = {}
-            for w in windows:
-                out = replay_record(per[w], costs, budget, align_window)
-                cells[w] = (len(out.tokens), out.decode_s)
-            grid[Pair(source, budget)] = cells
-    return grid
+               align_window: int = 8, mapper: Callable = local_map) -> dict[Pair, dict[str, tuple[int, float]]]:
+    """{pair: {window: (tokens, seconds)}} for every feasible pair that has a record of every window.
+
+    Each pair is an independent job; ``mapper`` runs them (here, or as Ray tasks: ``tasks.ray_map``).
+    """
+    pairs = [Pair(source, budget) for source, per in records.items() if all(w in per for w in windows)
+             for budget in budgets if costs.feasible_budget(budget)]
+    subsets = {s: {w: records[s][w] for w in windows} for s in {p.source for p in pairs}}
+    jobs = [(subsets[p.source], costs, p.budget, list(windows), align_window) for p in pairs]
+    return dict(zip(pairs, mapper(price_cells, jobs)))
 
 
 def target_only_cells(records: dict[str, dict[str, Record]], costs: Costs, windows: Sequence[str]
@@ -163,4 +169,4 @@ def plot_budgets(grid: dict[Pair, dict[str, tuple[int, float]]], selected: Pair,
 
 
 __all__ = ["DECOUPLED", "Pair", "choose", "collect", "config_text", "gap_pct", "oracle", "plot_budgets",
-           "price_grid", "records_by_source", "target_only_cells"]
+           "price_cells", "price_grid", "records_by_source", "target_only_cells"]

@@ -207,3 +207,119 @@ def test_bench_command_source_options(manifest, tmp_path):
     assert both.exit_code == 2 and "not both" in both.output
     twice = runner.invoke(bench, [str(manifest), "--sources", "a,a", "--out", str(tmp_path / "o")])
     assert twice.exit_code == 2 and "twice" in twice.output
+
+
+def test_summary_end_to_end_and_eligible_by_hand():
+    rows = [
+        _row("en1", "target-only", 10, 1.0, e2e_s=2.0), _row("de1", "target-only", 30, 1.0, e2e_s=3.0),
+        _row("en1", "as2d", 10, 0.5, e2e_s=2.5, source="s", served=True),
+        _row("de1", "as2d", 30, 1.0, e2e_s=3.0, source="s", served=False, note="source s does not draft 'de'"),
+        # an older row without ``served`` or ``e2e_s``: the note and prepare_s + decode_s stand in
+        _row("de2", "target-only", 20, 1.0, prepare_s=1.0), _row("de2", "as2d", 20, 1.0, prepare_s=1.5,
+                                                                  note="source s does not draft 'de' (it serves en)"),
+        _row("en1", "faster-whisper", 10, 0.4, e2e_s=1.0),
+    ]
+    summary = summarize(rows)
+    m = summary["methods"]
+    assert m["target-only"]["pooled_e2e_tps"] == pytest.approx(60 / 7)
+    assert m["as2d"]["pooled_e2e_tps"] == pytest.approx(60 / 8)
+    assert m["as2d"]["e2e_ratio_vs_target_only"] == pytest.approx(7 / 8)
+    assert m["as2d"]["e2e_slower_windows"] == 2  # en1: 4 < 5; de2: 8 < 10; de1 ties
+    assert m["faster-whisper"]["pooled_e2e_tps"] == pytest.approx(10.0)
+    eligible = summary["eligible"]
+    assert eligible["windows"] == ["en1"]
+    e = eligible["methods"]
+    assert e["as2d"]["pooled_tps"] == pytest.approx(20.0) and e["as2d"]["ratio_vs_target_only"] == pytest.approx(2.0)
+    assert e["as2d"]["e2e_ratio_vs_target_only"] == pytest.approx(4 / 5)
+    assert e["faster-whisper"]["e2e_ratio_vs_target_only"] == pytest.approx(2.0)
+    assert e["target-only"]["windows"] == 1
+
+
+class _StopsAt:
+    """TinyLM that is interrupted (as by Ctrl-C) when it reaches one window: the run stops there."""
+
+    name, vocabulary = MODEL.name, MODEL.vocabulary
+
+    def __init__(self, window):
+        self.window = window
+
+    def prepare(self, request, threads):
+        if request.request_id == self.window:
+            raise KeyboardInterrupt
+        return MODEL.prepare(request, threads)
+
+
+def _stable(summary):
+    """What two runs of the same windows share (timings differ run to run)."""
+    keys = ("tokens", "windows", "exact_windows", "failed_windows", "source")
+    return {"windows": summary["windows"], "eligible": summary["eligible"]["windows"],
+            "methods": {m: {k: s.get(k) for k in keys} for m, s in summary["methods"].items()}}
+
+
+def test_interrupted_run_resumes_to_the_same_summary(tmp_path, manifest):
+    methods = expand_methods(["as2d", "sd-k5", "asp"])
+    windows = read_manifest(manifest)
+
+    def bench(target, out, **kw):
+        source = PrefixSource(tokens=[3, 4, 5, 6], every=4, positional=True)
+        return Bench(target, source, DecodeOptions(), methods, out, save_traces=True, progress=False, **kw)
+
+    whole = bench(MODEL, tmp_path / "whole").run(windows)
+    out = tmp_path / "resumed"
+    with pytest.raises(KeyboardInterrupt):
+        bench(_StopsAt("x2"), out).run(windows)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {r["window"] for r in rows} == {"x0", "x1"}  # every finished window was written as it finished
+    with (out / "results.jsonl").open("a") as f:
+        f.write('{"window": "x2", "method": "target-on')  # a row torn by the interruption
+    resumed = bench(MODEL, out).run(windows)
+    assert resumed["run"]["windows_run"] == 1  # only the window that had not finished
+    assert _stable(resumed) == _stable(whole)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["window"], r["method"]) for r in rows) == sorted(
+        (r["window"], r["method"]) for r in map(json.loads, (tmp_path / "whole" / "results.jsonl").open()))
+    assert all(r["e2e_s"] >= r["decode_s"] for r in rows if not r.get("derived"))
+    assert len((out / "traces.jsonl").read_text().splitlines()) == 3 * len(methods)
+    again = bench(MODEL, out).run(windows)  # nothing left to run: the outputs are rebuilt from the rows
+    assert again["run"]["windows_run"] == 0 and _stable(again) == _stable(whole)
+    assert "Summary, eligible windows" in (out / "report.md").read_text()
+
+
+def test_resume_refuses_another_configuration(tmp_path, manifest):
+    from as2d_bench.cli import bench
+    from as2d_bench.folder import ConfigMismatch
+
+    windows = read_manifest(manifest)[:1]
+    out = tmp_path / "o"
+    Bench(MODEL, None, DecodeOptions(), ["target-only"], out, progress=False, warmup=False).run(windows)
+    with pytest.raises(ConfigMismatch, match="options.budget 7 -> 3"):
+        Bench(MODEL, None, DecodeOptions(budget=3), ["target-only"], out, progress=False).run(windows)
+    fresh = Bench(MODEL, None, DecodeOptions(budget=3), ["target-only"], out, progress=False, fresh=True).run(windows)
+    assert fresh["run"]["windows_run"] == 1 and fresh["options"]["budget"] == 3
+    # the command says so in one line, before loading any model
+    result = CliRunner().invoke(bench, [str(manifest), "--methods", "target-only", "--target", "tiny-lm",
+                                        "--out", str(out)])
+    assert result.exit_code == 2 and result.output.startswith("Error: ") and "configured differently" in result.output
+
+
+def test_summary_refuses_rows_from_another_kind_of_machine(tmp_path, manifest):
+    from as2d_bench.machine import MixedMachines, bench_machine
+
+    windows = read_manifest(manifest)
+    out = tmp_path / "o"
+    Bench(MODEL, None, DecodeOptions(), ["target-only"], out, progress=False, warmup=False).run(windows[:2])
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert all(r["machine"]["kind"] == bench_machine()["kind"] and r["machine"]["versions"]["as2d"] for r in rows)
+    rows[1]["machine"] = {**rows[1]["machine"], "kind": "Other CPU x64 arm64"}  # as if measured elsewhere
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(MixedMachines, match="2 kinds of machine"):
+        Bench(MODEL, None, DecodeOptions(), ["target-only"], out, progress=False).run(windows)
+    pooled = Bench(MODEL, None, DecodeOptions(), ["target-only"], out, progress=False, pool_machines=True).run(windows)
+    assert len(pooled["machines"]) == 2 and pooled["methods"]["target-only"]["windows"] == 3
+
+
+def test_bench_command_worker_options_need_ray(manifest, tmp_path):
+    from as2d_bench.cli import bench
+
+    result = CliRunner().invoke(bench, [str(manifest), "--workers", "2", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and result.output == "Error: --workers and --cpus-per-worker need --ray\n"

@@ -263,3 +263,47 @@ def test_native_traces_replay_call_by_call_whisper(whisper_target, whisper_sourc
     result = run_request(request, whisper_target, whisper_source, "as2d", DecodeOptions(budget=7))
     assert result.tokens == reference.tokens
     _native_replay_matches(result, reference.tokens)
+
+
+def test_replay_on_ray_writes_what_the_local_replay_writes(tmp_path, tiny_request):
+    """Every trace priced as a Ray task (local instance, 2 CPUs): the same rows, in the same order."""
+    from click.testing import CliRunner
+
+    from as2d_core import DecodeOptions, run_request
+    from as2d_bench.traces import build_trace
+    from as2d_tuning.cli import replay
+    from tiny_lm import ScriptedSource, TinyLM
+
+    try:
+        import ray
+    except ImportError:
+        pytest.fail("Ray is not installed: pip install -e '.[test]'")
+    target, traces = TinyLM(), []
+    for seed in (1, 2, 3):
+        request = tiny_request(seed)
+        reference = run_request(request, target, None, "target-only")
+        source = ScriptedSource(list(reference.tokens[1:]), delays=[0.001] * (len(reference.tokens) - 1))
+        result = run_request(request, target, source, "as2d", DecodeOptions(budget=3, publication_size=2))
+        traces += [build_trace(f"w{seed}", r) for r in (reference, result)]
+    (tmp_path / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in traces))
+    widths = {str(k): {"median": 0.001 * (1 + k / 4)} for k in range(1, 9)}
+    (tmp_path / "p.json").write_text(json.dumps({
+        "format": "as2d-profile/1", "name": "t", "verify_s": {"alone": widths}, "shared_ratio": 1.3,
+        "draft_step_s": {"alone": 0.001, "shared": 0.001}, "loop_s": 0.0002}))
+
+    def run(name, *extra):
+        out = CliRunner().invoke(replay, [str(tmp_path / "traces.jsonl"), "--profile", str(tmp_path / "p.json"),
+                                          "--budgets", "1-7", "--no-compare-native", "--out", str(tmp_path / name),
+                                          *extra])
+        assert out.exit_code == 0, out.output
+        return (tmp_path / name / "results.jsonl").read_text(), json.loads((tmp_path / name / "summary.json").read_text())
+
+    local_rows, local_summary = run("local")
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 ** 2, log_to_driver=False)
+    try:
+        ray_rows, ray_summary = run("ray", "--ray")
+    finally:
+        ray.shutdown()
+    assert ray_rows == local_rows
+    assert ray_summary == local_summary
+    assert {f"as2d-b{b}" for b in range(1, 8)} <= set(local_summary["methods"])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -92,3 +93,46 @@ def test_select_command_on_saved_traces(tmp_path):
     assert report["selected"]["source"] == "good" and 1 <= report["selected"]["budget"] <= 5  # K7+ unpriced
     assert report["gap_pct"] >= -1e-9  # the oracle is never below the selected pair on the test windows
     assert (tmp_path / "best.toml").exists() and (tmp_path / "best-select" / "budgets.png").exists()
+
+
+def test_select_on_ray_picks_what_the_local_select_picks(tmp_path):
+    """The sweep as Ray tasks (a local Ray instance of 2 CPUs) writes the same selection as the local run."""
+    from click.testing import CliRunner
+
+    from as2d_tuning.cli import select
+
+    try:
+        import ray
+    except ImportError:
+        pytest.fail("Ray is not installed: pip install -e '.[test]'")
+    ref = [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    traces = []
+    for i, w in enumerate(["d0", "d1", "d2", "t0", "t1"]):  # "early" publishes all at once, "late" in pieces
+        traces.append(_trace(w, "early", ref, [(ref[:6], 0.0), (ref[6:], 0.002 * i)]))
+        traces.append(_trace(w, "late", ref, [(ref[:2], 0.01), (ref[2:5] + [9], 0.03 + 0.001 * i)]))
+    (tmp_path / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in traces))
+    for name, ids in (("dev", ["d0", "d1", "d2"]), ("test", ["t0", "t1"])):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"id": i, "path": f"{i}.wav"}) + "\n" for i in ids))
+    widths = {str(k): 0.01 + 0.002 * k for k in range(1, 10)}
+    (tmp_path / "p.json").write_text(json.dumps({"format": "as2d-profile/1", "name": "t", "verify_s": {
+        "alone": widths}, "shared_ratio": 1.4, "draft_step_s": {"alone": 0.001, "shared": 0.0015}, "loop_s": 0.001}))
+
+    def run(name, *extra):
+        args = [str(tmp_path / "dev.jsonl"), "--test", str(tmp_path / "test.jsonl"), "--profile",
+                str(tmp_path / "p.json"), "--sources", "early,late", "--budgets", "1-8", "--config",
+                "configs/whisper-asr.toml", "--traces", str(tmp_path / "traces.jsonl"), "--out",
+                str(tmp_path / f"{name}.toml"), "--json", *extra]
+        out = CliRunner().invoke(select, args)
+        assert out.exit_code == 0, out.output
+        return json.loads((tmp_path / f"{name}-select" / "selection.json").read_text())
+
+    local = run("local")
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 ** 2, log_to_driver=False)
+    try:
+        distributed = run("ray", "--ray")
+    finally:
+        ray.shutdown()
+    assert distributed["selected"] == local["selected"]
+    assert distributed == local  # the whole ranking, oracle and gap
+    assert (tmp_path / "ray.toml").read_text() == (tmp_path / "local.toml").read_text()
+    assert len({(r["source"], r["budget"]) for r in local["dev_ranking"]}) > 8  # both sources, several budgets
