@@ -15,6 +15,8 @@ from pathlib import Path
 
 import click
 
+from as2d_core.options import option_flags, options_from_params
+
 from .runner import METHODS
 
 DEFAULT_SOURCE = "whisper-tiny.en"
@@ -36,11 +38,7 @@ DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
               help="Several drafters, comma-separated, instead of --source: each source-dependent method runs once "
                    "per source, named METHOD for the first and METHOD@SOURCE for the others. NAME+process runs "
                    "that source in its own process (as2d methods only; serial baselines need it in-process).")
-@click.option("--budget", type=int, default=7, show_default=True)
-@click.option("--publication-size", type=int, default=2, show_default=True)
-@click.option("--target-threads", type=int, default=2, show_default=True)
-@click.option("--shared-target-threads", type=int, default=1, show_default=True)
-@click.option("--drafter-threads", type=int, default=1, show_default=True)
+@option_flags
 @click.option("--limit", type=int, default=None, help="Only the first N windows.")
 @click.option("--languages", default=None, help="Only windows of these comma-separated languages.")
 @click.option("--warmup/--no-warmup", default=True, show_default=True, help="One untimed pass on the first window.")
@@ -55,14 +53,13 @@ DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
               help="CPUs each Ray worker reserves (default: the threads one window uses at once).")
 @click.option("--pool-machines", is_flag=True, help="Pool rows measured on different kinds of machine.")
 def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, source_backend, source_name,
-          source_names, budget, publication_size, target_threads, shared_target_threads, drafter_threads, limit,
-          languages, warmup, fresh, ray_address, workers, cpus_per_worker, pool_machines):
+          source_names, limit, languages, warmup, fresh, ray_address, workers, cpus_per_worker, pool_machines,
+          **decode_options):
     """Run METHODS on every window of MANIFEST (JSONL: id, path, lang, text) and write results to OUT.
 
     Resumable: each window's rows are appended to OUT/results.jsonl as it finishes, and the same
     command run again skips the windows already there (OUT/run.json records the configuration).
     """
-    from as2d_core.engine import DecodeOptions
     from .folder import ConfigMismatch
     from .machine import MixedMachines
     from .runner import expand_methods, plan_runs, read_manifest
@@ -79,8 +76,7 @@ def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, 
         if ray_address is None and (workers or cpus_per_worker):
             raise ValueError("--workers and --cpus-per-worker need --ray")
         chosen = expand_methods(methods.split(","))
-        options = DecodeOptions(budget=budget, publication_size=publication_size, target_threads=target_threads,
-                                shared_target_threads=shared_target_threads, drafter_threads=drafter_threads)
+        options = options_from_params(decode_options)
         windows = read_manifest(manifest)
         if languages:
             wanted = {x.strip() for x in languages.split(",")}

@@ -44,7 +44,8 @@ import attrs
 
 from . import catalog
 from .contracts import TASKS
-from .engine import MAX_BUDGET, METHODS, DecodeOptions
+from .engine import METHODS
+from .options import MAX_BUDGET, STARTS, DecodeOptions, config_keys
 from .plugins import Registry, load_registry
 
 ON_MISSING_DEVICE = ("error", "cpu")
@@ -57,6 +58,7 @@ _TOP: dict[str, tuple] = {
     "method": (str, False, METHODS),
     "budget": (int, False, None),
     "align_window": (int, False, None),
+    "start": (str, False, STARTS),
     "on_missing_device": (str, False, ON_MISSING_DEVICE),
 }
 _TABLES: dict[str, dict[str, tuple]] = {
@@ -83,13 +85,16 @@ _TABLES: dict[str, dict[str, tuple]] = {
 _REQUIRED_TABLES = ("target",)
 
 
+_DEFAULT = DecodeOptions()
+
+
 @attrs.frozen
 class TargetConfig:
     model: str
     backend: str | None = None
     device: str = "cpu"
-    threads: int = 2
-    shared_threads: int = 1
+    threads: int = _DEFAULT.target_threads
+    shared_threads: int = _DEFAULT.shared_target_threads
 
 
 @attrs.frozen
@@ -97,8 +102,8 @@ class SourceConfig:
     name: str
     backend: str | None = None
     device: str = "cpu"
-    threads: int = 1
-    publication_size: int = DecodeOptions().publication_size
+    threads: int = _DEFAULT.drafter_threads
+    publication_size: int = _DEFAULT.publication_size
     process: bool = False  # run the drafter in its own process (targets whose runtime holds the GIL)
 
 
@@ -113,20 +118,20 @@ class Config:
     language: str | None = None
     instruction: str | None = None
     method: str = "as2d"
-    budget: int = 7
-    align_window: int = 8
+    budget: int = _DEFAULT.budget
+    align_window: int = _DEFAULT.align_window
+    start: str = _DEFAULT.start
     on_missing_device: str = "error"
     device_profile: dict | None = None
 
     def decode_options(self) -> DecodeOptions:
-        return DecodeOptions(
-            budget=self.budget,
-            publication_size=self.source.publication_size if self.source else DecodeOptions().publication_size,
-            align_window=self.align_window,
-            target_threads=self.target.threads,
-            shared_target_threads=self.target.shared_threads,
-            drafter_threads=self.source.threads if self.source else 1,
-        )
+        """The options' dotted keys (``options.config_keys``) read off this configuration."""
+        values = {}
+        for key in config_keys().values():
+            table, _, name = key.rpartition(".")
+            holder = getattr(self, table) if table else self
+            values[key] = getattr(holder, name) if holder is not None else None
+        return DecodeOptions.from_config(values)
 
 
 @attrs.define

@@ -22,37 +22,9 @@ from .buffer import CandidateBuffer
 from .catalog import bridge_for
 from .contracts import Bridge, DraftJob, DraftPiece, PublishedBatch, Request, Source, Target, TargetSession, serves_language
 from .events import Decomposition, Event, EventLog, decompose
+from .options import MAX_BUDGET, STARTS, DecodeOptions  # noqa: F401  (the engine's options, declared once)
 
-MAX_BUDGET = 64
 METHODS = ("target-only", "as2d")
-STARTS = ("arrival", "prepared")
-
-
-def _positive(instance, attribute, value):
-    if value < 1:
-        raise ValueError(f"{attribute.name} must be at least 1, got {value}")
-
-
-def _budget(instance, attribute, value):
-    if not 1 <= value <= MAX_BUDGET:
-        raise ValueError(f"budget must be between 1 and {MAX_BUDGET} proposals per verification, got {value}")
-
-
-@attrs.frozen
-class DecodeOptions:
-    budget: int = attrs.field(default=7, validator=_budget)
-    publication_size: int = attrs.field(default=2, validator=_positive)  # drafter tokens per batch (the paper: 8; a 2-core drafter is slower than the target consumes)
-    align_window: int = attrs.field(default=8, validator=attrs.validators.ge(0))
-    target_threads: int = attrs.field(default=2, validator=_positive)  # target alone
-    shared_target_threads: int = attrs.field(default=1, validator=_positive)  # while the drafter runs
-    drafter_threads: int = attrs.field(default=1, validator=_positive)
-    drain_timeout_s: float = 2.0
-    # arrival: the drafter starts when the request arrives, beside the target's preparation;
-    # prepared: both models are prepared first (the paper's post-prefill set-up)
-    start: str = attrs.field(default="arrival", validator=attrs.validators.in_(STARTS))
-    # as2d-no-bc (SpecASR's budget rule kept with decoupled drafting): candidates end at the first
-    # published token whose confidence is below this (that token included); None keeps the fixed budget.
-    confidence_stop: float | None = attrs.field(default=None)
 
 
 @attrs.define

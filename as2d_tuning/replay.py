@@ -29,6 +29,7 @@ import attrs
 
 from as2d_core.engine import Counters, DecodeOptions, PublishedProposer, TargetOnly, target_loop
 from as2d_core.events import EventLog
+from as2d_core.options import parse_budgets  # noqa: F401  (one budget-list rule, with the engine's cap)
 from .costs import Costs
 
 DECOUPLED = ("as2d", "as2d-no-bc")
@@ -377,23 +378,6 @@ def load_factors(traces: Sequence[dict], costs: Costs) -> dict[tuple[str, str], 
             if replayed.decode_s > 0:
                 factors[(trace.get("_file", ""), trace["window"])] = trace["decode_s"] / replayed.decode_s
     return factors
-
-
-def parse_budgets(text: str | None) -> list[int] | None:
-    """``"1-16"``, ``"3,7,9-11"`` -> sorted budgets."""
-    if not text:
-        return None
-    out: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        if "-" in part:
-            lo, hi = (int(x) for x in part.split("-", 1))
-            out.update(range(lo, hi + 1))
-        elif part:
-            out.add(int(part))
-    if not out or min(out) < 1:
-        raise ValueError(f"budgets must be positive integers, got {text!r}")
-    return sorted(out)
 
 
 def mae(rows: list[dict]) -> dict:

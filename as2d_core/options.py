@@ -1,0 +1,117 @@
+"""The decoding options: one declaration gives their defaults, checks, command-line flags and config keys.
+
+Each user-facing field of :class:`DecodeOptions` carries its flag (``--budget``), its key in a
+task configuration (``budget``, ``target.shared_threads``) and a help line, so ``as2d run``,
+``as2d bench`` and the configuration schema cannot drift apart.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+MAX_BUDGET = 64
+STARTS = ("arrival", "prepared")
+
+
+def _positive(instance, attribute, value):
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be at least 1, got {value}")
+
+
+def _budget(instance, attribute, value):
+    check_budget(value)
+
+
+def check_budget(value: int) -> int:
+    if not 1 <= value <= MAX_BUDGET:
+        raise ValueError(f"budget must be between 1 and {MAX_BUDGET} proposals per verification, got {value}")
+    return value
+
+
+def _option(default, validator, config: str, help: str, choices: tuple[str, ...] | None = None):
+    """A field that users set: ``config`` is its dotted key in a task configuration."""
+    return attrs.field(default=default, validator=validator,
+                       metadata={"config": config, "help": help, "choices": choices})
+
+
+@attrs.frozen
+class DecodeOptions:
+    budget: int = _option(7, _budget, "budget", "Proposals per verification (width <= budget+1), 1..64.")
+    # the paper publishes every 8 drafter tokens; a drafter on 2 cores is slower than the target consumes
+    publication_size: int = _option(2, _positive, "source.publication_size", "Drafter tokens per published batch.")
+    align_window: int = _option(8, attrs.validators.ge(0), "align_window",
+                                "How far the read cursor looks for the root after a rejection.")
+    target_threads: int = _option(2, _positive, "target.threads", "Target threads when it runs alone.")
+    shared_target_threads: int = _option(1, _positive, "target.shared_threads", "Target threads while the drafter runs.")
+    drafter_threads: int = _option(1, _positive, "source.threads", "Drafter threads.")
+    start: str = _option("arrival", attrs.validators.in_(STARTS), "start",
+                         "arrival: the drafter starts with the request, beside the target's audio encoding; "
+                         "prepared: after both models are prepared (the paper's post-prefill set-up).", STARTS)
+    drain_timeout_s: float = 2.0
+    # as2d-no-bc (SpecASR's budget rule kept with decoupled drafting): candidates end at the first
+    # published token whose confidence is below this (that token included); None keeps the fixed budget.
+    confidence_stop: float | None = attrs.field(default=None)
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> "DecodeOptions":
+        """Options from field names; a None value keeps the default."""
+        return cls(**{k: v for k, v in values.items() if v is not None})
+
+    @classmethod
+    def from_config(cls, values: dict[str, Any]) -> "DecodeOptions":
+        """Options from dotted configuration keys (``{"target.threads": 2, ...}``); absent keys keep defaults."""
+        return cls.from_values({name: values.get(key) for name, key in config_keys().items()})
+
+
+def user_fields() -> list[attrs.Attribute]:
+    """The fields a user sets from the command line or a configuration."""
+    return [f for f in attrs.fields(DecodeOptions) if "config" in f.metadata]
+
+
+def config_keys() -> dict[str, str]:
+    """Field name -> dotted configuration key."""
+    return {f.name: f.metadata["config"] for f in user_fields()}
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def option_flags(command: Callable) -> Callable:
+    """Add one click option per user-facing field, with the field's default and help."""
+    import click
+
+    for field in reversed(user_fields()):
+        kind = click.Choice(field.metadata["choices"]) if field.metadata["choices"] else type(field.default)
+        command = click.option(flag(field.name), field.name, type=kind, default=field.default, show_default=True,
+                               help=field.metadata["help"])(command)
+    return command
+
+
+def options_from_params(params: dict[str, Any], **fixed: Any) -> DecodeOptions:
+    """DecodeOptions from a click command's parameters (``option_flags``), plus ``fixed`` fields."""
+    return DecodeOptions.from_values({**{f.name: params.get(f.name) for f in user_fields()}, **fixed})
+
+
+def parse_budgets(text: str | None) -> list[int] | None:
+    """``"1-16"``, ``"3,7,9-11"`` -> sorted budgets, each within 1..MAX_BUDGET."""
+    if not text:
+        return None
+    out: set[int] = set()
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                out.update(range(lo, hi + 1))
+            elif part:
+                out.add(int(part))
+    except ValueError:
+        raise ValueError(f"budgets must be integers or ranges such as 1-16 or 3,7, got {text!r}") from None
+    if not out:
+        raise ValueError(f"no budget in {text!r}")
+    for budget in (min(out), max(out)):
+        check_budget(budget)
+    return sorted(out)
