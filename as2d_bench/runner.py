@@ -51,11 +51,11 @@ from .summary import split_label  # noqa: F401  (kept importable from here, wher
 from .traces import build_trace
 
 PEERS = ("faster-whisper", "hf-assisted")
-METHODS = ("target-only", *SD_PARTS, "sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc", *PEERS)
+METHODS = ("target-only", *SD_PARTS, "sd", "asp", "as2d", "as2d-prepared", "as2d-no-td", "as2d-no-bc", *PEERS)
 NO_BC_THRESHOLD = 0.4
 NO_BC_CAP = 24
 SERIAL = (*SD_PARTS, "asp", "as2d-no-td")
-SOURCE_METHODS = ("as2d", "as2d-no-bc", *SERIAL)  # run once per source
+SOURCE_METHODS = ("as2d", "as2d-prepared", "as2d-no-bc", *SERIAL)  # run once per source
 
 
 def method_label(method: str, source_name: str | None, first: bool = True) -> str:
@@ -133,6 +133,10 @@ def run_method(method: str, request: Request, target, source, options: DecodeOpt
         return run_request(request, target, None, "target-only", options)
     if method == "as2d":
         return run_request(request, target, source, "as2d", options)
+    if method == "as2d-prepared":  # the paper's set-up: the drafter starts after both models are prepared
+        result = run_request(request, target, source, "as2d", attrs.evolve(options, start="prepared"))
+        result.method = method
+        return result
     if method == "as2d-no-bc":
         no_bc = attrs.evolve(options, budget=NO_BC_CAP, confidence_stop=NO_BC_THRESHOLD)
         result = run_request(request, target, source, "as2d", no_bc)

@@ -32,7 +32,7 @@ from as2d_core.events import EventLog
 from as2d_core.options import parse_budgets  # noqa: F401  (one budget-list rule, with the engine's cap)
 from .costs import Costs
 
-DECOUPLED = ("as2d", "as2d-no-bc")
+DECOUPLED = ("as2d", "as2d-prepared", "as2d-no-bc")
 SERIAL = ("sd-k5", "sd-k6", "sd-k7", "sd-k8", "asp", "as2d-no-td")
 PUBLICATION = ("profile", "native")
 NO_EOS_LIMIT = 1 << 30  # a response that ended at its end token: the cap never binds in replay
