@@ -9,7 +9,7 @@ python3 -m venv .venv
 # scripts/constraints.txt keeps torch at the CPU build and transformers at the version qwen-asr pins.
 .venv/bin/python -m pip install --quiet -c scripts/constraints.txt \
   -e ".[test,bench]" \
-  -e ./plugins/onnxruntime -e "./plugins/whisper[convert,models]" \
+  -e ./plugins/onnxruntime -e "./plugins/whisper[convert,models,ct2]" \
   -e "./plugins/mnn[runtime]" -e "./plugins/omni[torch]" -e "./plugins/qwen3_asr[torch]" \
   -e ./plugins/pocketsphinx -e ./plugins/parakeet -e ./plugins/sensevoice
-.venv/bin/as2d models install whisper-base whisper-tiny.en
+.venv/bin/as2d models install whisper-base whisper-tiny.en whisper-base-int8 whisper-tiny.en-ct2

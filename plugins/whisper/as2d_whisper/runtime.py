@@ -129,37 +129,55 @@ def _executor(backend: str, model_dir: Path, device: str):
     raise ValueError(f"unknown Whisper backend {backend!r}; choose one of {', '.join(BACKENDS)}")
 
 
-class _Model:
+def read_model_folder(model_dir: str | Path, files: Sequence[str], hint: str = INSTALL_HINT):
+    """``(folder, model.json, tokenizer)`` of a converted model folder holding ``files``; a clear error if not."""
+    from tokenizers import Tokenizer
+
+    folder = Path(model_dir).expanduser()
+    missing = [f for f in ["model.json", "tokenizer.json", *files] if not (folder / f).is_file()]
+    if missing:
+        raise ModelFilesMissing(f"model folder {folder} lacks {', '.join(missing)}; {hint}")
+    meta = json.loads((folder / "model.json").read_text())
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ModelFilesMissing(
+            f"{folder} holds model format {meta.get('format_version')}, this plugin reads {FORMAT_VERSION}; {hint} again")
+    return folder, meta, Tokenizer.from_file(str(folder / "tokenizer.json"))
+
+
+class TokenizerText:
+    """Text of a model's ids and ids of text, through the folder's (complete) tokenizer; needs ``tokenizer`` and ``eot``."""
+
+    tokenizer: "object"
+    eot: int
+
+    def decode_text(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer.decode([int(t) for t in tokens if int(t) < self.eot])
+
+    def encode_text(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+
+class _Model(TokenizerText):
     """A converted model folder: metadata, tokenizer and the executor of one backend.
 
     ``decoder`` is the decoder graph's stem (``decoder`` or ``decoder.int8``);
     the backend adds its suffix (``.onnx`` or ``.mnn``).
     """
 
-    def __init__(self, model_dir: str | Path, decoder: str, device: str, backend: str = "onnxruntime"):
-        from tokenizers import Tokenizer
-
+    def __init__(self, model_dir: str | Path, decoder: str, device: str, backend: str = "onnxruntime",
+                 install_hint: str = INSTALL_HINT):
         if backend not in BACKENDS:
             raise ValueError(f"unknown Whisper backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-        self.dir = Path(model_dir).expanduser()
         suffix = ".mnn" if backend == "mnn" else ".onnx"
         self.encoder_file, self.decoder_file = "encoder" + suffix, decoder + suffix
-        needed = ["model.json", "tokenizer.json", self.encoder_file, self.decoder_file]
-        missing = [f for f in needed if not (self.dir / f).is_file()]
-        if missing:
-            hint = INSTALL_HINT
-            if backend == "mnn" and {"model.json", "tokenizer.json"}.isdisjoint(missing):
-                hint = MNN_INSTALL_HINT
-            raise ModelFilesMissing(f"model folder {self.dir} lacks {', '.join(missing)}; {hint}")
-        self.meta = json.loads((self.dir / "model.json").read_text())
-        if self.meta.get("format_version") != FORMAT_VERSION:
-            raise ModelFilesMissing(
-                f"{self.dir} holds model format {self.meta.get('format_version')}, this plugin reads "
-                f"{FORMAT_VERSION}; {INSTALL_HINT} again")
+        hint = install_hint
+        model_dir = Path(model_dir).expanduser()
+        if backend == "mnn" and all((model_dir / f).is_file() for f in ("model.json", "tokenizer.json")):
+            hint = MNN_INSTALL_HINT
+        self.dir, self.meta, self.tokenizer = read_model_folder(model_dir, [self.encoder_file, self.decoder_file], hint)
         self.backend = backend
         self.device = device
         self.executor = _executor(backend, self.dir, device)
-        self.tokenizer = Tokenizer.from_file(str(self.dir / "tokenizer.json"))
         dims = self.meta["dims"]
         self.n_layers, self.n_heads = dims["decoder_layers"], dims["decoder_heads"]
         self.head_dim = dims["d_model"] // dims["decoder_heads"]
@@ -196,11 +214,6 @@ class _Model:
             logits[..., self.suppress_blank] = -np.inf
         return logits
 
-    def decode_text(self, tokens: Sequence[int]) -> str:
-        return self.tokenizer.decode([int(t) for t in tokens if int(t) < self.eot])
-
-    def encode_text(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
 
 
 class _DecoderState:
@@ -340,7 +353,11 @@ class WhisperTargetSession:
 
 
 class WhisperTarget:
-    """whisper-base as the verifying target (``backend``: "onnxruntime" or "mnn")."""
+    """whisper-base as the verifying target (``backend``: "onnxruntime" or "mnn").
+
+    The int8 target (``whisper-base-int8``) is the same class on the folder
+    ``as2d models install whisper-base-int8`` makes.
+    """
 
     def __init__(
         self,
@@ -349,9 +366,10 @@ class WhisperTarget:
         audio_cache: int = 0,
         preload_threads: Sequence[int] = (),
         backend: str = "onnxruntime",
+        install_hint: str = INSTALL_HINT,
     ):
         model_dir = default_models_dir() / "whisper-base" if model_dir is None else model_dir
-        self._model = _Model(model_dir, "decoder", backend_device, backend)
+        self._model = _Model(model_dir, "decoder", backend_device, backend, install_hint=install_hint)
         self._model.audio_cache_size = audio_cache
         self._model.preload(preload_threads)
         self.name: str = self._model.meta["name"]

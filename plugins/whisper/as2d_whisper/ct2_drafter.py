@@ -1,0 +1,145 @@
+"""whisper-tiny.en drafting on CTranslate2 (int8 weights, one thread): the cheapest drafter step we have.
+
+CTranslate2's ``Whisper.generate`` runs a whole greedy decode in C++ and has no
+single-step call and no per-token callback (4.x); a prompt prefix is not
+prefilled but re-decoded token by token, so resuming costs as much as starting
+over. A job therefore makes at most two calls on the request's encoded audio: a
+short one whose tokens reach the target early, then the whole decode, whose
+tokens past the first call's are new. The suppression lists are the ONNX
+drafter's (from ``model.json``), so both drafters decode the same way.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from as2d_core.contracts import DraftPiece, Request
+from as2d_core.paths import models_dir as default_models_dir
+
+from .convert import CT2_FILES
+from .features import encoder_input
+from .runtime import TokenizerText, read_model_folder
+
+NAME = "whisper-tiny.en-ct2"
+INSTALL_HINT = f"run `as2d models install {NAME}`"
+
+
+def _ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError as exc:
+        raise ImportError(f"the CTranslate2 drafter needs ctranslate2: run `pip install 'as2d-whisper[ct2]'` ({exc})") from exc
+    return ctranslate2
+
+
+class Ct2DraftJob:
+    """Greedy decoding of one request on CTranslate2, from its audio and its own history only."""
+
+    def __init__(self, model, features, source: "Ct2WhisperSource"):
+        self._model = model
+        self._features = features
+        self._source = source
+        self.prompt = [source.sot, source.no_timestamps]
+        self.max_new_tokens = source.max_length - len(self.prompt)
+        self.ended_with_eos = False
+
+    def decode(self, max_new_tokens: int) -> list[int]:
+        """Greedy tokens after the prompt, at most ``max_new_tokens``, without the end token.
+
+        CTranslate2 4.x stops a Whisper decode after ``max_length // 2`` tokens (measured
+        with 4.8.5: the prompt does not count, the model's 448 positions cap it), hence the 2x.
+        """
+        result = self._model.generate(
+            self._features, [self.prompt], beam_size=1, max_length=2 * max_new_tokens,
+            suppress_blank=True, suppress_tokens=self._source.suppress_tokens)
+        return [int(t) for t in result[0].sequences_ids[0]]
+
+    def pieces(self) -> Iterator[DraftPiece]:
+        """Up to two pieces: the first call's tokens, then the rest of the whole decode.
+
+        Each piece is a boundary (publish now): its tokens were all ready at once.
+        CTranslate2 returns no end token; a whole decode shorter than its limit ended on it.
+        """
+        drafted: list[int] = []
+        first = self._source.first_call_tokens
+        if 0 < first < self.max_new_tokens:
+            drafted = self.decode(first)
+            if drafted:
+                yield DraftPiece(tokens=tuple(drafted), boundary=True)
+        tokens = self.decode(self.max_new_tokens)
+        # One deterministic decode extends the other; should they ever differ, the target still verifies.
+        if tokens[len(drafted):]:
+            yield DraftPiece(tokens=tuple(tokens[len(drafted):]), boundary=True)
+        self.ended_with_eos = len(tokens) < self.max_new_tokens
+
+    def close(self) -> None:
+        self._features = None
+
+
+class Ct2WhisperSource(TokenizerText):
+    """whisper-tiny.en as an English drafter on CTranslate2 (``compute_type`` int8 by default).
+
+    One loaded model per thread count (CTranslate2 fixes its threads at load), built
+    on first use or at load time for ``preload_threads``. ``first_call_tokens``: the
+    length of the early first call (0: one call, the whole decode).
+    """
+
+    languages = frozenset({"en"})
+
+    def __init__(
+        self,
+        model_dir: str | Path | None = None,
+        backend_device: str = "cpu",
+        compute_type: str = "int8",
+        preload_threads: Sequence[int] = (),
+        first_call_tokens: int = 8,
+    ):
+        self._ct2 = _ctranslate2()
+        model_dir = default_models_dir() / NAME if model_dir is None else model_dir
+        self.dir, self.meta, self.tokenizer = read_model_folder(model_dir, CT2_FILES, INSTALL_HINT)
+        self.name: str = self.meta["name"]
+        self.vocabulary: str = self.meta["vocabulary"]
+        special = self.meta["special"]
+        self.sot, self.eot, self.no_timestamps = special["sot"], special["eot"], special["no_timestamps"]
+        self.eos_token: int = self.eot
+        self.max_length: int = self.meta["max_length"]
+        self.n_mels: int = self.meta["dims"]["n_mels"]
+        self.suppress_tokens: list[int] = [int(t) for t in self.meta["suppress_tokens"]]
+        self.device, self.compute_type = backend_device, compute_type
+        self.backend = "ctranslate2"
+        if first_call_tokens < 0:
+            raise ValueError(f"first_call_tokens must be 0 or more, got {first_call_tokens}")
+        self.first_call_tokens = first_call_tokens
+        self._models: dict[int, object] = {}
+        self._lock = threading.Lock()
+        for threads in preload_threads:
+            self.model(threads)
+
+    def model(self, threads: int):
+        """The loaded ``ctranslate2.models.Whisper`` running on ``threads`` threads."""
+        threads = max(1, int(threads))
+        with self._lock:
+            if threads not in self._models:
+                self._models[threads] = self._ct2.models.Whisper(
+                    str(self.dir), device=self.device, compute_type=self.compute_type,
+                    intra_threads=threads, inter_threads=1)
+            return self._models[threads]
+
+    @property
+    def device_in_use(self) -> list[str]:
+        """What really runs: CTranslate2's device and the compute type it resolved on this CPU."""
+        with self._lock:
+            models = list(self._models.values())
+        if not models:
+            return [f"ctranslate2:{self.device}"]
+        return [f"ctranslate2:{models[0].device}:{models[0].compute_type}"]
+
+    def prepare(self, request: Request, language: str, threads: int) -> Ct2DraftJob:
+        """Encode the request's audio (30 s window, as the ONNX drafter) on the drafter's threads."""
+        if language not in self.languages:
+            raise ValueError(f"{self.name} drafts English only, not {language!r}")
+        model = self.model(threads)
+        mel = encoder_input(request.audio, self.n_mels)
+        features = model.encode(self._ct2.StorageView.from_array(mel))
+        return Ct2DraftJob(model, features, self)
