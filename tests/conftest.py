@@ -24,7 +24,7 @@ def tiny_request():
     return make
 
 
-WHISPER_INSTALL = "as2d models install whisper-base whisper-tiny.en"
+WHISPER_INSTALL = "as2d models install whisper-base whisper-tiny.en whisper-base-int8 whisper-tiny.en-ct2"
 
 
 def _whisper_part(kind: str, name: str):
@@ -51,3 +51,13 @@ def whisper_target():
 @pytest.fixture(scope="session")
 def whisper_source():
     return _whisper_part("source", "whisper-tiny.en")
+
+
+@pytest.fixture(scope="session")
+def whisper_int8_target():
+    return _whisper_part("target", "whisper-base-int8")
+
+
+@pytest.fixture(scope="session")
+def whisper_ct2_source():
+    return _whisper_part("source", "whisper-tiny.en-ct2")

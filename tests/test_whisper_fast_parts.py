@@ -1,0 +1,173 @@
+"""The cheap Whisper parts: tiny.en drafting on CTranslate2 and the int8 whisper-base target.
+
+Real models (``as2d models install whisper-base whisper-tiny.en whisper-base-int8
+whisper-tiny.en-ct2``; a missing model fails the test) on real speech: the quick
+start's clip in the repository, and the shared windows (skipped when ../shared is absent).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from as2d_core import DecodeOptions, Request, load_audio, run_request
+from as2d_core.contracts import DraftJob, DraftPiece, Source, Target
+from as2d_core.engine import greedy_reference
+from conftest import SHARED_SPEECH
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
+needs_shared = pytest.mark.skipif(not (SHARED_SPEECH / "windows.jsonl").is_file(),
+                                  reason=f"the shared speech set is absent ({SHARED_SPEECH})")
+# English windows of three corpora and one window the English drafter does not serve.
+WINDOWS = ("jfk_en_w00", "fleurs_en_w01", "librispeech_en_w00", "ljspeech_en_w00", "fleurs_de_w00")
+
+
+def _example_request() -> Request:
+    return Request("ljspeech-example", load_audio(EXAMPLE), language="en")
+
+
+def _window(item_id: str) -> Request:
+    for line in (SHARED_SPEECH / "windows.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["id"] == item_id:
+            return Request(item_id, load_audio(SHARED_SPEECH / row["path"]))
+    raise KeyError(item_id)
+
+
+def _draft(source, request: Request) -> tuple[list[DraftPiece], DraftJob]:
+    job = source.prepare(request, "en", threads=1)
+    try:
+        return list(job.pieces()), job
+    finally:
+        job.close()
+
+
+# --------------------------------------------------------------------------- CTranslate2 drafter
+
+
+def test_ct2_pieces_are_its_greedy_tokens(whisper_ct2_source, whisper_source):
+    """An early piece of first_call_tokens, then the rest; the same tokens as the ONNX Runtime int8 drafter here."""
+    source = whisper_ct2_source
+    assert isinstance(source, Source) and source.languages == frozenset({"en"})
+    assert source.vocabulary == whisper_source.vocabulary and source.eos_token == whisper_source.eos_token
+    pieces, job = _draft(source, _example_request())
+    assert isinstance(job, DraftJob) and job.ended_with_eos
+    assert [len(p.tokens) for p in pieces][0] == source.first_call_tokens == 8 and len(pieces) == 2
+    assert all(p.boundary for p in pieces)
+    tokens = [t for p in pieces for t in p.tokens]
+    assert all(0 <= t < source.eos_token for t in tokens)
+    onnx_pieces, onnx_job = _draft(whisper_source, _example_request())
+    assert tokens == [t for p in onnx_pieces for t in p.tokens] and onnx_job.ended_with_eos
+    text = source.decode_text(tokens).lower()
+    assert "printing" in text and "arts and crafts" in text, text
+
+
+def test_ct2_single_call_gives_the_same_tokens(whisper_ct2_source):
+    from as2d_whisper.ct2_drafter import Ct2WhisperSource
+
+    whole = Ct2WhisperSource(whisper_ct2_source.dir, first_call_tokens=0)
+    pieces, job = _draft(whole, _example_request())
+    staged, _ = _draft(whisper_ct2_source, _example_request())
+    assert len(pieces) == 1 and job.ended_with_eos
+    assert list(pieces[0].tokens) == [t for p in staged for t in p.tokens]
+
+
+def test_ct2_decode_stops_at_the_asked_length(whisper_ct2_source):
+    """Guards the measured CTranslate2 rule (a Whisper decode stops after max_length // 2 tokens)."""
+    job = whisper_ct2_source.prepare(_example_request(), "en", threads=1)
+    try:
+        assert [len(job.decode(n)) for n in (1, 3, 8)] == [1, 3, 8]
+        assert job.decode(3) == job.decode(8)[:3]
+    finally:
+        job.close()
+
+
+def test_ct2_refuses_other_languages(whisper_ct2_source):
+    with pytest.raises(ValueError, match="English only"):
+        whisper_ct2_source.prepare(_example_request(), "de", threads=1)
+
+
+def test_ct2_missing_model_files_say_how_to_install(tmp_path):
+    from as2d_whisper.ct2_drafter import Ct2WhisperSource
+    from as2d_whisper.runtime import ModelFilesMissing
+
+    with pytest.raises(ModelFilesMissing, match=r"lacks model.json, tokenizer.json, model.bin.*as2d models install whisper-tiny.en-ct2"):
+        Ct2WhisperSource(tmp_path)
+
+
+def test_catalog_lists_the_new_parts_with_install_hints():
+    from as2d_core.plugins import load_registry
+
+    registry = load_registry()
+    for kind, name in (("source", "whisper-tiny.en-ct2"), ("target", "whisper-base-int8")):
+        info = registry.get(kind, name).info
+        assert info["install"] == f"as2d models install {name}" and info["model_dir"] == name
+        assert registry.get("model", name) is not None
+
+
+# --------------------------------------------------------------------------- int8 target
+
+
+def test_int8_target_is_its_own_model(whisper_int8_target, whisper_target):
+    assert isinstance(whisper_int8_target, Target) and whisper_int8_target.name == "whisper-base-int8"
+    assert whisper_int8_target.vocabulary == whisper_target.vocabulary
+    assert whisper_int8_target.device_in_use == ["CPUExecutionProvider"]
+
+
+def test_int8_batched_verification_equals_one_at_a_time(whisper_int8_target):
+    """Greedy one token per call (the engine's reference), then the whole answer verified in one call."""
+    request = _example_request()
+    session = whisper_int8_target.prepare(request, threads=2)
+    try:
+        reference = greedy_reference(session)
+        assert len(reference) > 20
+        text = session.decode_text(reference).lower()
+        assert "printing" in text and "arts and crafts" in text, text
+        session.truncate(0)
+        predictions = session.verify(session.first_token(), reference[1:])
+        assert predictions == [*reference[1:], session.eos_token]
+    finally:
+        session.close()
+
+
+def test_int8_missing_model_files_say_how_to_install(tmp_path):
+    from as2d_core.plugins import load_registry
+
+    factory = load_registry().get("target", "whisper-base-int8").factory
+    with pytest.raises(FileNotFoundError, match="as2d models install whisper-base-int8"):
+        factory({"models_dir": tmp_path})
+
+
+# --------------------------------------------------------------------------- as2d with the new parts
+
+
+@pytest.mark.parametrize("budget", [3, 7])
+def test_as2d_with_ct2_drafter_equals_target_only_on_the_example(whisper_target, whisper_int8_target,
+                                                                   whisper_ct2_source, budget):
+    request = _example_request()
+    for target in (whisper_target, whisper_int8_target):
+        reference = run_request(request, target, None, "target-only")
+        result = run_request(request, target, whisper_ct2_source, "as2d", DecodeOptions(budget=budget))
+        assert result.tokens == reference.tokens, f"{target.name}: {result.text!r} != {reference.text!r}"
+        assert result.producer_error is None and result.source == whisper_ct2_source.name
+        assert result.published > 0 and result.accepted > 0
+
+
+@needs_shared
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("target_name", ["whisper-base", "whisper-base-int8"])
+@pytest.mark.parametrize("drafter_name", ["whisper-tiny.en-ct2", "whisper-tiny.en"])
+def test_as2d_equals_target_only_on_real_windows(request, window, target_name, drafter_name):
+    target = request.getfixturevalue("whisper_target" if target_name == "whisper-base" else "whisper_int8_target")
+    source = request.getfixturevalue("whisper_ct2_source" if drafter_name.endswith("ct2") else "whisper_source")
+    speech = _window(window)
+    reference = run_request(speech, target, None, "target-only")
+    assert reference.tokens, f"{window}: the target produced no tokens"
+    result = run_request(speech, target, source, "as2d", DecodeOptions(budget=7))
+    assert result.tokens == reference.tokens, f"{window} on {target_name}: {result.text!r} != {reference.text!r}"
+    assert result.producer_error is None
+    if reference.language == "en":
+        assert result.source == source.name and result.published > 0
+    else:
+        assert result.verify_calls == 0 and "does not draft" in result.note
