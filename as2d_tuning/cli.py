@@ -108,7 +108,7 @@ def profile(config_path, out_path, audio, kmax, offsets, repeats, warmup, decode
         click.echo(f"{k:>2} {1000 * s['median']:8.2f} {1000 * shared['median'] if shared else float('nan'):9.2f} "
                    f"{data['r_k_pct'][k]['r_pct']:6.1f}")
     for name, d in data.get("drafters", {}).items():
-        click.echo(f"drafter {name}: {1000 * d['draft_step_s']['alone']['median']:.2f} ms per piece alone, "
+        click.echo(f"drafter {name}: {1000 * d['draft_step_s']['alone']['median']:.2f} ms per token alone, "
                    f"{1000 * d['draft_step_s']['shared']['median']:.2f} ms with the target running")
     click.echo(f"wrote {out_path} and {plot_path}")
 

@@ -11,7 +11,7 @@ error, never a zero cost (Appendix D.2.1).
     verify_s.shared.K   the same call while the drafter runs (shared threads, concurrent slowdown)
     shared_ratio        optional: shared cost = ratio x alone cost for widths without a shared entry
     target_step_s       optional: a target-only step if it uses another entry point than verify K=1
-    draft_step_s        {alone, shared}: one drafter forward (one drafter piece) incl. bridge conversion,
+    draft_step_s        {alone, shared}: one drafted token (a piece's time over its tokens) incl. bridge conversion,
                         for the configured source (``source.name``)
     drafters.NAME       optional: {draft_step_s, publish_s} of other sources measured on the same machine
     publish_s           one batch publication

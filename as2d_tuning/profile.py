@@ -126,28 +126,35 @@ def _verify_sweep(session, sequence: list[int], widths: Sequence[int], offsets: 
 
 def _draft_steps(source: Source, target_session, target, request: Request, language: str, threads: int,
                  count: int, stop: threading.Event | None = None) -> list[float]:
-    """Seconds per drafter forward incl. bridge conversion (the first, prompt prefill, excluded)."""
+    """Seconds per drafted token incl. bridge conversion, one sample per piece, until ``count`` tokens.
+
+    The first piece of a job (which carries the prompt prefill) is excluded. A piece of
+    several tokens (a drafter that decodes many steps in one native call, as the
+    CTranslate2 Whisper drafter does) counts its time spread over its tokens.
+    """
     from as2d_core.catalog import bridge_for
 
     times: list[float] = []
-    while len(times) < count and not (stop is not None and stop.is_set()):
+    tokens = 0
+    while tokens < count and not (stop is not None and stop.is_set()):
         job = source.prepare(request, language, threads)
         bridge = bridge_for(source, target, target_session)
         pieces = iter(job.pieces())
-        first = True
+        first, before = True, tokens
         try:
-            while len(times) < count and not (stop is not None and stop.is_set()):
+            while tokens < count and not (stop is not None and stop.is_set()):
                 start = time.perf_counter()
                 piece = next(pieces, None)
                 if piece is None:
                     break
                 bridge.push(piece.tokens, piece.confidences)
-                if not first:
-                    times.append(time.perf_counter() - start)
+                if not first and piece.tokens:
+                    times.append((time.perf_counter() - start) / len(piece.tokens))
+                    tokens += len(piece.tokens)
                 first = False
         finally:
             job.close()
-        if first:  # the drafter produced nothing on this audio
+        if tokens == before:  # the drafter produced nothing past its first piece on this audio
             break
     return times
 

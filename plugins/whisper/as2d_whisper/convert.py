@@ -456,6 +456,80 @@ def write_ct2_folder(name: str, out_dir: str | Path, model_name: str | None = No
     return out_dir
 
 
+def per_row_activations(model) -> int:
+    """Make every dynamically quantized activation quantize each row (token) on its own; returns how many.
+
+    ONNX Runtime's ``DynamicQuantizeLinear`` picks one scale for the whole input, so a
+    token's logits would depend on the other tokens in the same call, and a batched
+    verification could disagree with one-token steps (it did, on real speech). Each
+    such node becomes a symmetric per-row quantization (scale = row max |x| / 127,
+    zero point 128, still uint8 for ``MatMulInteger``): the integer product of a row
+    then depends on that row alone. What stays is the fp32 part's usual last-bit noise
+    between a batched and a one-token call (attention), which a rounding step can turn
+    into one quantization level: measured on real speech, no greedy token changed.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = model.graph
+    constants = {"per_row_zero_point": np.array(128, np.uint8), "per_row_levels": np.array(127.0, np.float32),
+                 "per_row_offset": np.array(128.0, np.float32), "per_row_tiny": np.array(1e-12, np.float32),
+                 "per_row_low": np.array(0.0, np.float32), "per_row_high": np.array(255.0, np.float32)}
+    nodes, count = [], 0
+    for node in graph.node:
+        if node.op_type != "DynamicQuantizeLinear":
+            nodes.append(node)
+            continue
+        x, (quantized, scale, zero_point) = node.input[0], node.output
+        t = f"{node.name}_per_row"
+        nodes += [
+            helper.make_node("Abs", [x], [f"{t}_abs"]),
+            helper.make_node("ReduceMax", [f"{t}_abs"], [f"{t}_max"], axes=[-1], keepdims=1),
+            helper.make_node("Max", [f"{t}_max", "per_row_tiny"], [f"{t}_range"]),
+            helper.make_node("Div", [f"{t}_range", "per_row_levels"], [scale]),
+            helper.make_node("Div", [x, scale], [f"{t}_ratio"]),
+            helper.make_node("Round", [f"{t}_ratio"], [f"{t}_round"]),
+            helper.make_node("Add", [f"{t}_round", "per_row_offset"], [f"{t}_shift"]),
+            helper.make_node("Clip", [f"{t}_shift", "per_row_low", "per_row_high"], [f"{t}_clip"]),
+            helper.make_node("Cast", [f"{t}_clip"], [quantized], to=TensorProto.UINT8),
+            helper.make_node("Identity", ["per_row_zero_point"], [zero_point]),
+        ]
+        count += 1
+    if count:
+        graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())
+        del graph.node[:]
+        graph.node.extend(_row_scale_last(nodes))
+    return count
+
+
+def _row_scale_last(nodes: list) -> list:
+    """``y = int_product * (row_scale * weight_scale)`` becomes ``(int_product * weight_scale) * row_scale``.
+
+    ONNX Runtime's extended optimizations fuse MatMulInteger -> Cast -> Mul into one
+    MatMulIntegerToFloat that reads the activation scale as a single number: with
+    per-row scales it would apply the first row's to every row. Multiplying the row
+    scale on its own, after the product, leaves nothing of that pattern to misread.
+    """
+    from onnx import helper
+
+    row_scales = {n.output[0] for n in nodes if n.op_type == "Div" and n.input[1:] == ["per_row_levels"]}
+    products = {}  # scale product -> (row scale, weight scale)
+    for n in nodes:
+        if n.op_type == "Mul" and n.input[0] in row_scales:
+            products[n.output[0]] = (n.input[0], n.input[1])
+    out = []
+    for n in nodes:
+        if n.op_type == "Mul" and n.output[0] in products:
+            continue
+        if n.op_type == "Mul" and n.input[1] in products:
+            row, weight = products[n.input[1]]
+            partial = n.output[0] + "_weight_scaled"
+            out += [helper.make_node("Mul", [n.input[0], weight], [partial], name=n.name + "_weight_scale"),
+                    helper.make_node("Mul", [partial, row], [n.output[0]], name=n.name + "_row_scale")]
+            continue
+        out.append(n)
+    return out
+
+
 def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     """Make an int8 model folder (``whisper-base-int8``) from a converted fp32 ONNX folder.
 
@@ -478,13 +552,20 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     for name, options in ((ENCODER_FILE, {"op_types_to_quantize": ["MatMul"]}), (DECODER_FILE, {})):
         tmp = out_dir / (name + ".tmp")
         quantize_dynamic(str(fp32_dir / name), str(tmp), weight_type=QuantType.QInt8, **options)
+        if name == DECODER_FILE:  # verification must not depend on the batch (the encoder runs once a request)
+            import onnx
+
+            model = onnx.load(str(tmp))
+            per_row_activations(model)
+            onnx.save(model, str(tmp))
         tmp.replace(out_dir / name)
     shutil.copyfile(fp32_dir / "tokenizer.json", out_dir / "tokenizer.json")
     meta = json.loads((fp32_dir / "model.json").read_text())
     meta.pop("mnn", None)
     meta["name"] = f"{meta['name']}-int8"
     meta["int8"] = {"from": fp32_dir.name,
-                    "method": "onnxruntime.quantization.quantize_dynamic, QInt8 weights (encoder: MatMul only)",
+                    "method": "onnxruntime.quantization.quantize_dynamic, QInt8 weights (encoder: MatMul only); "
+                              "decoder activations quantized per row (per_row_activations)",
                     "onnxruntime_version": _package_version("onnxruntime")}
     tmp = out_dir / "model.json.tmp"
     tmp.write_text(json.dumps(meta, indent=1))
