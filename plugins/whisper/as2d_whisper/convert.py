@@ -464,9 +464,7 @@ def per_row_activations(model) -> int:
     verification could disagree with one-token steps (it did, on real speech). Each
     such node becomes a symmetric per-row quantization (scale = row max |x| / 127,
     zero point 128, still uint8 for ``MatMulInteger``): the integer product of a row
-    then depends on that row alone. What stays is the fp32 part's usual last-bit noise
-    between a batched and a one-token call (attention), which a rounding step can turn
-    into one quantization level: measured on real speech, no greedy token changed.
+    then depends on that row alone, but not what feeds it: see ``quantize_target``.
     """
     from onnx import TensorProto, helper, numpy_helper
 
@@ -530,16 +528,31 @@ def _row_scale_last(nodes: list) -> list:
     return out
 
 
+def _output_projection_nodes(model, n_vocab: int) -> list[str]:
+    """Names of the nodes that read the [d_model, vocab] output weight (the logits MatMul, the tied token lookup)."""
+    vocab_weights = {i.name for i in model.graph.initializer if len(i.dims) == 2 and i.dims[1] == n_vocab}
+    return [n.name for n in model.graph.node if n.op_type in ("MatMul", "Gather") and vocab_weights & set(n.input)]
+
+
 def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     """Make an int8 model folder (``whisper-base-int8``) from a converted fp32 ONNX folder.
 
-    ONNX Runtime's dynamic quantization of the exported graphs, no torch: seconds. The
-    encoder keeps its convolutions in fp32 (only its MatMuls are quantized); the decoder
-    quantizes everything the quantizer knows, the tied output projection and token lookup
-    included. The graphs keep the fp32 folder's file names, so the runtime reads the
-    folder like any other; the result is a model of its own, exact against its own greedy
-    output, not the fp32 one's.
+    ONNX Runtime's dynamic quantization of the exported graphs, no torch: seconds.
+
+    - The encoder: every MatMul (its convolutions stay fp32). It runs once per request on
+      the same audio for every method, so its rounding cannot split as2d from target-only.
+    - The decoder: only the output projection over the vocabulary (the largest weight,
+      more than half of a step's memory traffic) and the tied token lookup, with its
+      activations quantized per row (``per_row_activations``). Quantizing the layers'
+      activations too made a batched verification differ from one-token steps on real
+      speech: the fp32 attention's last-bit differences between call widths flip a
+      rounding, and the flip grows through the quantized layers after it. At the last
+      layer nothing follows, so only a near-tie of the logits could differ.
+
+    The graphs keep the fp32 folder's file names, so the runtime reads the folder like any
+    other; the model is one of its own, exact against its own greedy output.
     """
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     started = time.perf_counter()
@@ -548,24 +561,26 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     if missing:
         raise FileNotFoundError(f"{fp32_dir} lacks {', '.join(missing)}: install the fp32 model first "
                                 f"(`as2d models install {fp32_dir.name}`)")
+    meta = json.loads((fp32_dir / "model.json").read_text())
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, options in ((ENCODER_FILE, {"op_types_to_quantize": ["MatMul"]}), (DECODER_FILE, {})):
+    output_nodes = _output_projection_nodes(onnx.load(str(fp32_dir / DECODER_FILE)), meta["dims"]["n_vocab"])
+    plan = ((ENCODER_FILE, {"op_types_to_quantize": ["MatMul"]}),
+            (DECODER_FILE, {"op_types_to_quantize": ["MatMul", "Gather"], "nodes_to_quantize": output_nodes}))
+    for name, options in plan:
         tmp = out_dir / (name + ".tmp")
         quantize_dynamic(str(fp32_dir / name), str(tmp), weight_type=QuantType.QInt8, **options)
-        if name == DECODER_FILE:  # verification must not depend on the batch (the encoder runs once a request)
-            import onnx
-
+        if name == DECODER_FILE:
             model = onnx.load(str(tmp))
             per_row_activations(model)
             onnx.save(model, str(tmp))
         tmp.replace(out_dir / name)
     shutil.copyfile(fp32_dir / "tokenizer.json", out_dir / "tokenizer.json")
-    meta = json.loads((fp32_dir / "model.json").read_text())
     meta.pop("mnn", None)
     meta["name"] = f"{meta['name']}-int8"
     meta["int8"] = {"from": fp32_dir.name,
-                    "method": "onnxruntime.quantization.quantize_dynamic, QInt8 weights (encoder: MatMul only); "
-                              "decoder activations quantized per row (per_row_activations)",
+                    "method": "onnxruntime.quantization.quantize_dynamic, QInt8 weights: the encoder's MatMuls; "
+                              "the decoder's output projection and token lookup (activations per row)",
+                    "decoder_nodes": output_nodes,
                     "onnxruntime_version": _package_version("onnxruntime")}
     tmp = out_dir / "model.json.tmp"
     tmp.write_text(json.dumps(meta, indent=1))
