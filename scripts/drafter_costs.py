@@ -10,7 +10,8 @@ mismatch is reported, never hidden). Timings only mean something on a quiet mach
         --drafter whisper-tiny.en --drafter whisper-tiny.en-ct2 --drafter whisper-tiny.en-ct2:first=0 \
         --out results/drafter_costs.jsonl
 
-A drafter ``NAME:first=N`` is the CTranslate2 drafter with ``first_call_tokens=N``.
+A drafter ``NAME:first=N,margin=S`` is the CTranslate2 drafter with ``first_call_tokens=N`` and
+``audio_margin_s=S`` (its encoder on the audio plus S s of silence instead of the 30 s window).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def build(kind: str, spec: str):
     options = {"models_dir": models_dir()}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
-        options[{"first": "first_call_tokens"}.get(key, key)] = int(value)
+        options[{"first": "first_call_tokens", "margin": "audio_margin_s"}.get(key, key)] = int(value)
     return load_registry().get(kind, name).factory(options)
 
 

@@ -73,6 +73,22 @@ def test_ct2_single_call_gives_the_same_tokens(whisper_ct2_source):
     assert list(pieces[0].tokens) == [t for p in staged for t in p.tokens]
 
 
+def test_ct2_encoder_on_the_audio_plus_a_margin(whisper_ct2_source, whisper_target):
+    """The encoder on 26 s + 6 s (not 30 s padded) still transcribes, stays under its length cap, and as2d stays exact."""
+    from as2d_whisper.ct2_drafter import Ct2WhisperSource
+
+    source = Ct2WhisperSource(whisper_ct2_source.dir, audio_margin_s=6)
+    request = _example_request()
+    pieces, job = _draft(source, request)
+    tokens = [t for p in pieces for t in p.tokens]
+    assert job.ended_with_eos and len(tokens) <= job.max_new_tokens == 16 + int(8 * request.audio.size / 16_000)
+    text = source.decode_text(tokens).lower()
+    assert "printing" in text and "arts and crafts" in text, text
+    reference = run_request(request, whisper_target, None, "target-only")
+    result = run_request(request, whisper_target, source, "as2d", DecodeOptions(budget=7))
+    assert result.tokens == reference.tokens and result.accepted > 0
+
+
 def test_ct2_decode_stops_at_the_asked_length(whisper_ct2_source):
     """Guards the measured CTranslate2 rule (a Whisper decode stops after max_length // 2 tokens)."""
     job = whisper_ct2_source.prepare(_example_request(), "en", threads=1)

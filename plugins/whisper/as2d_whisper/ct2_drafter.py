@@ -18,7 +18,7 @@ from as2d_core.contracts import DraftPiece, Request
 from as2d_core.paths import models_dir as default_models_dir
 
 from .convert import CT2_FILES
-from .features import encoder_input
+from .features import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, encoder_input, log_mel, pad_or_trim
 from .runtime import TokenizerText, read_model_folder
 
 NAME = "whisper-tiny.en-ct2"
@@ -36,12 +36,12 @@ def _ctranslate2():
 class Ct2DraftJob:
     """Greedy decoding of one request on CTranslate2, from its audio and its own history only."""
 
-    def __init__(self, model, features, source: "Ct2WhisperSource"):
+    def __init__(self, model, features, source: "Ct2WhisperSource", max_new_tokens: int | None = None):
         self._model = model
         self._features = features
         self._source = source
         self.prompt = [source.sot, source.no_timestamps]
-        self.max_new_tokens = source.max_length - len(self.prompt)
+        self.max_new_tokens = min(max_new_tokens or source.max_length, source.max_length - len(self.prompt))
         self.ended_with_eos = False
 
     def decode(self, max_new_tokens: int) -> list[int]:
@@ -83,6 +83,12 @@ class Ct2WhisperSource(TokenizerText):
     One loaded model per thread count (CTranslate2 fixes its threads at load), built
     on first use or at load time for ``preload_threads``. ``first_call_tokens``: the
     length of the early first call (0: one call, the whole decode).
+
+    ``audio_margin_s``: None encodes the 30 s window, as Whisper was trained; a number
+    encodes only the audio plus that much silence (CTranslate2 takes shorter features),
+    so the encoder's cost follows the clip's length. Without enough margin tiny.en
+    loops on short clips (seen with 0-2 s, not with 6 s on the English dev windows),
+    so the drafted length is also capped at ``16 + 8 tokens/s`` of audio.
     """
 
     languages = frozenset({"en"})
@@ -94,6 +100,7 @@ class Ct2WhisperSource(TokenizerText):
         compute_type: str = "int8",
         preload_threads: Sequence[int] = (),
         first_call_tokens: int = 8,
+        audio_margin_s: float | None = None,
     ):
         self._ct2 = _ctranslate2()
         model_dir = default_models_dir() / NAME if model_dir is None else model_dir
@@ -111,6 +118,9 @@ class Ct2WhisperSource(TokenizerText):
         if first_call_tokens < 0:
             raise ValueError(f"first_call_tokens must be 0 or more, got {first_call_tokens}")
         self.first_call_tokens = first_call_tokens
+        if audio_margin_s is not None and audio_margin_s < 0:
+            raise ValueError(f"audio_margin_s must be 0 or more, got {audio_margin_s}")
+        self.audio_margin_s = audio_margin_s
         self._models: dict[int, object] = {}
         self._lock = threading.Lock()
         for threads in preload_threads:
@@ -136,10 +146,17 @@ class Ct2WhisperSource(TokenizerText):
         return [f"ctranslate2:{models[0].device}:{models[0].compute_type}"]
 
     def prepare(self, request: Request, language: str, threads: int) -> Ct2DraftJob:
-        """Encode the request's audio (30 s window, as the ONNX drafter) on the drafter's threads."""
+        """Encode the request's audio (the 30 s window, or the audio plus a margin) on the drafter's threads."""
         if language not in self.languages:
             raise ValueError(f"{self.name} drafts English only, not {language!r}")
         model = self.model(threads)
-        mel = encoder_input(request.audio, self.n_mels)
+        cap = None
+        if self.audio_margin_s is None:
+            mel = encoder_input(request.audio, self.n_mels)
+        else:
+            features = log_mel(request.audio, self.n_mels)
+            frames = features.shape[1] + int(self.audio_margin_s * SAMPLE_RATE / HOP_LENGTH)
+            mel = pad_or_trim(features, min(N_FRAMES, frames + frames % 2))[None]  # the encoder halves it
+            cap = 16 + int(8 * request.audio.size / request.sample_rate)
         features = model.encode(self._ct2.StorageView.from_array(mel))
-        return Ct2DraftJob(model, features, self)
+        return Ct2DraftJob(model, features, self, max_new_tokens=cap)

@@ -70,6 +70,7 @@ def _ct2_source(options: dict):
         backend_device=options.get("device", "cpu"),
         preload_threads=options.get("preload_threads", (1,)),
         first_call_tokens=options.get("first_call_tokens", 8),
+        audio_margin_s=options.get("audio_margin_s"),
     )
 
 
@@ -90,7 +91,7 @@ def register_targets(register):
     register(
         INT8_TARGET,
         _target_factory(INT8_TARGET),
-        description="Whisper base with int8 weights (ONNX Runtime dynamic quantization); exact against its own greedy output",
+        description="Whisper base with int8 encoder and output projection (ONNX Runtime); exact against its own greedy output",
         tasks=("asr",),
         languages=None,
         vocabulary="whisper-multilingual",
