@@ -125,8 +125,9 @@ def _verify_sweep(session, sequence: list[int], widths: Sequence[int], offsets: 
 
 
 def _draft_steps(source: Source, target_session, target, request: Request, language: str, threads: int,
-                 count: int, stop: threading.Event | None = None) -> list[float]:
-    """Seconds per drafted token incl. bridge conversion, one sample per piece, until ``count`` tokens.
+                 count: int, stop: threading.Event | None = None, min_samples: int = 5) -> list[float]:
+    """Seconds per drafted token incl. bridge conversion, one sample per piece, until ``count`` tokens
+    and at least ``min_samples`` pieces.
 
     The first piece of a job (which carries the prompt prefill) is excluded. A piece of
     several tokens (a drafter that decodes many steps in one native call, as the
@@ -136,13 +137,18 @@ def _draft_steps(source: Source, target_session, target, request: Request, langu
 
     times: list[float] = []
     tokens = 0
-    while tokens < count and not (stop is not None and stop.is_set()):
+
+    def wanted() -> bool:
+        enough = tokens >= count and len(times) >= min(min_samples, count)
+        return not enough and not (stop is not None and stop.is_set())
+
+    while wanted():
         job = source.prepare(request, language, threads)
         bridge = bridge_for(source, target, target_session)
         pieces = iter(job.pieces())
         first, before = True, tokens
         try:
-            while tokens < count and not (stop is not None and stop.is_set()):
+            while wanted():
                 start = time.perf_counter()
                 piece = next(pieces, None)
                 if piece is None:

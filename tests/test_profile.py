@@ -70,3 +70,51 @@ def test_this_machines_profile_if_present():
     data = json.loads(path.read_text())
     assert data["machine"]["cores"] >= 1 and data["packages"]
     assert costs_of(data).feasible_budget(7)
+
+
+class _ChunkySource:
+    """A drafter whose pieces carry several tokens each, as a native whole-decode call gives them."""
+
+    name, vocabulary, languages, eos_token = "chunky", "tiny", frozenset({"en"}), 1
+
+    def __init__(self, pieces: int, size: int = 4, sleep_s: float = 0.008):
+        self.count, self.size, self.sleep_s = pieces, size, sleep_s
+
+    def decode_text(self, tokens):
+        return " ".join(f"t{t}" for t in tokens)
+
+    def prepare(self, request, language, threads):
+        source = self
+
+        class Job:
+            ended_with_eos = True
+
+            def pieces(self):
+                from as2d_core.contracts import DraftPiece
+                import time
+
+                for i in range(source.count):
+                    time.sleep(source.sleep_s)
+                    yield DraftPiece(tokens=tuple(range(3 + i * source.size, 3 + (i + 1) * source.size)), boundary=True)
+
+            def close(self):
+                pass
+
+        return Job()
+
+
+def test_draft_steps_price_a_token_not_a_piece(tiny_request):
+    """A 4-token piece that took 8 ms is 2 ms per token; a drafter with one piece per job cannot loop forever."""
+    from tiny_lm import TinyLM
+
+    from as2d_tuning.profile import _draft_steps
+
+    target = TinyLM()
+    request = tiny_request(2)
+    session = target.prepare(request, threads=1)
+    try:
+        times = _draft_steps(_ChunkySource(pieces=3), session, target, request, "en", 1, count=12)
+        assert len(times) >= 5 and all(t >= 0.002 for t in times)  # 8 ms sleeps over 4 tokens each
+        assert _draft_steps(_ChunkySource(pieces=1), session, target, request, "en", 1, count=12) == []
+    finally:
+        session.close()
