@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="at most this many English windows")
     parser.add_argument("--budget", type=int, default=7)
     parser.add_argument("--drafter-threads", type=int, default=1)
+    parser.add_argument("--start", choices=("arrival", "prepared"), default=None,
+                        help="when as2d's drafter starts (default: the engine's default)")
     parser.add_argument("--repeats", type=int, default=1, help="timed runs per window (the median is kept)")
     parser.add_argument("--out", type=Path, default=None, help="JSON lines, one per (target, drafter, window)")
     args = parser.parse_args(argv)
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     targets = {name: build("target", name) for name in args.target or ["whisper-base"]}
     drafters = {spec: build("source", spec) for spec in args.drafter or ["whisper-tiny.en", "whisper-tiny.en-ct2"]}
     items = windows(args.manifest, args.limit)
-    options = DecodeOptions(budget=args.budget, drafter_threads=args.drafter_threads)
+    options = DecodeOptions(budget=args.budget, drafter_threads=args.drafter_threads,
+                            **({"start": args.start} if args.start else {}))
     out = args.out.open("w") if args.out else None
     rows = []
     for target_name, target in targets.items():
