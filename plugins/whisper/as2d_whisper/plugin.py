@@ -136,6 +136,9 @@ def _int8_installer(models_dir: Path, force: bool = False) -> Path:
     if not force and all((out / f).is_file() for f in REQUIRED_FILES):
         return out
     fp32 = _installer("whisper-base")(models_dir)
+    if importlib.util.find_spec("onnx") is None:
+        raise RuntimeError("quantizing whisper-base needs onnx: run `pip install 'as2d-whisper[convert]'` "
+                           "(from this repository: `pip install './plugins/whisper[convert]'`)")
     from .convert import quantize_target
 
     return quantize_target(fp32, out)
