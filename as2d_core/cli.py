@@ -8,13 +8,14 @@ from pathlib import Path
 import click
 
 from . import catalog
-from .audio import AudioError
+from .audio import AudioError, read_audio
 from .build import DEFAULT_SOURCE, DEFAULT_TARGET, build_part, build_source, parts_from_config
 from .config import check_file
 from .engine import METHODS, DecodeOptions, DecodeResult
 from .pipeline import Pipeline, PipelineOptions
 from .paths import models_dir
 from .plugins import UnknownPart, load_registry, register_commands
+from .stream_cli import stream
 from .subtitles import to_srt, to_vtt
 
 OUTPUT_FORMATS = ("text", "json", "srt", "vtt")
@@ -91,12 +92,16 @@ def run(
     if resample:
         click.echo("warning: --resample is no longer needed: other rates and channel layouts are converted", err=True)
     output_format = "json" if as_json else output_format
+    try:
+        decoded = read_audio(audio)  # before loading any model: a bad file fails at once
+    except AudioError as exc:
+        _fail(str(exc))
     pipeline, report = _pipeline(ctx, config_path, language, method, target_name, source_name, device, dict(
         budget=budget, publication_size=publication_size, target_threads=target_threads,
         shared_target_threads=shared_target_threads, drafter_threads=drafter_threads))
     try:
-        transcript = pipeline.transcribe(audio, check=check)
-    except (AudioError, ValueError) as exc:
+        transcript = pipeline.transcribe(decoded, request_id=audio.stem, check=check)
+    except ValueError as exc:
         _fail(str(exc))
     for note in transcript.notes:
         click.echo(f"warning: {note}", err=True)
@@ -193,6 +198,9 @@ def _summary_line(result: DecodeResult, reference: DecodeResult | None, exact: b
     if result.producer_error:
         parts.append(f"drafter failed ({result.producer_error}); output unaffected")
     return " | ".join(parts)
+
+
+cli.add_command(stream)
 
 
 @cli.group()

@@ -24,7 +24,8 @@ _END = object()
 class _AheadJob:
     """A draft running in its own thread; ``pieces`` replays what it made and follows it live."""
 
-    def __init__(self, source: Source, request: Request, language: str, threads: int, on_end) -> None:
+    def __init__(self, source: Source, request: Request, language: str, threads: int, on_end,
+                 prepared: DraftJob | None = None) -> None:
         self.request_id = request.request_id
         self.language = language
         self.ended_with_eos = False
@@ -32,22 +33,22 @@ class _AheadJob:
         self._queue: queue.Queue = queue.Queue()
         self._stop = threading.Event()
         self._on_end = on_end
+        self._prepared = prepared
+        self._start_lock = threading.Lock()
         self._thread = threading.Thread(
             target=self._draft, args=(source, request, language, threads), name=f"as2d-lookahead-{self.request_id}",
             daemon=True,
         )
 
     def start(self) -> None:
-        self._thread.start()
-
-    @property
-    def started(self) -> bool:
-        return self._thread.ident is not None
+        with self._start_lock:
+            if self._thread.ident is None:
+                self._thread.start()
 
     def _draft(self, source: Source, request: Request, language: str, threads: int) -> None:
-        job = None
+        job = self._prepared
         try:
-            job = source.prepare(request, language, threads)
+            job = job or source.prepare(request, language, threads)
             for piece in job.pieces():
                 if self._stop.is_set():
                     break
@@ -66,6 +67,7 @@ class _AheadJob:
             self._on_end(self)
 
     def pieces(self) -> Iterator[DraftPiece]:
+        self.start()  # a job prepared on request starts drafting when the engine's producer asks, as unwrapped
         while not self._stop.is_set():
             try:
                 item = self._queue.get(timeout=_POLL_S)
@@ -112,13 +114,14 @@ class LookaheadSource:
             if ahead is not None and (ahead.request_id != request.request_id or ahead.language != language):
                 ahead.close()  # drafted for another window or language: useless now
                 ahead = None
-            job = ahead or _AheadJob(self.inner, request, language, threads, self._ended)
-            self._drafting = job
-            if not job.started:
-                job.start()
-            elif job.done:  # drafted completely ahead: the next window may start now
-                self._start_next(job.language)
-            return job
+            if ahead is None:
+                # prepared here, before the engine starts its clock, as an unwrapped source would be
+                prepared = self.inner.prepare(request, language, threads)
+                ahead = _AheadJob(self.inner, request, language, threads, self._ended, prepared)
+            self._drafting = ahead
+            if ahead.done:  # drafted completely ahead: the next window may start now
+                self._start_next(ahead.language)
+            return ahead
 
     def cancel(self) -> None:
         """Stop anything drafted ahead (the file ended or a request failed)."""

@@ -1,7 +1,9 @@
 """Make a long English recording from the shared speech clips, for whole-file and stream benchmarks.
 
 Clips are joined in their listed order with a pause between them (the pauses are what a
-voice-activity detector cuts at), cycling through the list again if the clips run out
+voice-activity detector cuts at), each brought to one speech level as a single recording
+would have (some FLEURS clips are recorded near -40 dBFS, and next to a loud clip in the
+same window Whisper hears nothing of them), cycling through the list again if the clips run out
 before the requested length. A JSON sidecar lists each clip's start and end time and
 reference text, so a test or benchmark can check that every clip's words come out.
 
@@ -17,6 +19,7 @@ import av
 import numpy as np
 
 SAMPLE_RATE = 16_000
+LEVEL_RMS = 0.05  # about -26 dBFS
 DEFAULT_SPEECH = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "speech"
 
 
@@ -35,7 +38,7 @@ def build(speech_dir: Path, seconds: float, pause_s: float = 1.0) -> tuple[np.nd
     gap = np.zeros(int(pause_s * SAMPLE_RATE), np.float32)
     while at < limit:
         for row in clips:
-            audio = load_audio(speech_dir / row["path"])
+            audio = level(load_audio(speech_dir / row["path"]))
             if at + audio.size > limit:
                 break
             listing.append({"id": row["id"], "start_s": at / SAMPLE_RATE, "end_s": (at + audio.size) / SAMPLE_RATE,
@@ -46,6 +49,13 @@ def build(speech_dir: Path, seconds: float, pause_s: float = 1.0) -> tuple[np.nd
             continue
         break
     return np.concatenate(pieces) if pieces else np.zeros(0, np.float32), listing
+
+
+def level(audio: np.ndarray) -> np.ndarray:
+    """Scale to ``LEVEL_RMS``, never past full scale."""
+    rms = float(np.sqrt(np.mean(audio.astype(np.float64) ** 2)))
+    gain = min(LEVEL_RMS / rms, 0.99 / float(np.abs(audio).max())) if rms > 0 else 1.0
+    return (audio * gain).astype(np.float32)
 
 
 def write_wav(path: Path, samples: np.ndarray) -> None:
