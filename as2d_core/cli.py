@@ -92,13 +92,13 @@ def run(
     if resample:
         click.echo("warning: --resample is no longer needed: other rates and channel layouts are converted", err=True)
     output_format = "json" if as_json else output_format
-    try:
-        decoded = read_audio(audio)  # before loading any model: a bad file fails at once
-    except AudioError as exc:
-        _fail(str(exc))
     pipeline, report = _pipeline(ctx, config_path, language, method, target_name, source_name, device, dict(
         budget=budget, publication_size=publication_size, target_threads=target_threads,
         shared_target_threads=shared_target_threads, drafter_threads=drafter_threads))
+    try:
+        decoded = read_audio(audio)
+    except AudioError as exc:
+        _fail(str(exc))
     try:
         transcript = pipeline.transcribe(decoded, request_id=audio.stem, check=check)
     except ValueError as exc:

@@ -54,7 +54,7 @@ class _AheadJob:
                     break
                 self._queue.put(piece)
             else:
-                self.ended_with_eos = bool(getattr(job, "ended_with_eos", False))
+                self.ended_with_eos = bool(job.ended_with_eos)
             self._queue.put(_END)
         except Exception as exc:  # handed to the consumer, which is the engine's producer thread
             self._queue.put(exc)

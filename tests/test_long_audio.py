@@ -89,7 +89,7 @@ class CrashingSource:
                     raise RuntimeError("drafter crashed")
                 yield piece
 
-        crash.pieces, crash.close = pieces, job.close
+        crash.pieces, crash.close, crash.ended_with_eos = pieces, job.close, False
         return crash
 
 
