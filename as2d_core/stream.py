@@ -39,7 +39,7 @@ class BlockResult:
     finished_at: float
     result: DecodeResult
     request: Request = attrs.field(repr=False)
-    final: bool = False  # the last block of its view: this text stands for the view's seconds
+    final: bool = False  # the last block of its view (or of the stream): its text stands for the view's seconds
     exact: bool | None = None
 
     @property
@@ -119,8 +119,6 @@ class StreamSession:
 
     def _process(self, block: np.ndarray, arrived_at: float) -> BlockResult:
         if self._view.size + block.size > self.context:
-            if self.blocks:
-                self.blocks[-1].final = True
             self._view = np.zeros(0, np.float32)
         self._view = np.concatenate([self._view, block])
         self._consumed += block.size
@@ -131,7 +129,8 @@ class StreamSession:
             result = self.pipeline.decode(request)
             finished = time.perf_counter()
         out = BlockResult(index, (self._consumed - self._view.size) / SAMPLE_RATE, self._consumed / SAMPLE_RATE,
-                          arrived_at, started, finished, result, request)
+                          arrived_at, started, finished, result, request,
+                          final=self._view.size + self.block > self.context)  # the next block starts a new view
         self.blocks.append(out)
         return out
 

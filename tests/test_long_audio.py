@@ -220,3 +220,19 @@ def test_cli_writes_srt_for_a_file(tmp_path):
     out = json.loads(result.output)
     assert out["windows"][0]["text"] == cue.content and out["audio"]["codec"] == "pcm_s16le"
     assert out["skipped_silence"] == [] and out["totals"]["windows"] == 1 and out["tokens"]
+
+
+def test_cli_stream_prints_a_line_per_block_and_a_summary(tmp_path):
+    plot = tmp_path / "stream.png"
+    result = CliRunner().invoke(cli, ["stream", str(BUNDLED), "--pace", "fast", "--method", "target-only",
+                                      "--language", "en", "--block-s", "8", "--context-s", "16", "--json",
+                                      "--plot", str(plot)])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    *blocks, summary = lines
+    assert [b["end_s"] for b in blocks] == [8, 16, 24, pytest.approx(26.004, abs=1e-3)]
+    assert [b["final"] for b in blocks] == [False, True, False, True]
+    assert summary["summary"] and summary["blocks"] == 4 and summary["p95_lag_s"] >= summary["p50_lag_s"]
+    assert "printing" in summary["text"].lower() and plot.stat().st_size > 0
+    result = CliRunner().invoke(cli, ["stream", str(BUNDLED), "--method", "nope"])
+    assert result.exit_code == 2 and result.output.startswith("Error: ") and result.output.count("\n") == 1
