@@ -236,3 +236,11 @@ def test_cli_stream_prints_a_line_per_block_and_a_summary(tmp_path):
     assert "printing" in summary["text"].lower() and plot.stat().st_size > 0
     result = CliRunner().invoke(cli, ["stream", str(BUNDLED), "--method", "nope"])
     assert result.exit_code == 2 and result.output.startswith("Error: ") and result.output.count("\n") == 1
+
+
+def test_pipeline_from_a_configuration_transcribes_exactly():
+    pipeline = Pipeline.from_config(REPO / "configs" / "whisper-asr.toml")
+    assert pipeline.options.method == "as2d" and pipeline.options.language == "en"
+    transcript = pipeline.transcribe(BUNDLED, check=True)
+    assert transcript.exact is True and transcript.windows[0].result.source == "whisper-tiny.en"
+    assert "printing" in transcript.text.lower()
