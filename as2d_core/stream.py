@@ -90,11 +90,15 @@ class StreamSession:
         self._first_arrival: float | None = None
         self._finished_at: float | None = None
 
+    def begin(self, at: float | None = None) -> None:
+        """The stream starts now (or at perf_counter() ``at``): resource RTF counts from here."""
+        self._first_arrival = time.perf_counter() if at is None else at
+
     def feed(self, samples: np.ndarray, arrived_at: float | None = None) -> list[BlockResult]:
         """Add samples; ``arrived_at`` (perf_counter) is when the last of them arrived (default: now)."""
         arrived_at = time.perf_counter() if arrived_at is None else arrived_at
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
-        if self._first_arrival is None:
+        if self._first_arrival is None:  # not begun: the first samples took their own duration to arrive
             self._first_arrival = arrived_at - samples.size / SAMPLE_RATE
         self._pending = np.concatenate([self._pending, samples])
         done = []

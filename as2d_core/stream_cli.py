@@ -94,6 +94,7 @@ def _feed(session, samples, block_s: float, pace: str):
     """Blocks arrive at their real time (``realtime``) or as soon as the previous one is done (``fast``)."""
     block = int(round(block_s * SAMPLE_RATE))
     start = time.perf_counter()
+    session.begin(start)
     for offset in range(0, samples.size, block):
         chunk = samples[offset : offset + block]
         arrival = time.perf_counter()

@@ -7,9 +7,14 @@ prefill and decoding. as2d, target-only and sd-kN decode the same Silero VAD win
 faster-whisper runs ``transcribe(vad_filter=True, without_timestamps=True, beam_size=1)`` with
 its own VAD. One JSON line per method, then a Markdown table.
 
+``--stream`` feeds the file instead as a sustained stream (``as2d stream``'s blocks, views and
+pacing) once per method, serial SD included, and prints each method's stream summary.
+
     .venv/bin/python scripts/make_long_audio.py --seconds 600 --out /tmp/long_en_600s.wav
     .venv/bin/python scripts/bench_long_audio.py /tmp/long_en_600s.wav \\
         --methods target-only,sd-k5,as2d,fw-fp32,fw-int8 --out /tmp/long_en_600s.bench.jsonl
+    .venv/bin/python scripts/bench_long_audio.py /tmp/long_en_600s.wav --stream --pace realtime \\
+        --methods target-only,sd-k5,as2d --out /tmp/long_en_600s.stream.jsonl
 """
 from __future__ import annotations
 
@@ -51,6 +56,16 @@ def run_pipeline(method: str, pipeline: Pipeline, samples: np.ndarray, reference
             "exact": None if reference is None else tokens == reference, "text": transcript.text, "_tokens": tokens}
 
 
+def run_stream(method: str, pipeline: Pipeline, samples: np.ndarray, args) -> dict:
+    from as2d_core.stream_cli import _feed
+
+    pipeline.transcribe(samples[: int(args.block_s * SAMPLE_RATE)], request_id="warm")
+    session = pipeline.stream(args.block_s, args.context_s)
+    for _ in _feed(session, samples, args.block_s, args.pace):
+        pass
+    return {**session.summary(), "method": method, "pace": args.pace}
+
+
 def run_faster_whisper(method: str, samples: np.ndarray, threads: int, language: str) -> dict:
     from faster_whisper import WhisperModel
 
@@ -67,6 +82,14 @@ def run_faster_whisper(method: str, samples: np.ndarray, threads: int, language:
             "text": " ".join(texts)}
 
 
+def _write(row: dict, path: Path | None) -> None:
+    line = json.dumps(row, ensure_ascii=False)
+    print(line, flush=True)
+    if path is not None:
+        with path.open("a") as out:
+            out.write(line + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("audio", type=Path)
@@ -76,8 +99,14 @@ def main() -> None:
     parser.add_argument("--source", default="whisper-tiny.en")
     parser.add_argument("--threads", type=int, default=2, help="target threads alone; faster-whisper's cpu_threads")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON lines here")
+    parser.add_argument("--stream", action="store_true", help="a sustained stream per method instead of the file")
+    parser.add_argument("--block-s", type=float, default=4.0)
+    parser.add_argument("--context-s", type=float, default=12.0)
+    parser.add_argument("--pace", choices=("realtime", "fast"), default="realtime")
     args = parser.parse_args()
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if args.stream and any(m in FW_PRECISIONS for m in methods):
+        parser.error("--stream runs the as2d pipeline's methods only (target-only, sd-kN, as2d)")
     decoded = read_audio(args.audio)
     samples = decoded.samples
     options = PipelineOptions(language=args.language, decode=DecodeOptions(target_threads=args.threads))
@@ -86,6 +115,11 @@ def main() -> None:
     rows, reference = [], None
     # target-only first: the others' windows are checked against its tokens
     for method in sorted(methods, key=lambda m: m != "target-only"):
+        if args.stream:
+            row = run_stream(method, as2d_pipeline(method, target, source, options), samples, args)
+            _write(row, args.out)
+            rows.append(row)
+            continue
         if method in FW_PRECISIONS:
             row = run_faster_whisper(method, samples, args.threads, args.language)
         else:
@@ -96,11 +130,16 @@ def main() -> None:
         row["audio_s"] = decoded.duration_s
         row["rtf"] = row["wall_s"] / decoded.duration_s
         rows.append(row)
-        line = json.dumps(row, ensure_ascii=False)
-        print(line, flush=True)
-        if args.out is not None:
-            with args.out.open("a") as out:
-                out.write(line + "\n")
+        _write(row, args.out)
+    if args.stream:
+        print(f"\n{decoded.duration_s:.0f} s stream ({args.audio.name}), {args.block_s:g} s blocks, "
+              f"{args.context_s:g} s context, {args.pace} pace\n")
+        print("| method | active RTF | resource RTF | decode TPS | p50 lag (s) | p95 lag (s) | max queue wait (s) |")
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['method']} | {r['active_rtf']:.3f} | {r['resource_rtf']:.3f} | {r['decode_tps']:.1f} | "
+                  f"{r['p50_lag_s']:.2f} | {r['p95_lag_s']:.2f} | {r['max_queue_wait_s']:.2f} |")
+        return
     base = next((r["wall_s"] for r in rows if r["method"] == "target-only"), None)
     print(f"\n{decoded.duration_s:.0f} s of audio ({args.audio.name}), {args.threads} threads\n")
     print("| method | wall (s) | RTF | vs target-only | windows | exact |")
