@@ -8,13 +8,17 @@ from pathlib import Path
 import click
 
 from . import catalog
-from .audio import AudioError, load_audio
+from .audio import AudioError, read_audio
 from .build import DEFAULT_SOURCE, DEFAULT_TARGET, build_part, build_source, parts_from_config
 from .config import check_file
-from .contracts import Request
-from .engine import METHODS, DecodeOptions, DecodeResult, run_request
+from .engine import METHODS, DecodeOptions, DecodeResult
+from .pipeline import Pipeline, PipelineOptions
 from .paths import models_dir
 from .plugins import UnknownPart, load_registry, register_commands
+from .stream_cli import stream
+from .subtitles import to_srt, to_vtt
+
+OUTPUT_FORMATS = ("text", "json", "srt", "vtt")
 
 
 @click.group()
@@ -70,62 +74,112 @@ def _from_config(ctx: click.Context, path: Path, params: dict):
 @click.option("--shared-target-threads", type=int, default=1, show_default=True, help="Target threads while drafting.")
 @click.option("--drafter-threads", type=int, default=1, show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="Device for the target backend (cpu, nnapi).")
-@click.option("--resample", is_flag=True, help="Resample audio that is not 16 kHz instead of refusing it.")
-@click.option("--check", is_flag=True, help="Also run target-only and report whether the tokens are equal.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--resample", is_flag=True, hidden=True, help="Deprecated: other rates are always converted now.")
+@click.option("--check", is_flag=True, help="Also decode every window target-only and report whether the tokens are equal.")
+@click.option("--format", "output_format", type=click.Choice(OUTPUT_FORMATS), default="text", show_default=True,
+              help="text, one JSON object, or subtitles with each window's times.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.pass_context
 def run(
     ctx, audio, config_path, language, method, target_name, source_name, budget, publication_size,
-    target_threads, shared_target_threads, drafter_threads, device, resample, check, as_json,
+    target_threads, shared_target_threads, drafter_threads, device, resample, check, output_format, as_json,
 ):
-    """Transcribe AUDIO (16 kHz mono WAV) with as2d or target-only decoding."""
+    """Transcribe AUDIO (any common audio format, any length) with as2d or target-only decoding.
+
+    Audio longer than 30 s is cut into windows at pauses found by a voice-activity detector;
+    each window is one request whose tokens are exactly the target's own greedy output.
+    """
+    if resample:
+        click.echo("warning: --resample is no longer needed: other rates and channel layouts are converted", err=True)
+    output_format = "json" if as_json else output_format
+    pipeline, report = _pipeline(ctx, config_path, language, method, target_name, source_name, device, dict(
+        budget=budget, publication_size=publication_size, target_threads=target_threads,
+        shared_target_threads=shared_target_threads, drafter_threads=drafter_threads))
+    try:
+        decoded = read_audio(audio)
+    except AudioError as exc:
+        _fail(str(exc))
+    try:
+        transcript = pipeline.transcribe(decoded, request_id=audio.stem, check=check)
+    except ValueError as exc:
+        _fail(str(exc))
+    for note in transcript.notes:
+        click.echo(f"warning: {note}", err=True)
+    if output_format == "json":
+        out = run_summary(transcript)
+        if report is not None:
+            out.update(config=str(report.path), devices=report.devices, warnings=report.warnings)
+        click.echo(json.dumps(out, ensure_ascii=False))
+    elif output_format in ("srt", "vtt"):
+        cues = [(w.start_s, w.end_s, w.text) for w in transcript.windows]
+        click.echo((to_srt if output_format == "srt" else to_vtt)(cues), nl=False)
+    else:
+        click.echo(transcript.text)
+        for w in transcript.windows if len(transcript.windows) > 1 else ():
+            click.echo(f"[{w.start_s:7.2f} - {w.end_s:7.2f} s] {_summary_line(w.result, w.reference, w.exact)}", err=True)
+        click.echo(_transcript_line(transcript))
+    if transcript.exact is False:
+        bad = [str(w.window.index) for w in transcript.windows if w.exact is False]
+        click.echo(f"MISMATCH: tokens differ from target-only greedy decoding in window(s) {', '.join(bad)}", err=True)
+        sys.exit(1)
+
+
+def _pipeline(ctx, config_path, language, method, target_name, source_name, device, decode_fields):
+    """The resident models ``run`` and ``stream`` decode with, from a configuration or from the options."""
     report = None
     try:
         if config_path is not None:
             config, report, target, source = _from_config(ctx, config_path, ctx.params)
-            options = config.decode_options()
-            method, language = config.method, config.language
-            task, instruction = config.task, config.instruction
+            options = PipelineOptions(method=config.method, language=config.language, task=config.task,
+                                      instruction=config.instruction, decode=config.decode_options())
         else:
-            options = DecodeOptions(
-                budget=budget,
-                publication_size=publication_size,
-                target_threads=target_threads,
-                shared_target_threads=shared_target_threads,
-                drafter_threads=drafter_threads,
-            )
-            task, instruction = "asr", None
+            options = PipelineOptions(method=method, language=language, decode=DecodeOptions(**decode_fields))
             target = build_part("target", target_name, device=device)
             source = build_source(source_name) if method == "as2d" else None
-        samples = load_audio(audio, resample=resample)
-        request = Request(request_id=audio.stem, audio=samples, language=language, task=task, instruction=instruction)
-    except (AudioError, UnknownPart, ValueError, FileNotFoundError, RuntimeError) as exc:
+        return Pipeline(target, source, options), report
+    except (UnknownPart, ValueError, FileNotFoundError, RuntimeError) as exc:
         _fail(str(exc))
-    result = run_request(request, target, source, method, options)
-    reference = None
-    if check:
-        reference = run_request(request, target, None, "target-only", options)
-        result.exact = result.tokens == reference.tokens
-    if as_json:
-        out = result.summary()
-        if reference is not None:
-            out["target_only_decode_s"] = reference.decode_s
-            out["target_only_tps"] = reference.tps
-            out["speedup"] = reference.decode_s / result.decode_s if result.decode_s else None
-        if report is not None:
-            out["config"] = str(report.path)
-            out["devices"] = report.devices
-            out["warnings"] = report.warnings
-        click.echo(json.dumps(out, ensure_ascii=False))
-    else:
-        click.echo(result.text.strip())
-        click.echo(_summary_line(result, reference))
-    if result.exact is False:
-        click.echo("MISMATCH: as2d tokens differ from target-only greedy decoding", err=True)
-        sys.exit(1)
 
 
-def _summary_line(result: DecodeResult, reference: DecodeResult | None) -> str:
+def run_summary(transcript) -> dict:
+    """``as2d run --json``: the whole file's fields at the top (as for one window), windows and silence below."""
+    out = transcript.as_dict()
+    first = transcript.windows[0].result if transcript.windows else None
+    totals = out["totals"]
+    out.update(
+        tokens=[t for w in transcript.windows for t in w.tokens],
+        method=first.method if first else None, source=first.source if first else None,
+        budget=first.budget if first else None, language=first.language if first else None,
+        decode_s=totals["decode_s"], tps=totals["tps"], e2e_s=totals["e2e_s"], wall_s=totals["wall_s"],
+    )
+    for key in ("exact", "speedup", "target_only_decode_s"):
+        if key in totals:
+            out[key] = totals[key]
+    return out
+
+
+def _transcript_line(transcript) -> str:
+    totals = transcript.totals()
+    windows = transcript.windows
+    if len(windows) == 1:
+        w = windows[0]
+        return _summary_line(w.result, w.reference, w.exact)
+    parts = [
+        f"[{windows[0].result.method if windows else '-'}] {transcript.duration_s:.1f} s of audio in "
+        f"{len(windows)} windows ({transcript.detector or 'fixed cuts'})",
+        f"{totals['tokens']} tokens in {totals['decode_s']:.2f} s decode clock ({totals['tps']:.1f} tok/s)",
+        f"wall {totals['wall_s']:.2f} s (RTF {totals['rtf']:.2f})",
+        f"silence skipped {sum(b - a for a, b in transcript.skipped):.1f} s",
+    ]
+    if "speedup" in totals:
+        parts.append(f"target-only {totals['target_only_decode_s']:.2f} s -> {totals['speedup']:.2f}x")
+        parts.append("exact" if totals["exact"] else "NOT EXACT")
+    if totals["drafter_failures"]:
+        parts.append(f"drafter failed in {totals['drafter_failures']} window(s); output unaffected")
+    return " | ".join(parts)
+
+
+def _summary_line(result: DecodeResult, reference: DecodeResult | None, exact: bool | None = None) -> str:
     parts = [
         f"[{result.method}"
         + (f" source={result.source} budget={result.budget}" if result.source else "")
@@ -138,12 +192,15 @@ def _summary_line(result: DecodeResult, reference: DecodeResult | None) -> str:
     if reference is not None:
         speedup = reference.decode_s / result.decode_s if result.decode_s else float("nan")
         parts.append(f"target-only {reference.tps:.1f} tok/s -> {speedup:.2f}x")
-        parts.append("exact" if result.exact else "NOT EXACT")
+        parts.append("exact" if exact else "NOT EXACT")
     if result.note:
         parts.append(result.note)
     if result.producer_error:
         parts.append(f"drafter failed ({result.producer_error}); output unaffected")
     return " | ".join(parts)
+
+
+cli.add_command(stream)
 
 
 @cli.group()

@@ -64,5 +64,10 @@ def register_models(register):
 
 
 @hookspec
+def register_detectors(register):
+    """Register voice-activity detectors: ``register(name, factory, **info)``; ``factory(options) -> windows.SpeechDetector``."""
+
+
+@hookspec
 def register_commands(cli):
     """Add extra click commands to the ``as2d`` command group."""

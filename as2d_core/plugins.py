@@ -27,7 +27,7 @@ CORE_DISTRIBUTION = "as2d"
 
 @attrs.frozen
 class Part:
-    """One registered target, source, backend, bridge or model installer."""
+    """One registered target, source, backend, bridge, model installer or speech detector."""
 
     kind: str
     name: str
@@ -127,6 +127,7 @@ def load_registry(refresh: bool = False) -> Registry:
         "backend": manager.hook.register_backends,
         "bridge": manager.hook.register_bridges,
         "model": manager.hook.register_models,
+        "detector": manager.hook.register_detectors,
     }
     failed: dict[str, str] = {}
     for kind, hook in hooks.items():

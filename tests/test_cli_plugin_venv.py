@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DEPENDENCIES = ("click", "pluggy", "attr", "attrs", "numpy", "numpy.libs", "tqdm", "setuptools", "pkg_resources",
-                "_distutils_hack")
+DEPENDENCIES = ("click", "pluggy", "attr", "attrs", "numpy", "numpy.libs", "tqdm", "av", "av.libs", "soxr",
+                "setuptools", "pkg_resources", "_distutils_hack")
 
 TOY_PYPROJECT = """
 [build-system]
@@ -163,9 +163,10 @@ def fresh_venv(tmp_path_factory):
     here = Path(sysconfig.get_paths()["purelib"])
     deps = root / "deps"
     deps.mkdir()
-    for name in DEPENDENCIES:
-        if (here / name).exists():
-            (deps / name).symlink_to(here / name)
+    for name in DEPENDENCIES:  # from whichever site folder this environment has it in
+        found = next((Path(p) / name for p in [here, *sys.path] if p and (Path(p) / name).exists()), None)
+        if found is not None:
+            (deps / name).symlink_to(found)
     for info in here.glob("setuptools-*.dist-info"):
         (deps / info.name).symlink_to(info)
     (site / "deps.pth").write_text(f"{deps}\n")

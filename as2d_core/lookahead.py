@@ -1,0 +1,146 @@
+"""Drafting the next window while the target still verifies this one.
+
+A drafter needs nothing from the target, so over a long file it can work ahead:
+``LookaheadSource`` wraps any in-process source and, once the current window's
+draft is finished, starts drafting the next window (``queue_next``) in a
+background thread, collecting its pieces. When the engine later asks for that
+window's job, it gets the pieces drafted so far at once and the rest as they
+come. Only the ordinary ``Source``/``DraftJob`` contracts are used, so the engine
+does not know it happens. A failure in the background surfaces in ``pieces``
+(the producer's side), where the engine already keeps it away from the target.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+
+from .contracts import DraftJob, DraftPiece, Request, Source
+
+_POLL_S = 0.05
+_END = object()
+
+
+class _AheadJob:
+    """A draft running in its own thread; ``pieces`` replays what it made and follows it live."""
+
+    def __init__(self, source: Source, request: Request, language: str, threads: int, on_end,
+                 prepared: DraftJob | None = None) -> None:
+        self.request_id = request.request_id
+        self.language = language
+        self.ended_with_eos = False
+        self.done = False  # set by the source, under its lock, when drafting has ended
+        self._queue: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._on_end = on_end
+        self._prepared = prepared
+        self._start_lock = threading.Lock()
+        self._thread = threading.Thread(
+            target=self._draft, args=(source, request, language, threads), name=f"as2d-lookahead-{self.request_id}",
+            daemon=True,
+        )
+
+    def start(self) -> None:
+        with self._start_lock:
+            if self._thread.ident is None:
+                self._thread.start()
+
+    def _draft(self, source: Source, request: Request, language: str, threads: int) -> None:
+        job = self._prepared
+        try:
+            job = job or source.prepare(request, language, threads)
+            for piece in job.pieces():
+                if self._stop.is_set():
+                    break
+                self._queue.put(piece)
+            else:
+                self.ended_with_eos = bool(job.ended_with_eos)
+            self._queue.put(_END)
+        except Exception as exc:  # handed to the consumer, which is the engine's producer thread
+            self._queue.put(exc)
+        finally:
+            if job is not None:
+                try:
+                    job.close()
+                except Exception:
+                    pass
+            self._on_end(self)
+
+    def pieces(self) -> Iterator[DraftPiece]:
+        self.start()  # a job prepared on request starts drafting when the engine's producer asks, as unwrapped
+        while not self._stop.is_set():
+            try:
+                item = self._queue.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+            if item is _END:
+                return
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+class LookaheadSource:
+    """A source whose next window is drafted as soon as the current window's draft ends."""
+
+    def __init__(self, source: Source) -> None:
+        self.inner = source
+        self.name = source.name
+        self.vocabulary = source.vocabulary
+        self.languages = source.languages
+        self.eos_token = source.eos_token
+        self._lock = threading.Lock()
+        self._drafting: _AheadJob | None = None  # the job whose end starts the next one
+        self._next: tuple[Request, int] | None = None
+        self._ahead: _AheadJob | None = None
+
+    def __getattr__(self, name):  # encode_text, prefix_session, ...: whatever the wrapped source offers
+        return getattr(self.inner, name)
+
+    def decode_text(self, tokens: Sequence[int]) -> str:
+        return self.inner.decode_text(tokens)
+
+    def queue_next(self, request: Request, threads: int) -> None:
+        """Draft ``request`` once the draft now running ends (or at the next ``prepare``'s end)."""
+        with self._lock:
+            self._next = (request, threads)
+
+    def prepare(self, request: Request, language: str, threads: int) -> DraftJob:
+        with self._lock:
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None and (ahead.request_id != request.request_id or ahead.language != language):
+                ahead.close()  # drafted for another window or language: useless now
+                ahead = None
+            if ahead is None:
+                # prepared here, before the engine starts its clock, as an unwrapped source would be
+                prepared = self.inner.prepare(request, language, threads)
+                ahead = _AheadJob(self.inner, request, language, threads, self._ended, prepared)
+            self._drafting = ahead
+            if ahead.done:  # drafted completely ahead: the next window may start now
+                self._start_next(ahead.language)
+            return ahead
+
+    def cancel(self) -> None:
+        """Stop anything drafted ahead (the file ended or a request failed)."""
+        with self._lock:
+            self._next = None
+            if self._ahead is not None:
+                self._ahead.close()
+                self._ahead = None
+
+    def _ended(self, job: _AheadJob) -> None:
+        with self._lock:
+            job.done = True
+            if job is self._drafting:
+                self._start_next(job.language)
+
+    def _start_next(self, language: str) -> None:
+        """With the lock held: draft the queued window in the language of the one just drafted."""
+        if self._next is None:
+            return
+        (request, threads), self._next = self._next, None
+        self._ahead = _AheadJob(self.inner, request, language, threads, self._ended)
+        self._ahead.start()

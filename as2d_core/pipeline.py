@@ -1,0 +1,249 @@
+"""Whole files and sustained streams on resident models: the Python API behind ``as2d run`` and ``as2d stream``.
+
+Load the models once, then transcribe many files or streams::
+
+    from as2d_core.pipeline import Pipeline
+
+    pipeline = Pipeline.from_config("configs/whisper-asr.toml")
+    transcript = pipeline.transcribe("talk.mp3")
+    print(transcript.text)
+    for window in transcript.windows:
+        print(window.start_s, window.end_s, window.text)
+
+A file is cut into windows of at most 30 s at pauses (``windows``); every window is one
+request to the engine, so each window's tokens are exactly the target's greedy output on
+that window (``check=True`` proves it per window). With a drafter, the next window is
+drafted while the target still verifies this one (``lookahead``). One pipeline runs one
+decode at a time (a lock); use one pipeline per concurrent caller.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from .audio import AudioInfo, DecodedAudio, read_audio
+from .contracts import SAMPLE_RATE, Request, Source, Target
+from .engine import METHODS, DecodeOptions, DecodeResult, run_request
+from .lookahead import LookaheadSource
+from .plugins import load_registry
+from .process_source import ProcessSource
+from .windows import MAX_WINDOW_S, SpeechDetector, Window, WindowPlan, plan_windows
+
+AUTO = "auto"
+Decoder = Callable[[Request], DecodeResult]
+
+
+@attrs.frozen
+class PipelineOptions:
+    method: str = attrs.field(default="as2d", validator=attrs.validators.in_(METHODS))
+    language: str | None = None  # None: the target detects it per window
+    task: str = "asr"
+    instruction: str | None = None
+    decode: DecodeOptions = attrs.Factory(DecodeOptions)
+    max_window_s: float = MAX_WINDOW_S
+    lookahead: bool = True  # draft window n+1 while the target verifies window n
+
+
+@attrs.define
+class WindowResult:
+    window: Window
+    result: DecodeResult
+    reference: DecodeResult | None = None  # target-only on the same window, when checked
+
+    @property
+    def start_s(self) -> float:
+        return self.window.start_s
+
+    @property
+    def end_s(self) -> float:
+        return self.window.end_s
+
+    @property
+    def text(self) -> str:
+        return self.result.text.strip()
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.result.tokens
+
+    @property
+    def exact(self) -> bool | None:
+        return None if self.reference is None else self.result.tokens == self.reference.tokens
+
+    def as_dict(self) -> dict:
+        out = {"index": self.window.index, "start_s": self.start_s, "end_s": self.end_s, **self.result.summary()}
+        out["text"] = self.text
+        if self.reference is not None:
+            out["exact"] = self.exact
+            out["target_only_decode_s"] = self.reference.decode_s
+        return out
+
+
+@attrs.define
+class Transcript:
+    windows: list[WindowResult]
+    skipped: tuple[tuple[float, float], ...]  # stretches the detector found no speech in
+    duration_s: float
+    wall_s: float  # whole file: windowing, every window's preparation and decoding (checks excluded)
+    detector: str | None
+    audio: AudioInfo | None = None
+    notes: list[str] = attrs.Factory(list)
+
+    @property
+    def text(self) -> str:
+        return " ".join(w.text for w in self.windows if w.text)
+
+    @property
+    def exact(self) -> bool | None:
+        if not self.windows or any(w.reference is None for w in self.windows):
+            return None
+        return all(w.exact for w in self.windows)
+
+    def totals(self) -> dict:
+        results = [w.result for w in self.windows]
+        decode_s = sum(r.decode_s for r in results)
+        out = {
+            "windows": len(results),
+            "tokens": sum(len(r.tokens) for r in results),
+            "decode_s": decode_s,
+            "e2e_s": sum(r.e2e_s for r in results),
+            "wall_s": self.wall_s,
+            "rtf": self.wall_s / self.duration_s if self.duration_s else None,
+            "proposed": sum(r.proposed for r in results),
+            "accepted": sum(r.accepted for r in results),
+            "drafter_failures": sum(1 for r in results if r.producer_error),
+        }
+        out["tps"] = out["tokens"] / decode_s if decode_s > 0 else 0.0
+        references = [w.reference for w in self.windows if w.reference is not None]
+        if references and len(references) == len(results):
+            reference_s = sum(r.decode_s for r in references)
+            out["target_only_decode_s"] = reference_s
+            out["speedup"] = reference_s / decode_s if decode_s > 0 else None
+            out["exact"] = self.exact
+        return out
+
+    def as_dict(self) -> dict:
+        return {
+            "text": self.text,
+            "duration_s": self.duration_s,
+            "detector": self.detector,
+            "audio": self.audio.as_dict() if self.audio is not None else None,
+            "windows": [w.as_dict() for w in self.windows],
+            "skipped_silence": [{"start_s": a, "end_s": b} for a, b in self.skipped],
+            "totals": self.totals(),
+            "notes": self.notes,
+        }
+
+
+def default_detector() -> SpeechDetector | None:
+    """The first installed voice-activity detector plugin, or None."""
+    registry = load_registry()
+    names = registry.names("detector")
+    return registry.get("detector", names[0]).factory({}) if names else None
+
+
+class Pipeline:
+    """Resident target (and drafter) transcribing files window by window, or streams block by block.
+
+    ``decode`` replaces the engine call per request (for a baseline such as serial
+    speculative decoding); by default every request goes to ``run_request``.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        source: Source | None = None,
+        options: PipelineOptions | None = None,
+        detector: SpeechDetector | None | str = AUTO,
+        decode: Decoder | None = None,
+    ) -> None:
+        self.options = options or PipelineOptions()
+        if self.options.method == "as2d" and source is None and decode is None:
+            raise ValueError("method 'as2d' needs a source (drafter)")
+        self.target = target
+        self.source = source
+        if source is not None and self.options.lookahead and not isinstance(source, ProcessSource):
+            self.source = LookaheadSource(source)  # a ProcessSource's child serves one job at a time
+        self._detector = detector
+        self._decode = decode
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, path: str | Path, overrides: dict | None = None, **fields) -> "Pipeline":
+        """Build the target and source a task configuration names (``fields``: other ``PipelineOptions``)."""
+        from .build import parts_from_config
+
+        config, _report, target, source = parts_from_config(Path(path), overrides)
+        options = PipelineOptions(method=config.method, language=config.language, task=config.task,
+                                  instruction=config.instruction, decode=config.decode_options(), **fields)
+        return cls(target, source, options)
+
+    @property
+    def detector(self) -> SpeechDetector | None:
+        if self._detector == AUTO:
+            self._detector = default_detector()
+        return self._detector
+
+    def request(self, request_id: str, samples: np.ndarray) -> Request:
+        o = self.options
+        return Request(request_id=request_id, audio=samples, language=o.language, task=o.task, instruction=o.instruction)
+
+    def decode(self, request: Request) -> DecodeResult:
+        if self._decode is not None:
+            return self._decode(request)
+        return run_request(request, self.target, self.source, self.options.method, self.options.decode)
+
+    def reference(self, request: Request) -> DecodeResult:
+        """Target-only greedy decoding of the same request: what every method must reproduce."""
+        return run_request(request, self.target, None, "target-only", self.options.decode)
+
+    def transcribe(
+        self, audio: str | Path | np.ndarray | DecodedAudio, request_id: str | None = None, check: bool = False
+    ) -> Transcript:
+        """All of ``audio`` (a file, decoded audio, or 16 kHz mono float32 samples), window by window."""
+        decoded = read_audio(audio) if isinstance(audio, (str, Path)) else audio
+        info = decoded.info if isinstance(decoded, DecodedAudio) else None
+        samples = decoded.samples if isinstance(decoded, DecodedAudio) else np.asarray(audio, dtype=np.float32)
+        request_id = request_id or (Path(audio).stem if isinstance(audio, (str, Path)) else "audio")
+        with self._lock:
+            start = time.perf_counter()
+            plan = self.plan(samples)
+            requests = [self.request(f"{request_id}-w{w.index:03d}", samples[w.start : w.end]) for w in plan.windows]
+            results = self._decode_all(requests)
+            wall_s = time.perf_counter() - start
+            references = [self.reference(r) for r in requests] if check else [None] * len(requests)
+        notes = ([plan.note] if plan.note else []) + (list(info.warnings) if info else [])
+        windows = [WindowResult(w, r, ref) for w, r, ref in zip(plan.windows, results, references)]
+        return Transcript(windows, plan.skipped, samples.size / SAMPLE_RATE, wall_s, plan.detector, info, notes)
+
+    def plan(self, samples: np.ndarray) -> WindowPlan:
+        needs_detector = samples.size > self.options.max_window_s * SAMPLE_RATE
+        return plan_windows(samples, self.detector if needs_detector else None, self.options.max_window_s)
+
+    def _decode_all(self, requests: list[Request]) -> list[DecodeResult]:
+        ahead = self.source if isinstance(self.source, LookaheadSource) and self._decode is None else None
+        try:
+            results = []
+            for i, request in enumerate(requests):
+                if ahead is not None and i + 1 < len(requests):
+                    ahead.queue_next(requests[i + 1], self.options.decode.drafter_threads)
+                results.append(self.decode(request))
+            return results
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+
+    def stream(self, block_s: float = 4.0, context_s: float = 12.0, check: bool = False):
+        """A stream fed block by block (``feed``), each block one request over the current context view."""
+        from .stream import StreamSession
+
+        return StreamSession(self, block_s, context_s, check)
+
+    def locked(self):
+        """The lock that keeps one decode at a time on the resident models (streams hold it per block)."""
+        return self._lock

@@ -1,0 +1,240 @@
+"""Whole files and streams with the real Whisper pair on real speech: exact per window and per block.
+
+A 2-minute recording is built from the shared clips (``scripts/make_long_audio.py``), so these
+tests skip when ``../shared`` is absent; the format and CLI tests use the bundled clip.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import srt
+import webvtt
+from click.testing import CliRunner
+
+from as2d_core.audio import load_audio
+from as2d_core.cli import cli
+from as2d_core.lookahead import LookaheadSource
+from as2d_core.pipeline import Pipeline, PipelineOptions
+from as2d_core.subtitles import to_srt, to_vtt
+from audio_files import encode
+from conftest import SHARED_SPEECH
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED = REPO / "examples" / "ljspeech_en_w00.wav"
+SR = 16000
+needs_shared = pytest.mark.skipif(
+    not (SHARED_SPEECH / "clips.jsonl").exists(), reason=f"real speech not found at {SHARED_SPEECH} (../shared)"
+)
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _frame_rms(samples: np.ndarray) -> np.ndarray:
+    frames = samples[: samples.size // 320 * 320].reshape(-1, 320)
+    return np.sqrt((frames**2).mean(axis=1)) if frames.size else np.zeros(1)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z']+", text.lower()) if len(w) > 2}
+
+
+@pytest.fixture(scope="module")
+def recording():
+    if not (SHARED_SPEECH / "clips.jsonl").exists():
+        pytest.skip(f"real speech not found at {SHARED_SPEECH} (../shared)")
+    samples, clips = _script("make_long_audio").build(SHARED_SPEECH, 125.0)
+    return samples, clips
+
+
+@pytest.fixture(scope="module")
+def pipeline(whisper_target, whisper_source):
+    return Pipeline(whisper_target, whisper_source, PipelineOptions(language="en"))
+
+
+@pytest.fixture(scope="module")
+def transcript(pipeline, recording):
+    return pipeline.transcribe(recording[0], request_id="long", check=True)
+
+
+class CrashingSource:
+    """The real drafter, except that its job raises after its first piece in the chosen requests."""
+
+    def __init__(self, source, crash_in):
+        self.inner, self.crash_in = source, crash_in
+        self.name, self.vocabulary, self.languages, self.eos_token = (
+            source.name, source.vocabulary, source.languages, source.eos_token)
+
+    def decode_text(self, tokens):
+        return self.inner.decode_text(tokens)
+
+    def prepare(self, request, language, threads):
+        job = self.inner.prepare(request, language, threads)
+        if not self.crash_in(request.request_id):
+            return job
+        crash = type("CrashingJob", (), {})()
+
+        def pieces():
+            for n, piece in enumerate(job.pieces()):
+                if n == 1:
+                    raise RuntimeError("drafter crashed")
+                yield piece
+
+        crash.pieces, crash.close, crash.ended_with_eos = pieces, job.close, False
+        return crash
+
+
+@needs_shared
+def test_every_window_is_exact_and_every_clip_is_transcribed(transcript, recording):
+    samples, clips = recording
+    assert 100 < transcript.duration_s < 130 and transcript.detector == "silero-vad"
+    assert len(transcript.windows) >= 4 and all(w.end_s - w.start_s <= 30.0 for w in transcript.windows)
+    assert transcript.exact is True, [w.window.index for w in transcript.windows if not w.exact]
+    assert all(w.result.method == "as2d" and w.result.source for w in transcript.windows)
+    assert sum(w.result.accepted for w in transcript.windows) > 0  # the drafter really drafted
+    for clip in clips:  # every clip is (nearly all) inside windows, and its words come out
+        inside = [w for w in transcript.windows if w.start_s < clip["end_s"] and w.end_s > clip["start_s"]]
+        covered = sum(min(w.end_s, clip["end_s"]) - max(w.start_s, clip["start_s"]) for w in inside)
+        assert covered >= 0.9 * (clip["end_s"] - clip["start_s"]), clip["id"]
+        said = _words(" ".join(w.text for w in inside))
+        expected = _words(clip["text"])
+        assert len(expected & said) >= 0.7 * len(expected), (clip["id"], expected - said)
+    # what was skipped is quiet: no 20 ms frame in it is as loud as the louder speech frames
+    speech = np.concatenate([_frame_rms(samples[w.window.start : w.window.end]) for w in transcript.windows])
+    loudest_skipped = max(_frame_rms(samples[int(a * SR) : int(b * SR)]).max() for a, b in transcript.skipped)
+    assert loudest_skipped < 0.25 * np.percentile(speech, 95)
+    gaps = sorted([(w.start_s, w.end_s) for w in transcript.windows] + list(transcript.skipped))
+    assert gaps[0][0] == 0 and abs(gaps[-1][1] - samples.size / SR) < 1e-6
+    assert all(abs(a[1] - b[0]) < 1e-6 for a, b in zip(gaps, gaps[1:]))  # windows and silence tile the file
+
+
+@needs_shared
+def test_subtitles_read_back_with_each_windows_times(transcript):
+    cues = [(w.start_s, w.end_s, w.text) for w in transcript.windows]
+    subtitles = list(srt.parse(to_srt(cues)))
+    assert [(s.start.total_seconds(), s.end.total_seconds(), s.content) for s in subtitles] == [
+        (round(a, 3), round(b, 3), t) for a, b, t in cues if t]
+    captions = webvtt.from_string(to_vtt(cues))
+    assert [(c.start_in_seconds, c.text) for c in captions] == [(int(a), t) for a, _, t in cues if t]
+
+
+@needs_shared
+def test_the_drafter_ran_ahead_to_the_next_window(whisper_source, recording):
+    samples, _ = recording
+    ahead = LookaheadSource(whisper_source)
+    pipeline = Pipeline(None, ahead, PipelineOptions(language="en"))  # only the drafter is used here
+    first, second = (pipeline.request(f"ahead-{i}", samples[i * 8 * SR : (i + 1) * 8 * SR]) for i in range(2))
+    ahead.queue_next(second, 1)
+    job = ahead.prepare(first, "en", 1)
+    list(job.pieces())
+    job.close()
+    waiting = ahead._ahead
+    assert waiting is not None and waiting.request_id == second.request_id  # started before anyone asked for it
+    drafted_ahead = [p.tokens for p in ahead.prepare(second, "en", 1).pieces()]
+    fresh = whisper_source.prepare(second, "en", 1)
+    assert drafted_ahead == [p.tokens for p in fresh.pieces()] and drafted_ahead
+    fresh.close()
+
+
+@needs_shared
+def test_a_drafter_crashing_mid_file_and_mid_stream_changes_nothing(whisper_target, whisper_source, recording):
+    samples = recording[0][: 40 * SR]
+    crashing = CrashingSource(whisper_source, lambda request_id: request_id.endswith(("-w001", "-b0002")))
+    pipeline = Pipeline(whisper_target, crashing, PipelineOptions(language="en"))
+    transcript = pipeline.transcribe(samples, request_id="crash", check=True)
+    assert len(transcript.windows) >= 2 and transcript.exact is True
+    assert "drafter crashed" in transcript.windows[1].result.producer_error
+    stream = pipeline.stream(block_s=4.0, context_s=8.0, check=True)
+    for start in range(0, 16 * SR, 4 * SR):  # fast pace: each block as soon as the previous is done
+        stream.feed(samples[start : start + 4 * SR])
+    stream.finish()
+    assert [b.exact for b in stream.blocks] == [True] * 4
+    assert "drafter crashed" in stream.blocks[2].result.producer_error
+    summary = stream.summary()
+    assert summary["exact"] is True and summary["drafter_failures"] == 1 and summary["blocks"] == 4
+    assert [b.view_start_s for b in stream.blocks] == [0, 0, 8, 8] and stream.text
+
+
+@needs_shared
+def test_a_fast_stream_equals_target_only_on_every_view(pipeline, recording):
+    samples = recording[0][: 26 * SR]
+    session = pipeline.stream(block_s=4.0, context_s=12.0, check=True)
+    blocks = session.feed(samples[: 10 * SR]) + session.feed(samples[10 * SR :]) + session.finish()
+    assert [round(b.end_s, 1) for b in blocks] == [4, 8, 12, 16, 20, 24, 26]
+    assert [b.view_start_s for b in blocks] == [0, 0, 0, 12, 12, 12, 24]
+    assert all(b.exact for b in session.blocks) and session.summary()["exact"] is True
+    assert [b.final for b in blocks] == [False, False, True, False, False, True, True]
+    summary = session.summary()
+    assert summary["p95_lag_s"] >= summary["p50_lag_s"] > 0 and summary["decode_tps"] > 0
+
+
+@pytest.fixture(scope="module")
+def target_only(whisper_target):
+    return Pipeline(whisper_target, None, PipelineOptions(method="target-only", language="en"))
+
+
+def test_every_format_gives_the_text_of_the_16_bit_wav(target_only, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("formats")
+    reference = target_only.transcribe(BUNDLED)
+    assert reference.audio.codec == "pcm_s16le" and len(reference.windows) == 1
+    assert "printing" in reference.text.lower()
+    samples = load_audio(BUNDLED)
+    for name in ("flac", "ogg", "mp3", "f32.wav"):
+        path = encode(folder / f"clip.{name}", samples, name)
+        assert target_only.transcribe(path).text == reference.text, name
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    runner = CliRunner()
+    not_audio = tmp_path / "notes.txt"
+    not_audio.write_text("not audio " * 50)
+    result = runner.invoke(cli, ["run", str(not_audio)])
+    assert result.exit_code == 2 and result.output.startswith("Error: ") and result.output.count("\n") == 1
+    result = runner.invoke(cli, ["run", str(BUNDLED), "--language", "xx", "--method", "target-only"])
+    assert result.exit_code == 2 and result.output == "Error: whisper-base has no language 'xx'\n"
+
+
+def test_cli_writes_srt_for_a_file(tmp_path):
+    result = CliRunner().invoke(cli, ["run", str(BUNDLED), "--method", "target-only", "--language", "en",
+                                      "--format", "srt"])
+    assert result.exit_code == 0, result.output
+    (cue,) = srt.parse(result.output)
+    assert cue.start.total_seconds() == 0 and abs(cue.end.total_seconds() - 26.004) < 0.001
+    assert "printing" in cue.content.lower()
+    result = CliRunner().invoke(cli, ["run", str(BUNDLED), "--method", "target-only", "--language", "en", "--json"])
+    out = json.loads(result.output)
+    assert out["windows"][0]["text"] == cue.content and out["audio"]["codec"] == "pcm_s16le"
+    assert out["skipped_silence"] == [] and out["totals"]["windows"] == 1 and out["tokens"]
+
+
+def test_cli_stream_prints_a_line_per_block_and_a_summary(tmp_path):
+    plot = tmp_path / "stream.png"
+    result = CliRunner().invoke(cli, ["stream", str(BUNDLED), "--pace", "fast", "--method", "target-only",
+                                      "--language", "en", "--block-s", "8", "--context-s", "16", "--json",
+                                      "--plot", str(plot)])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    *blocks, summary = lines
+    assert [b["end_s"] for b in blocks] == [8, 16, 24, pytest.approx(26.004, abs=1e-3)]
+    assert [b["final"] for b in blocks] == [False, True, False, True]
+    assert summary["summary"] and summary["blocks"] == 4 and summary["p95_lag_s"] >= summary["p50_lag_s"]
+    assert "printing" in summary["text"].lower() and plot.stat().st_size > 0
+    result = CliRunner().invoke(cli, ["stream", str(BUNDLED), "--method", "nope"])
+    assert result.exit_code == 2 and result.output.startswith("Error: ") and result.output.count("\n") == 1
+
+
+def test_pipeline_from_a_configuration_transcribes_exactly():
+    pipeline = Pipeline.from_config(REPO / "configs" / "whisper-asr.toml")
+    assert pipeline.options.method == "as2d" and pipeline.options.language == "en"
+    transcript = pipeline.transcribe(BUNDLED, check=True)
+    assert transcript.exact is True and transcript.windows[0].result.source == "whisper-tiny.en"
+    assert "printing" in transcript.text.lower()
