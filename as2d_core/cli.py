@@ -9,10 +9,9 @@ import click
 
 from . import catalog
 from .audio import AudioError, read_audio
-from .build import DEFAULT_SOURCE, DEFAULT_TARGET, build_part, build_source, parts_from_config
+from .cli_shared import fail, model_flags, pipeline_from_flags
 from .config import check_file
-from .engine import METHODS, DecodeOptions, DecodeResult
-from .pipeline import Pipeline, PipelineOptions
+from .engine import METHODS, DecodeResult
 from .paths import models_dir
 from .plugins import UnknownPart, load_registry, register_commands
 from .stream_cli import stream
@@ -27,63 +26,17 @@ def cli() -> None:
     """Audio language models answering faster, with exactly the target's own greedy output."""
 
 
-def _fail(message: str) -> None:
-    click.echo(f"Error: {message}", err=True)
-    sys.exit(2)
-
-
-# ``run`` option -> dotted config key it overrides when given on the command line with --config
-_CONFIG_OVERRIDES = {
-    "language": "language",
-    "method": "method",
-    "target_name": "target.model",
-    "source_name": "source.name",
-    "budget": "budget",
-    "publication_size": "source.publication_size",
-    "target_threads": "target.threads",
-    "shared_target_threads": "target.shared_threads",
-    "drafter_threads": "source.threads",
-    "device": "target.device",
-}
-
-
-def _from_config(ctx: click.Context, path: Path, params: dict):
-    """Check ``path`` (with explicit command-line options on top) and build everything ``run`` needs."""
-    overrides = {
-        key: params[name] for name, key in _CONFIG_OVERRIDES.items()
-        if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
-    }
-    config, report, target, source = parts_from_config(path, overrides)
-    for warning in report.warnings:
-        click.echo(f"warning: {path}: {warning}", err=True)
-    return config, report, target, source
-
-
 @cli.command()
 @click.argument("audio", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Per-task TOML file; options given on the command line override it.")
-@click.option("--language", default=None, help="Language code; without it the target detects the language.")
+@model_flags
 @click.option("--method", type=click.Choice(METHODS), default="as2d", show_default=True)
-@click.option("--target", "target_name", default=DEFAULT_TARGET, show_default=True)
-@click.option("--source", "source_name", default=DEFAULT_SOURCE, show_default=True,
-              help="Drafter source; NAME+process runs it in its own process (for targets that hold the GIL).")
-@click.option("--budget", type=int, default=7, show_default=True, help="Proposals per verification (width <= budget+1).")
-@click.option("--publication-size", type=int, default=2, show_default=True, help="Drafter tokens per published batch.")
-@click.option("--target-threads", type=int, default=2, show_default=True, help="Target threads when it runs alone.")
-@click.option("--shared-target-threads", type=int, default=1, show_default=True, help="Target threads while drafting.")
-@click.option("--drafter-threads", type=int, default=1, show_default=True)
-@click.option("--device", default="cpu", show_default=True, help="Device for the target backend (cpu, nnapi).")
 @click.option("--resample", is_flag=True, hidden=True, help="Deprecated: other rates are always converted now.")
 @click.option("--check", is_flag=True, help="Also decode every window target-only and report whether the tokens are equal.")
 @click.option("--format", "output_format", type=click.Choice(OUTPUT_FORMATS), default="text", show_default=True,
               help="text, one JSON object, or subtitles with each window's times.")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.pass_context
-def run(
-    ctx, audio, config_path, language, method, target_name, source_name, budget, publication_size,
-    target_threads, shared_target_threads, drafter_threads, device, resample, check, output_format, as_json,
-):
+def run(ctx, audio, method, resample, check, output_format, as_json, **model_options):
     """Transcribe AUDIO (any common audio format, any length) with as2d or target-only decoding.
 
     Audio longer than 30 s is cut into windows at pauses found by a voice-activity detector;
@@ -92,17 +45,16 @@ def run(
     if resample:
         click.echo("warning: --resample is no longer needed: other rates and channel layouts are converted", err=True)
     output_format = "json" if as_json else output_format
-    pipeline, report = _pipeline(ctx, config_path, language, method, target_name, source_name, device, dict(
-        budget=budget, publication_size=publication_size, target_threads=target_threads,
-        shared_target_threads=shared_target_threads, drafter_threads=drafter_threads))
+    method_given = ctx.get_parameter_source("method") == click.core.ParameterSource.COMMANDLINE
+    pipeline, report = pipeline_from_flags(ctx, method, method_given)
     try:
         decoded = read_audio(audio)
     except AudioError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     try:
         transcript = pipeline.transcribe(decoded, request_id=audio.stem, check=check)
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     for note in transcript.notes:
         click.echo(f"warning: {note}", err=True)
     if output_format == "json":
@@ -124,23 +76,6 @@ def run(
         sys.exit(1)
 
 
-def _pipeline(ctx, config_path, language, method, target_name, source_name, device, decode_fields):
-    """The resident models ``run`` and ``stream`` decode with, from a configuration or from the options."""
-    report = None
-    try:
-        if config_path is not None:
-            config, report, target, source = _from_config(ctx, config_path, ctx.params)
-            options = PipelineOptions(method=config.method, language=config.language, task=config.task,
-                                      instruction=config.instruction, decode=config.decode_options())
-        else:
-            options = PipelineOptions(method=method, language=language, decode=DecodeOptions(**decode_fields))
-            target = build_part("target", target_name, device=device)
-            source = build_source(source_name) if method == "as2d" else None
-        return Pipeline(target, source, options), report
-    except (UnknownPart, ValueError, FileNotFoundError, RuntimeError) as exc:
-        _fail(str(exc))
-
-
 def run_summary(transcript) -> dict:
     """``as2d run --json``: the whole file's fields at the top (as for one window), windows and silence below."""
     out = transcript.as_dict()
@@ -150,9 +85,10 @@ def run_summary(transcript) -> dict:
         tokens=[t for w in transcript.windows for t in w.tokens],
         method=first.method if first else None, source=first.source if first else None,
         budget=first.budget if first else None, language=first.language if first else None,
+        start=first.start if first else None,
         decode_s=totals["decode_s"], tps=totals["tps"], e2e_s=totals["e2e_s"], wall_s=totals["wall_s"],
     )
-    for key in ("exact", "speedup", "target_only_decode_s"):
+    for key in ("exact", "speedup", "target_only_decode_s", "e2e_speedup", "target_only_e2e_s"):
         if key in totals:
             out[key] = totals[key]
     return out
@@ -167,12 +103,14 @@ def _transcript_line(transcript) -> str:
     parts = [
         f"[{windows[0].result.method if windows else '-'}] {transcript.duration_s:.1f} s of audio in "
         f"{len(windows)} windows ({transcript.detector or 'fixed cuts'})",
-        f"{totals['tokens']} tokens in {totals['decode_s']:.2f} s decode clock ({totals['tps']:.1f} tok/s)",
+        f"{totals['tokens']} tokens, audio to last token {totals['e2e_s']:.2f} s summed over windows, "
+        f"decode clock {totals['decode_s']:.2f} s ({totals['tps']:.1f} tok/s)",
         f"wall {totals['wall_s']:.2f} s (RTF {totals['rtf']:.2f})",
         f"silence skipped {sum(b - a for a, b in transcript.skipped):.1f} s",
     ]
     if "speedup" in totals:
-        parts.append(f"target-only {totals['target_only_decode_s']:.2f} s -> {totals['speedup']:.2f}x")
+        parts.append(f"target-only {totals['target_only_e2e_s']:.2f} s -> {totals['e2e_speedup']:.2f}x end to end "
+                     f"({totals['speedup']:.2f}x on the decode clock)")
         parts.append("exact" if totals["exact"] else "NOT EXACT")
     if totals["drafter_failures"]:
         parts.append(f"drafter failed in {totals['drafter_failures']} window(s); output unaffected")
@@ -180,18 +118,22 @@ def _transcript_line(transcript) -> str:
 
 
 def _summary_line(result: DecodeResult, reference: DecodeResult | None, exact: bool | None = None) -> str:
+    """One line for one window; the headline is the user's clock, from the audio in memory to the last token."""
+    tag = f"[{result.method}" + (f" source={result.source} budget={result.budget} start={result.start}"
+                                 if result.source else "") + f" lang={result.language}]"
+    e2e_tps = len(result.tokens) / result.e2e_s if result.e2e_s > 0 else 0.0
     parts = [
-        f"[{result.method}"
-        + (f" source={result.source} budget={result.budget}" if result.source else "")
-        + f" lang={result.language}]",
-        f"{len(result.tokens)} tokens in {result.decode_s * 1000:.0f} ms ({result.tps:.1f} tok/s, decode clock)",
-        f"end to end {result.e2e_s * 1000:.0f} ms",
+        tag,
+        f"{len(result.tokens)} tokens, audio to last token {result.e2e_s * 1000:.0f} ms ({e2e_tps:.1f} tok/s)",
+        f"decode clock {result.decode_s * 1000:.0f} ms ({result.tps:.1f} tok/s)",
     ]
     if result.verify_calls:
         parts.append(f"accepted {result.accepted}/{result.proposed} in {result.verify_calls} verifications")
     if reference is not None:
-        speedup = reference.decode_s / result.decode_s if result.decode_s else float("nan")
-        parts.append(f"target-only {reference.tps:.1f} tok/s -> {speedup:.2f}x")
+        e2e_speedup = reference.e2e_s / result.e2e_s if result.e2e_s else float("nan")
+        decode_speedup = reference.decode_s / result.decode_s if result.decode_s else float("nan")
+        parts.append(f"target-only {reference.e2e_s * 1000:.0f} ms -> {e2e_speedup:.2f}x end to end "
+                     f"({decode_speedup:.2f}x on the decode clock)")
         parts.append("exact" if exact else "NOT EXACT")
     if result.note:
         parts.append(result.note)
@@ -221,7 +163,7 @@ def models_install(names, target_dir, force):
         try:
             part = registry.get("model", name)
         except UnknownPart as exc:
-            _fail(str(exc))
+            fail(str(exc))
         click.echo(f"installing {name} into {target_dir / name} ...")
         path = part.factory(Path(target_dir), force=force)
         click.echo(f"{name}: ready at {path}")

@@ -124,6 +124,8 @@ class Transcript:
             reference_s = sum(r.decode_s for r in references)
             out["target_only_decode_s"] = reference_s
             out["speedup"] = reference_s / decode_s if decode_s > 0 else None
+            out["target_only_e2e_s"] = sum(r.e2e_s for r in references)
+            out["e2e_speedup"] = out["target_only_e2e_s"] / out["e2e_s"] if out["e2e_s"] > 0 else None
             out["exact"] = self.exact
         return out
 

@@ -10,6 +10,7 @@ import attrs
 import click
 
 from .audio import AudioError, read_audio
+from .cli_shared import fail, model_flags, pipeline_from_flags
 from .contracts import SAMPLE_RATE
 from .engine import METHODS
 
@@ -34,33 +35,25 @@ def _methods(value: str) -> list[str]:
               help="realtime: each block arrives at its real time; fast: back to back.")
 @click.option("--method", "methods", default="as2d", show_default=True,
               help="as2d, target-only, or both comma-separated (the same stream once per method).")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Per-task TOML file; options given on the command line override it.")
-@click.option("--language", default=None, help="Language code; without it the target detects it per block.")
-@click.option("--target", "target_name", default="whisper-base", show_default=True)
-@click.option("--source", "source_name", default="whisper-tiny.en", show_default=True)
-@click.option("--budget", type=int, default=7, show_default=True)
+@model_flags
 @click.option("--check", is_flag=True, help="Also decode every block's view target-only (after the stream) and report exact.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per block, then one summary line per method.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a Figure-9-style plot (panels against arrival time) to this file (needs matplotlib).")
 @click.pass_context
-def stream(ctx, audio, block_s, context_s, pace, methods, config_path, language, target_name, source_name, budget,
-           check, as_json, plot_path):
+def stream(ctx, audio, block_s, context_s, pace, methods, check, as_json, plot_path, **model_options):
     """Feed AUDIO as a sustained stream of blocks; print committed text per block and the run's timings."""
-    from .cli import _fail, _pipeline
     from .pipeline import Pipeline
 
     try:
         methods = _methods(methods)
         decoded = read_audio(audio)
     except (click.BadParameter, AudioError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     for note in decoded.info.warnings:
         click.echo(f"warning: {note}", err=True)
     speculative = "as2d" in methods
-    base, _ = _pipeline(ctx, config_path, language, "as2d" if speculative else "target-only", target_name,
-                        source_name, "cpu", dict(budget=budget))
+    base, _ = pipeline_from_flags(ctx, "as2d" if speculative else "target-only", method_given=True)
     summaries, sessions = [], {}
     for method in methods:
         pipeline = Pipeline(base.target, base.source if method == "as2d" else None,
@@ -72,7 +65,7 @@ def stream(ctx, audio, block_s, context_s, pace, methods, config_path, language,
                 if not check:
                     _emit(block, method, as_json)
         except ValueError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         if check:
             for block in session.blocks:
                 _emit(block, method, as_json)
@@ -83,7 +76,7 @@ def stream(ctx, audio, block_s, context_s, pace, methods, config_path, language,
         try:
             plot(sessions, plot_path, block_s)
         except ImportError:
-            _fail("--plot needs matplotlib (pip install matplotlib)")
+            fail("--plot needs matplotlib (pip install matplotlib)")
         click.echo(f"plot written to {plot_path}", err=True)
     if any(s.get("exact") is False for s in summaries):
         click.echo("MISMATCH: some block differs from target-only greedy decoding of the same view", err=True)
