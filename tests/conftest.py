@@ -1,3 +1,4 @@
+import json
 import os
 import sys
 from pathlib import Path
@@ -7,10 +8,58 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-# Real recorded speech lives beside the checkout (../shared), never inside the repository.
+# Real recorded speech: a small English set inside the repository (tests/data, what a fresh clone
+# tests with) and, when it is beside the checkout, the full multilingual set (CI has it).
+TEST_SPEECH = Path(__file__).parent / "data"
 SHARED_SPEECH = Path(
     os.environ.get("AS2D_SPEECH_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech")
 )
+HAVE_SHARED = (SHARED_SPEECH / "windows.jsonl").is_file()
+SHARED_ABSENT = f"needs the full real-speech set at {SHARED_SPEECH} (../shared/data/speech or $AS2D_SPEECH_DIR)"
+needs_shared = pytest.mark.skipif(not HAVE_SHARED, reason=SHARED_ABSENT)
+
+
+def _manifest_rows(folder: Path, manifest: str) -> list[dict]:
+    lines = (folder / manifest).read_text().splitlines()
+    return [dict(row, file=folder / row["path"]) for row in map(json.loads, filter(str.strip, lines))]
+
+
+def speech_rows(manifest: str) -> list[dict]:
+    """The repository's rows of `manifest` ("windows.jsonl" or "clips.jsonl"), then the shared set's
+    rows when it is present; each row gains `file`, the audio's absolute path."""
+    rows = _manifest_rows(TEST_SPEECH, manifest)
+    if HAVE_SHARED:
+        ours = {row["id"] for row in rows}
+        rows += [row for row in _manifest_rows(SHARED_SPEECH, manifest) if row["id"] not in ours]
+    return rows
+
+
+def speech_params(manifest: str, keep=lambda row: True) -> list:
+    """One pytest param per row that `keep` accepts; where the shared set is absent, one more param
+    that is skipped and says so, so that a run on a fresh clone shows what it did not cover."""
+    params = [pytest.param(row, id=row["id"]) for row in speech_rows(manifest) if keep(row)]
+    if not HAVE_SHARED:
+        skipped = pytest.mark.skip(reason=SHARED_ABSENT)
+        params.append(pytest.param(None, id=f"shared-{manifest.removesuffix('.jsonl')}", marks=skipped))
+    return params
+
+
+def speech_row(item_id: str) -> dict:
+    """One window or clip by id; skips the calling test when only the absent shared set has it."""
+    for manifest in ("windows.jsonl", "clips.jsonl"):
+        for row in speech_rows(manifest):
+            if row["id"] == item_id:
+                return row
+    if not HAVE_SHARED:
+        pytest.skip(f"{item_id}: {SHARED_ABSENT}")
+    raise KeyError(f"no speech item {item_id!r} in {TEST_SPEECH} or {SHARED_SPEECH}")
+
+
+def speech_audio(item_id: str) -> np.ndarray:
+    """The item's samples, read by the project's own loader (16 kHz mono float32)."""
+    from as2d_core import load_audio
+
+    return load_audio(speech_row(item_id)["file"])
 
 
 @pytest.fixture

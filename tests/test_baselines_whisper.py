@@ -3,15 +3,14 @@
 The models must be installed (`as2d models install whisper-base whisper-tiny.en`); without them
 these tests fail with that instruction rather than skip, so a missing model is never mistaken for a pass.
 """
-import json
 import pytest
 
-from as2d_core import Request, load_audio, run_request
+from as2d_core import Request, run_request
 from as2d_bench.baselines import asp_policy, no_td_policy, sd_policy, serial_decode
-from conftest import SHARED_SPEECH
+from conftest import speech_audio, speech_row
 
-MANIFEST = SHARED_SPEECH / "windows.jsonl"
-WINDOWS = ("fleurs_en_w02", "jfk_en_w00")
+# the first is in the repository's speech set, the second only in the shared one
+WINDOWS = ("librivox_sense_en_w01", "fleurs_en_w02")
 
 
 @pytest.fixture(scope="module")
@@ -20,10 +19,7 @@ def pair(whisper_target, whisper_source):
 
 
 def _request(window_id):
-    if not MANIFEST.is_file():
-        pytest.fail(f"real speech manifest {MANIFEST} is missing")
-    row = next(json.loads(l) for l in MANIFEST.read_text().splitlines() if json.loads(l)["id"] == window_id)
-    return Request(window_id, load_audio(MANIFEST.parent / row["path"]), language=row["lang"])
+    return Request(window_id, speech_audio(window_id), language=speech_row(window_id)["lang"])
 
 
 @pytest.mark.parametrize("window", WINDOWS)
@@ -43,7 +39,7 @@ def test_as2d_without_budget_configuration_is_exact(pair):
     from as2d_core import DecodeOptions
 
     target, source = pair
-    request = _request("jfk_en_w00")
+    request = _request("librivox_sense_en_w01")
     ref = run_request(request, target, None, "target-only")
     result = run_request(request, target, source, "as2d", DecodeOptions(budget=24, confidence_stop=0.4))
     assert result.tokens == ref.tokens

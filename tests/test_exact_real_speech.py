@@ -1,27 +1,22 @@
 """As²d equals target-only greedy decoding on every real clip and window, at budgets 1, 3 and 7.
 
+The repository's own speech set always runs; the full shared set runs too when it is present.
+
 Runs the real Whisper models (whisper-base target, int8 tiny.en drafter in its
 own thread) on ONNX Runtime. A mismatch fails the test and names the request.
 """
-import json
-
 import pytest
 
 from as2d_core import DecodeOptions, Request, load_audio, run_request
-from conftest import SHARED_SPEECH
+from conftest import speech_params
 
 BUDGETS = (1, 3, 7)
 
 
-def _manifest(name):
-    rows = [json.loads(line) for line in (SHARED_SPEECH / name).read_text().splitlines() if line.strip()]
-    return [pytest.param(row, id=row["id"]) for row in rows]
-
-
-@pytest.mark.parametrize("row", _manifest("windows.jsonl") + _manifest("clips.jsonl"))
+@pytest.mark.parametrize("row", speech_params("windows.jsonl") + speech_params("clips.jsonl"))
 def test_as2d_equals_target_only(whisper_target, whisper_source, row):
     target, source = whisper_target, whisper_source
-    request = Request(row["id"], load_audio(SHARED_SPEECH / row["path"]))
+    request = Request(row["id"], load_audio(row["file"]))
     reference = run_request(request, target, None, "target-only")
     assert reference.tokens, f"{row['id']}: the target produced no tokens"
     for budget in BUDGETS:

@@ -6,12 +6,12 @@ from as2d_core import DecodeOptions, Request, load_audio, run_request
 from as2d_core.chunked import chunk_spans, ctc_greedy
 from as2d_core.paths import models_dir
 from as2d_core.plugins import load_registry
-from conftest import SHARED_SPEECH
+from conftest import speech_row
 
 pytest.importorskip("torch")
 pytest.importorskip("onnx")
 pytest.importorskip("as2d_parakeet")
-JFK = SHARED_SPEECH / "windows" / "jfk_en_w00.wav"
+SPEECH = speech_row("librivox_sense_en_w01")["file"]  # real English speech, 9.7 s
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_reports_the_provider_that_really_runs(source):
 
 
 def test_greedy_ctc_of_its_own(source):
-    audio = load_audio(JFK)[:40960]
+    audio = load_audio(SPEECH)[:40960]
     logprobs, valid = source.logprobs(audio)
     assert logprobs.shape[-1] == len(source.pieces) and 0 < valid <= logprobs.shape[0]
     expected = [t for t in ctc_greedy(logprobs, source.blank, valid) if t not in source.hidden]
@@ -64,7 +64,7 @@ def test_matches_onnx_asr_on_the_same_folder(folder, source):
     reference = NemoPreprocessorNumpy("nemo80")
     assert np.allclose(mel_filterbank(80), reference._melscale_fbanks, atol=1e-6)
     model = onnx_asr.load_model("nemo-conformer-ctc", str(folder))
-    audio = load_audio(JFK)
+    audio = load_audio(SPEECH)
     for start, end in chunk_spans(audio.size)[:3]:
         chunk = audio[start:end]
         ref, ref_len = reference(chunk[None].copy(), np.array([chunk.size]))
@@ -75,7 +75,7 @@ def test_matches_onnx_asr_on_the_same_folder(folder, source):
 
 
 def test_chunks_are_published_atomically_in_order(source):
-    request = Request("jfk", load_audio(JFK))
+    request = Request("librivox", load_audio(SPEECH))
     job = source.prepare(request, "en", 1)
     pieces = list(job.pieces())
     assert [p.span_s for p in pieces] == [(s / 16000, e / 16000) for s, e in chunk_spans(request.audio.size)]
@@ -89,7 +89,7 @@ def test_as2d_with_parakeet_equals_target_only(source):
         target = load_registry().get("target", "whisper-base").factory({"models_dir": models_dir()})
     except (FileNotFoundError, KeyError) as exc:
         pytest.skip(f"whisper-base is not installed ({exc})")
-    request = Request("jfk", load_audio(JFK))
+    request = Request("librivox", load_audio(SPEECH))
     reference = run_request(request, target, None, "target-only")
     result = run_request(request, target, source, "as2d", DecodeOptions(budget=7))
     assert result.tokens == reference.tokens

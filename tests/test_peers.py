@@ -11,16 +11,14 @@ import pytest
 
 from as2d_core import Request, load_audio, run_request
 from as2d_bench.runner import Window
-from conftest import SHARED_SPEECH
+from conftest import speech_row
 
-CLIP = SHARED_SPEECH / "clips" / "ljspeech_LJ001-0001.wav"
+CLIP = speech_row("librivox_sense_0870")["file"]
 
 
 @pytest.fixture(scope="module")
 def clip(whisper_target):
-    if not CLIP.is_file():
-        pytest.fail(f"speech clip {CLIP} is missing")
-    window = Window("ljspeech_LJ001-0001", CLIP, "en")
+    window = Window("librivox_sense_0870", CLIP, "en")
     audio = load_audio(CLIP)
     reference = run_request(Request(window.id, audio, "en"), whisper_target, None, "target-only")
     assert len(reference.tokens) > 10

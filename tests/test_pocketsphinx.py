@@ -1,33 +1,26 @@
-"""PocketSphinx as a real chunked source: real decoding of the shared English speech, exact as2d output."""
-import json
-
+"""PocketSphinx as a real chunked source: real decoding of real English speech, exact as2d output."""
 import numpy as np
 import pytest
 
-from as2d_core import DecodeOptions, Request, load_audio, run_request
+from as2d_core import DecodeOptions, Request, run_request
 from as2d_core.buffer import CandidateBuffer
 from as2d_core.chunked import chunk_spans
 from as2d_core.engine import Producer
 from as2d_core.events import EventLog
 from as2d_core.paths import models_dir
 from as2d_core.plugins import load_registry
-from conftest import SHARED_SPEECH
+from conftest import speech_audio
 from tokenizer_bridges import TextBridge
 
 pytest.importorskip("pocketsphinx")
 pytest.importorskip("as2d_pocketsphinx")
 
-CARDS = "windows/pocketsphinx_en_w00.wav"  # "ten of clubs four queen of clubs seven of clubs"
+CARDS = "cmu_cards_en_w00"  # "ten of clubs four queen of clubs seven of clubs"
 
 
 @pytest.fixture(scope="module")
 def source():
     return load_registry().get("source", "pocketsphinx").factory({"models_dir": models_dir()})
-
-
-def english_rows():
-    rows = [json.loads(line) for line in (SHARED_SPEECH / "windows.jsonl").read_text().splitlines() if line.strip()]
-    return [r for r in rows if r["lang"] == "en"]
 
 
 def test_registered_with_the_catalog_info():
@@ -36,7 +29,7 @@ def test_registered_with_the_catalog_info():
 
 
 def test_decodes_real_speech_chunk_by_chunk(source):
-    request = Request("cards", load_audio(SHARED_SPEECH / CARDS))
+    request = Request("cards", speech_audio(CARDS))
     job = source.prepare(request, "en", 1)
     pieces = list(job.pieces())
     job.close()
@@ -70,8 +63,7 @@ class WordTarget:
 
 
 def test_real_chunks_publish_atomically_without_half_words(source):
-    row = next(r for r in english_rows() if r["id"] == "jfk_en_w00")
-    request = Request(row["id"], load_audio(SHARED_SPEECH / row["path"]))
+    request = Request("librivox", speech_audio("librivox_sense_en_w00"))
     target = WordTarget()
     buffer = CandidateBuffer(request.request_id, source.name, "p")
     producer = Producer(source.prepare(request, "en", 1), TextBridge(source.decode_text, target.encode_text, -7),
@@ -96,10 +88,9 @@ def whisper_base():
         pytest.skip(f"whisper-base is not installed ({exc})")
 
 
-@pytest.mark.parametrize("window", ["pocketsphinx_en_w00", "jfk_en_w00"])
+@pytest.mark.parametrize("window", ["cmu_cards_en_w00", "librivox_sense_en_w01"])
 def test_as2d_with_pocketsphinx_equals_target_only(source, whisper_base, window):
-    row = next(r for r in english_rows() if r["id"] == window)
-    request = Request(row["id"], load_audio(SHARED_SPEECH / row["path"]))
+    request = Request(window, speech_audio(window))
     reference = run_request(request, whisper_base, None, "target-only")
     result = run_request(request, whisper_base, source, "as2d", DecodeOptions(budget=7))
     assert result.tokens == reference.tokens, f"{window}: as2d differs from target-only"

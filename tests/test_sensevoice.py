@@ -5,13 +5,13 @@ import pytest
 from as2d_core import Request, load_audio
 from as2d_core.chunked import chunk_spans, ctc_greedy
 from as2d_core.plugins import load_registry
-from conftest import SHARED_SPEECH
+from conftest import speech_row
 
 pytest.importorskip("torch")
 pytest.importorskip("sentencepiece")
 pytest.importorskip("kaldi_native_fbank")
 pytest.importorskip("as2d_sensevoice")
-JFK = SHARED_SPEECH / "windows" / "jfk_en_w00.wav"
+SPEECH = speech_row("librivox_sense_en_w01")["file"]  # real English speech, 9.7 s
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_registered_consistently_with_the_catalog():
 def test_language_and_text_norm_controls_reach_the_model(folder, source):
     from as2d_sensevoice.source import SenseVoiceSource
 
-    audio = load_audio(JFK)[:40960]
+    audio = load_audio(SPEECH)[:40960]
     tags = lambda s, lang: [s.pieces[i] for i in s.logits(audio, lang)[:4].argmax(-1)]  # noqa: E731
     assert tags(source, "en") == ["<|en|>", "<|NEUTRAL|>", "<|Speech|>", "<|withitn|>"]
     assert tags(source, "zh")[0] == "<|zh|>"
@@ -49,7 +49,7 @@ def test_language_and_text_norm_controls_reach_the_model(folder, source):
 
 
 def test_frontend_is_fbank_lfr_cmvn(source):
-    audio = load_audio(JFK)[:40960]
+    audio = load_audio(SPEECH)[:40960]
     features = source.frontend(audio)
     frames = 1 + (40960 - 400) // 160  # snip_edges framing
     assert features.shape == (int(np.ceil(frames / 6)), 560)
@@ -57,7 +57,7 @@ def test_frontend_is_fbank_lfr_cmvn(source):
 
 
 def test_greedy_ctc_drops_tags_and_blanks(source):
-    audio = load_audio(JFK)[:40960]
+    audio = load_audio(SPEECH)[:40960]
     logits = source.logits(audio, "en")
     tokens = source.transcribe_chunk(audio, "en")
     assert tokens == [t for t in ctc_greedy(logits, 0) if t not in source.hidden] and tokens
@@ -66,7 +66,7 @@ def test_greedy_ctc_drops_tags_and_blanks(source):
 
 
 def test_chunks_are_published_atomically_in_order(source):
-    request = Request("jfk", load_audio(JFK))
+    request = Request("librivox", load_audio(SPEECH))
     job = source.prepare(request, "en", 1)
     pieces = list(job.pieces())
     assert [p.span_s for p in pieces] == [(s / 16000, e / 16000) for s, e in chunk_spans(request.audio.size)]

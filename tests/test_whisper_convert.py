@@ -61,13 +61,12 @@ def test_packaged_weights_map_to_whisper_names():
 
 
 def test_features_match_faster_whisper():
-    import soundfile as sf
     from faster_whisper.feature_extractor import FeatureExtractor
 
     from as2d_whisper.features import encoder_input, log_mel
-    from test_whisper_target import SPEECH
+    from conftest import speech_audio
 
-    audio, _ = sf.read(SPEECH / "windows" / "jfk_en_w00.wav", dtype="float32")
+    audio = speech_audio("librivox_sense_en_w01")
     reference = FeatureExtractor()(audio)
     np.testing.assert_allclose(log_mel(audio), reference[:, :-1], atol=1e-5)
     np.testing.assert_allclose(log_mel(audio, keep_last_frame=True), reference, atol=1e-5)

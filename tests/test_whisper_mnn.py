@@ -22,22 +22,11 @@ from as2d_core.contracts import Request, Target, TargetSession
 from as2d_core.engine import DecodeOptions, run_request
 from as2d_core.paths import models_dir
 
-from conftest import SHARED_SPEECH as SPEECH
+from conftest import HAVE_SHARED, speech_audio
 
 MNN_INSTALL = "python -m as2d_whisper.convert --mnn whisper-base whisper-tiny.en"
-WINDOWS = ("jfk_en_w00", "pocketsphinx_en_w00", "fleurs_en_w02")
-
-
-def load_window(item_id: str) -> np.ndarray:
-    import soundfile as sf
-
-    for line in (SPEECH / "windows.jsonl").read_text().splitlines():
-        item = json.loads(line)
-        if item["id"] == item_id:
-            audio, sr = sf.read(SPEECH / item["path"], dtype="float32")
-            assert sr == 16_000
-            return audio.mean(axis=1) if audio.ndim > 1 else audio
-    raise KeyError(item_id)
+# two windows of the repository's speech set, and one of the shared set where it is present
+WINDOWS = ("librivox_sense_en_w01", "cmu_cards_en_w00") + (("fleurs_en_w02",) if HAVE_SHARED else ())
 
 
 def _mnn_part(kind: str):
@@ -68,13 +57,13 @@ def mnn_greedy(mnn_target):
     """Target-only greedy tokens on MNN per window, through the engine (the as2d reference)."""
     out = {}
     for item_id in WINDOWS:
-        request = Request(item_id, load_window(item_id), language="en")
+        request = Request(item_id, speech_audio(item_id), language="en")
         out[item_id] = run_request(request, mnn_target, None, "target-only", DecodeOptions()).tokens
     return out
 
 
 def test_protocols_and_device(mnn_target, mnn_source):
-    session = mnn_target.prepare(Request("p", load_window("pocketsphinx_en_w00"), language="en"), threads=1)
+    session = mnn_target.prepare(Request("p", speech_audio("cmu_cards_en_w00"), language="en"), threads=1)
     try:
         assert isinstance(mnn_target, Target) and isinstance(session, TargetSession)
         assert mnn_target.backend == "mnn" and session.eos_token == 50257
@@ -110,7 +99,7 @@ def test_plugin_factory_passes_backend(mnn_target):
 @pytest.mark.parametrize("budget", [1, 7])
 @pytest.mark.parametrize("item_id", WINDOWS)
 def test_as2d_equals_target_only_on_mnn(mnn_target, mnn_source, mnn_greedy, item_id, budget):
-    request = Request(item_id, load_window(item_id), language="en")
+    request = Request(item_id, speech_audio(item_id), language="en")
     result = run_request(request, mnn_target, mnn_source, "as2d", DecodeOptions(budget=budget))
     assert result.tokens == mnn_greedy[item_id], (
         f"{item_id} budget {budget}: as2d {mnn_target._model.decode_text(result.tokens)!r} vs target-only "
@@ -126,7 +115,7 @@ def test_as2d_with_drafter_process_on_mnn(mnn_target, mnn_greedy, source_backend
     source = build_source("whisper-tiny.en+process", backend=source_backend)
     try:
         for item_id in WINDOWS[:2]:
-            request = Request(item_id, load_window(item_id), language="en")
+            request = Request(item_id, speech_audio(item_id), language="en")
             result = run_request(request, mnn_target, source, "as2d", DecodeOptions())
             assert result.tokens == mnn_greedy[item_id] and result.producer_error is None
             assert result.published > 0
@@ -137,14 +126,14 @@ def test_as2d_with_drafter_process_on_mnn(mnn_target, mnn_greedy, source_backend
 def test_batched_verify_and_truncate_on_mnn(mnn_target):
     from test_whisper_target import check_batched_verify_and_truncate
 
-    check_batched_verify_and_truncate(mnn_target, load_window("jfk_en_w00"))
+    check_batched_verify_and_truncate(mnn_target, speech_audio("librivox_sense_en_w01"))
 
 
 def test_mnn_versus_onnxruntime_recorded(mnn_target, mnn_greedy, whisper_target, record_property):
     """Record (never assert) whether MNN's greedy tokens equal ONNX Runtime's."""
     report = {}
     for item_id in WINDOWS:
-        request = Request(item_id, load_window(item_id), language="en")
+        request = Request(item_id, speech_audio(item_id), language="en")
         ort_tokens = run_request(request, whisper_target, None, "target-only", DecodeOptions()).tokens
         ours = mnn_greedy[item_id]
         first_diff = next((i for i, (a, b) in enumerate(zip(ours, ort_tokens)) if a != b),
