@@ -7,7 +7,7 @@ import pytest
 
 from as2d_core.contracts import DraftJob, DraftPiece, Request, Source
 
-from test_whisper_target import load_item
+from conftest import speech_audio, speech_row
 
 
 @pytest.fixture(scope="module")
@@ -20,9 +20,9 @@ def words(text: str) -> list[str]:
 
 
 def test_drafter_transcribes_english(source):
-    audio, item = load_item("windows", "jfk_en_w00")
+    audio, item = speech_audio("librivox_sense_en_w01"), speech_row("librivox_sense_en_w01")
     assert isinstance(source, Source) and source.languages == frozenset({"en"})
-    job = source.prepare(Request("jfk", audio, language="en"), "en", threads=1)
+    job = source.prepare(Request("librivox", audio, language="en"), "en", threads=1)
     try:
         assert isinstance(job, DraftJob)
         pieces = list(job.pieces())
@@ -42,6 +42,6 @@ def test_drafter_transcribes_english(source):
 
 
 def test_drafter_refuses_other_languages(source):
-    audio, _ = load_item("windows", "jfk_en_w00")
+    audio = speech_audio("librivox_sense_en_w01")
     with pytest.raises(ValueError):
         source.prepare(Request("x", audio, language="de"), "de", threads=1)
