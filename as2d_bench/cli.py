@@ -20,13 +20,15 @@ from as2d_core.options import option_flags, options_from_params
 from .runner import METHODS
 
 DEFAULT_SOURCE = "whisper-tiny.en"
+# and the outside peers that the installed plugins ask to run by default
 DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
 
 
 @click.command("bench")
 @click.argument("manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--methods", default=DEFAULT_METHODS, show_default=True,
-              help=f"Comma-separated, from: {', '.join(METHODS)}. 'sd' runs sd-k5..sd-k8 and reports their mean.")
+@click.option("--methods", default=None, show_default=f"{DEFAULT_METHODS} and the plugins' default peers",
+              help=f"Comma-separated, from: {', '.join(METHODS)} and the outside peers the plugins offer "
+                   "(`as2d plugins list` shows them as peer:NAME). 'sd' runs sd-k5..sd-k8 and reports their mean.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--save-traces", is_flag=True, help="Write every window's operation trajectory to DIR/traces.jsonl.")
 @click.option("--target", "target_name", default="whisper-base", show_default=True)
@@ -62,6 +64,7 @@ def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, 
     """
     from .folder import ConfigMismatch
     from .machine import MixedMachines
+    from .peers import default_peers, peer_methods
     from .runner import expand_methods, plan_runs, read_manifest
     from .spec import BenchSpec
 
@@ -75,7 +78,9 @@ def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, 
             raise ValueError(f"--sources names a source twice: {', '.join(names)}")
         if ray_address is None and (workers or cpus_per_worker):
             raise ValueError("--workers and --cpus-per-worker need --ray")
-        chosen = expand_methods(methods.split(","))
+        if methods is None:
+            methods = ",".join([DEFAULT_METHODS, *default_peers()])
+        chosen = expand_methods(methods.split(","), peers=peer_methods())
         options = options_from_params(decode_options)
         windows = read_manifest(manifest)
         if languages:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from statistics import mean
 
@@ -43,15 +43,17 @@ import attrs
 from as2d_core.audio import load_audio
 from as2d_core.contracts import PrefixDrafting, Request
 from as2d_core.engine import DecodeOptions, DecodeResult, run_request
+from as2d_core.peers import Peer
 from .baselines import asp_policy, no_td_policy, sd_policy, serial_decode
 from .folder import ResultsFolder
 from .machine import bench_machine, check_one_kind
+from .peers import peer_row
 from .summary import LABEL_SEP, SD_PARTS, sd_suffixes, summarize
 from .summary import split_label  # noqa: F401  (kept importable from here, where it used to live)
 from .traces import build_trace
 
-PEERS = ("faster-whisper", "hf-assisted")
-METHODS = ("target-only", *SD_PARTS, "sd", "asp", "as2d", "as2d-prepared", "as2d-no-td", "as2d-no-bc", *PEERS)
+# The methods run here; outside peers (faster-whisper, ...) come from the plugins (see ``peers``).
+METHODS = ("target-only", *SD_PARTS, "sd", "asp", "as2d", "as2d-prepared", "as2d-no-td", "as2d-no-bc")
 NO_BC_THRESHOLD = 0.4
 NO_BC_CAP = 24
 SERIAL = (*SD_PARTS, "asp", "as2d-no-td")
@@ -113,12 +115,14 @@ def read_manifest(path: str | Path) -> list[Window]:
     return windows
 
 
-def expand_methods(names: Iterable[str]) -> list[str]:
-    """The methods to execute: ``sd`` means its four fixed widths; target-only always runs first."""
+def expand_methods(names: Iterable[str], peers: Iterable[str] = ()) -> list[str]:
+    """The methods to execute: ``sd`` means its four fixed widths; target-only always runs first.
+    ``peers``: the outside peers that may be named too (those the installed plugins offer)."""
     names = [n.strip() for n in names if n.strip()]
-    unknown = [n for n in names if n not in METHODS]
+    known = (*METHODS, *peers)
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise ValueError(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
+        raise ValueError(f"unknown methods {unknown}; choose from {', '.join(known)}")
     out = ["target-only"]
     for name in names:
         for m in (SD_PARTS if name == "sd" else (name,)):
@@ -218,10 +222,10 @@ def sd_mean_rows(window: Window, rows: list[dict]) -> list[dict]:
     return out
 
 
-def timed_peer(peer: Callable, window: Window, audio, reference) -> dict:
+def timed_peer(peer: Peer, window: Window, method: str, audio, reference) -> dict:
     """A peer's row, with its ``e2e_s`` (audio in memory and models loaded, to its final token) if it gave none."""
     start = time.perf_counter()
-    row = peer(window, audio, reference)
+    row = peer_row(window, method, peer, audio, reference)
     if not row.get("error"):
         row.setdefault("e2e_s", time.perf_counter() - start)
     return row
@@ -253,7 +257,7 @@ class Bench:
     methods: list[str]
     out_dir: Path
     save_traces: bool = False
-    peers: dict[str, Callable] = attrs.Factory(dict)  # method -> fn(window, audio, reference) -> row dict
+    peers: dict[str, Peer] = attrs.Factory(dict)  # method -> outside peer (see ``peers``)
     warmup: bool = True
     progress: bool = True
     fresh: bool = False
@@ -325,8 +329,8 @@ class Bench:
         method, label, source = run.method, run.label, run.source_name
         try:
             if method in self.peers:
-                return timed_peer(self.peers[method], window, audio, reference)
-            if method in PEERS:
+                return timed_peer(self.peers[method], window, method, audio, reference)
+            if method not in METHODS:
                 return error_row(window, label, "peer not configured for this run")
             if method in SERIAL and run.source is not None and not isinstance(run.source, PrefixDrafting):
                 return error_row(window, label, f"source {source} offers no prefix-conditioned session "

@@ -69,5 +69,12 @@ def register_detectors(register):
 
 
 @hookspec
+def register_peers(register):
+    """Register outside peers for ``as2d bench``: ``register(name, factory, **info)``;
+    ``factory(options) -> peers.Peer`` with options ``threads`` and ``models_dir``. Info ``default``
+    (bool, default False): whether ``as2d bench`` runs it when ``--methods`` is not given."""
+
+
+@hookspec
 def register_commands(cli):
     """Add extra click commands to the ``as2d`` command group."""

@@ -27,7 +27,7 @@ CORE_DISTRIBUTION = "as2d"
 
 @attrs.frozen
 class Part:
-    """One registered target, source, backend, bridge, model installer or speech detector."""
+    """One registered target, source, backend, bridge, model installer, speech detector or outside peer."""
 
     kind: str
     name: str
@@ -128,6 +128,7 @@ def load_registry(refresh: bool = False) -> Registry:
         "bridge": manager.hook.register_bridges,
         "model": manager.hook.register_models,
         "detector": manager.hook.register_detectors,
+        "peer": manager.hook.register_peers,
     }
     failed: dict[str, str] = {}
     for kind, hook in hooks.items():

@@ -73,12 +73,13 @@ def manifest(tmp_path):
 
 
 class _Peer:
-    def __call__(self, window, audio, reference):
+    def __call__(self, audio, language):
         raise RuntimeError("peer model missing")
 
 
 def test_bench_run_on_tiny_lm(tmp_path, manifest):
-    methods = expand_methods(["sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc", "faster-whisper"])
+    methods = expand_methods(["sd", "asp", "as2d", "as2d-no-td", "as2d-no-bc", "faster-whisper"],
+                             peers=["faster-whisper"])
     out = tmp_path / "out"
     source = PrefixSource(tokens=[3, 4, 5, 6], every=4, positional=True)
     bench = Bench(MODEL, source, DecodeOptions(), methods, out, save_traces=True,

@@ -41,7 +41,7 @@ def faster_whisper_base(tmp_path_factory):
     """faster-whisper on a CTranslate2 folder assembled from the same PyPI packages."""
     from faster_whisper import WhisperModel
 
-    from as2d_bench.peers import build_ct2_folder
+    from as2d_whisper.peers import build_ct2_folder
 
     folder = build_ct2_folder(tmp_path_factory.mktemp("ct2"))
     return WhisperModel(str(folder), device="cpu", compute_type="float32", cpu_threads=2)

