@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from .paths import absent_files
 from .paths import models_dir as default_models_dir
 from .plugins import Registry, load_registry
 
@@ -118,10 +119,7 @@ def missing_files(entry: Entry, models_dir: Path | None = None,
     if not folder_name:
         return None, []
     folder = Path(models_dir or default_models_dir()) / folder_name
-    # A file may have stand-ins: a sharded checkpoint has model.safetensors.index.json instead of model.safetensors.
-    alternatives = entry.info.get("file_alternatives") or {}
-    return folder, [f for f in required_files(entry, backend)
-                    if not any((folder / name).is_file() for name in (f, *alternatives.get(f, ())))]
+    return folder, absent_files(folder, required_files(entry, backend), entry.info.get("file_alternatives"))
 
 
 def ready_backends(entry: Entry, models_dir: Path | None = None) -> list[str]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 ENV_MODELS_DIR = "AS2D_MODELS_DIR"
@@ -13,8 +13,28 @@ def models_dir() -> Path:
     return Path(value).expanduser() if value else Path.home() / ".local" / "share" / "as2d" / "models"
 
 
-def check_folder(folder: Path, required: Sequence[str], layout: str, what: str) -> None:
-    """Raise an error naming every missing file and the layout the folder must have (not the runtime's own error)."""
-    missing = [name for name in required if not (folder / name).is_file()]
+class ModelFilesMissing(FileNotFoundError):
+    """A model folder is absent or incomplete; the message names the files and the expected layout."""
+
+
+def absent_files(folder: Path, required: Sequence[str], alternatives: Mapping[str, Sequence[str]] | None = None
+                 ) -> list[str]:
+    """The ``required`` files not in ``folder``; a file may have stand-ins (``alternatives``), as a sharded
+    checkpoint has model.safetensors.index.json instead of model.safetensors."""
+    alternatives = alternatives or {}
+    return [name for name in required
+            if not any((folder / f).is_file() for f in (name, *alternatives.get(name, ())))]
+
+
+def check_folder(folder: str | Path, required: Sequence[str], layout: str, what: str = "", hint: str = "") -> Path:
+    """The folder, or an error naming every missing file and the layout it must have (never the runtime's own
+    error, which would not say how to fix it). ``what`` names the model, ``hint`` the command that makes it."""
+    folder = Path(folder).expanduser()
+    name = f"{what} model folder" if what else "model folder"
+    tail = f"; expected layout: {layout}" + (f"; {hint}" if hint else "")
+    if not folder.is_dir():
+        raise ModelFilesMissing(f"{name} {folder} does not exist{tail}")
+    missing = absent_files(folder, required)
     if missing:
-        raise FileNotFoundError(f"{what} model folder {folder} lacks {', '.join(missing)}; expected layout: {layout}")
+        raise ModelFilesMissing(f"{name} {folder} lacks {', '.join(missing)}{tail}")
+    return folder

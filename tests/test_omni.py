@@ -251,7 +251,7 @@ def test_missing_mnn_files_are_named(tmp_path):
     (folder / "config.json").write_text("{}")
     with pytest.raises(ModelFilesMissing, match=r"lacks llm_config.json, llm.mnn, llm.mnn.weight, tokenizer.mtok, audio.mnn"):
         _target({"models_dir": tmp_path})
-    with pytest.raises(ModelFilesMissing, match="does not exist; expected a folder exported by MNN's llmexport"):
+    with pytest.raises(ModelFilesMissing, match="does not exist; expected layout: a folder exported by MNN's llmexport"):
         _target({"models_dir": tmp_path / "nowhere"})
 
 
@@ -264,7 +264,7 @@ def test_missing_torch_files_are_named(tmp_path):
     (folder / "config.json").write_text("{}")
     options = {"models_dir": tmp_path, "backend": "torch"}
     with pytest.raises(ModelFilesMissing, match=r"lacks model.safetensors, tokenizer.json, tokenizer_config.json, "
-                                                r"preprocessor_config.json, chat_template.json; expected the Hugging "
+                                                r"preprocessor_config.json, chat_template.json; expected layout: the Hugging "
                                                 r"Face checkpoint folder of Qwen/Qwen2.5-Omni-7B"):
         _target(options)
     shards = {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}
@@ -272,7 +272,7 @@ def test_missing_torch_files_are_named(tmp_path):
     (folder / "model-00001-of-00002.safetensors").write_text("")
     with pytest.raises(ModelFilesMissing, match=r"lacks model-00002-of-00002.safetensors, tokenizer.json"):
         _target(options)
-    with pytest.raises(ModelFilesMissing, match="does not exist; expected the Hugging Face checkpoint folder"):
+    with pytest.raises(ModelFilesMissing, match="does not exist; expected layout: the Hugging Face checkpoint folder"):
         _target({"models_dir": tmp_path / "nowhere", "backend": "torch"})
     with pytest.raises(ValueError, match="unknown backend 'onnx'"):
         _target({"models_dir": tmp_path, "backend": "onnx"})

@@ -116,7 +116,7 @@ def test_missing_files_are_named(tmp_path):
 
     (tmp_path / "qwen3-asr-1.7b").mkdir()
     (tmp_path / "qwen3-asr-1.7b" / "config.json").write_text("{}")
-    with pytest.raises(ModelFilesMissing, match="lacks model.safetensors, tokenizer.json.*expected the Hugging Face"):
+    with pytest.raises(ModelFilesMissing, match="lacks model.safetensors, tokenizer.json.*expected layout: the Hugging Face"):
         _target({"models_dir": tmp_path})
 
 

@@ -28,6 +28,9 @@ def source(folder):
 
 def test_missing_folder_names_files_and_layout(tmp_path):
     factory = load_registry().get("source", "sensevoice-small").factory
+    with pytest.raises(FileNotFoundError, match=r"sensevoice-small does not exist; expected layout: .*model\.onnx"):
+        factory({"models_dir": tmp_path})
+    (tmp_path / "sensevoice-small").mkdir()
     with pytest.raises(FileNotFoundError, match=r"lacks model\.onnx, config\.yaml, am\.mvn, .*expected layout"):
         factory({"models_dir": tmp_path})
 

@@ -15,22 +15,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from as2d_core.contracts import DraftPiece, Request
-
-
-class ModelFilesMissing(FileNotFoundError):
-    """A model folder is absent or incomplete; the message names the files and the expected layout."""
-
-
-def check_folder(folder: str | Path, required: Sequence[str], layout: str) -> Path:
-    """Fail with the missing file names and the expected layout rather than a runtime's own error."""
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        raise ModelFilesMissing(f"model folder {folder} does not exist; expected {layout} with {', '.join(required)}")
-    missing = [name for name in required if not (folder / name).is_file()]
-    if missing:
-        raise ModelFilesMissing(
-            f"model folder {folder} lacks {', '.join(missing)}; expected {layout} with {', '.join(required)}")
-    return folder
+from as2d_core.paths import ModelFilesMissing, check_folder  # noqa: F401  (the plugins' one folder check)
 
 
 class LMState(Protocol):

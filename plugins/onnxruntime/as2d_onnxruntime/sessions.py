@@ -1,7 +1,10 @@
-"""ONNX Runtime sessions for plugins that run a graph of their own (Parakeet, SenseVoice).
+"""ONNX Runtime sessions for every plugin that runs an ONNX graph (Whisper, Parakeet, SenseVoice).
 
-A session is built per thread count, once: building one costs more than running
-a chunk. ``auto`` asks for NNAPI only where this build really has it.
+A session is built per thread count, once: building one costs more than running a decoder step or
+a chunk, and a session's threads change mid-request. ``auto`` asks for NNAPI only where this build
+really has it. One rule for all: sessions run sequentially and their idle workers never spin, because
+as2d runs a target and a drafter at once on a few cores, and a spinning worker (ONNX Runtime's
+default) eats the core the other model is computing on.
 """
 from __future__ import annotations
 
@@ -23,6 +26,9 @@ def ort_session(path: Path, device: str, threads: int):
     options = ort.SessionOptions()
     options.intra_op_num_threads = max(1, threads)
     options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     session = ort.InferenceSession(str(path), options, providers=providers_for(device))
     return session, f"running on {session.get_providers()[0]}{note}"
 
@@ -37,6 +43,7 @@ class OrtSessions:
 
     def get(self, threads: int):
         """(session, note on the provider that really runs it) for ``threads``."""
+        threads = max(1, int(threads))
         with self._lock:
             if threads not in self._sessions:
                 self._sessions[threads] = ort_session(self.path, self.device, threads)
@@ -44,4 +51,7 @@ class OrtSessions:
 
     @property
     def device_in_use(self) -> list[str]:
-        return self.get(1)[0].get_providers()
+        """The providers a session really runs on (one already built, else one built for this)."""
+        with self._lock:
+            built = next(iter(self._sessions.values()), None)
+        return (built or self.get(1))[0].get_providers()

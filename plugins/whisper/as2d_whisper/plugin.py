@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from as2d_core.hookspecs import hookimpl
+from as2d_core.paths import absent_files
 
 REQUIRED_FILES = ("encoder.onnx", "decoder.onnx", "tokenizer.json", "model.json")
 CT2_REQUIRED_FILES = ("model.bin", "config.json", "vocabulary.txt", "tokenizer.json", "model.json")
@@ -172,7 +173,7 @@ def _installer(name: str):
         so the model runs with ``backend="mnn"``; an installed folder only gains the missing MNN files.
         """
         out = Path(models_dir) / name
-        if not force and all((out / f).is_file() for f in REQUIRED_FILES):
+        if not force and not absent_files(out, REQUIRED_FILES):
             _convert_mnn_if_possible(out, force=False)
             return out
         _install_packages(name)
@@ -196,7 +197,7 @@ def _convert_mnn_if_possible(out: Path, force: bool) -> None:
         return
     from .convert import convert_mnn, mnn_files
 
-    if force or not all((out / f).is_file() for f in mnn_files(out)):
+    if force or absent_files(out, mnn_files(out)):
         convert_mnn(out)
 
 

@@ -22,7 +22,10 @@ import numpy as np
 import onnxruntime as ort
 
 from as2d_core.contracts import DraftPiece, Request
+from as2d_core.paths import ModelFilesMissing, absent_files, check_folder
 from as2d_core.paths import models_dir as default_models_dir
+from as2d_onnxruntime import providers_for
+from as2d_onnxruntime.sessions import OrtSessions
 
 from .features import encoder_input
 
@@ -31,49 +34,26 @@ INSTALL_HINT = "run `as2d models install whisper-base whisper-tiny.en`"
 MNN_INSTALL_HINT = ("run `python -m as2d_whisper.convert --mnn whisper-base whisper-tiny.en` (converts the installed "
                     "ONNX models; `as2d models install` does it too when MNN is installed)")
 BACKENDS = ("onnxruntime", "mnn")
-
-
-class ModelFilesMissing(FileNotFoundError):
-    """A converted model folder is absent or incomplete."""
-
-
-def _providers(device: str) -> list[str]:
-    """The ORT providers for a device; the ONNX Runtime backend plugin refuses rather than silently fall back."""
-    from as2d_onnxruntime import providers_for
-
-    return providers_for(device)
+LAYOUT = "a Whisper folder converted by as2d: model.json, tokenizer.json, the encoder and decoder graphs"
 
 
 class _OrtExecutor:
-    """ONNX Runtime: sessions cached per (graph, thread count).
-
-    Building a session costs far more than a decoder call, and use_threads
-    switches between them mid-request.
-    """
+    """ONNX Runtime: each graph's sessions (one per thread count) from the ONNX Runtime backend plugin,
+    which sets the one rule all as2d sessions share (see ``as2d_onnxruntime.sessions``)."""
 
     name = "onnxruntime"
     suffix = ".onnx"
 
     def __init__(self, model_dir: Path, device: str):
-        self.dir = model_dir
-        self.providers = _providers(device)
-        self._sessions: dict[tuple[str, int], ort.InferenceSession] = {}
+        self.dir, self.device = model_dir, device
+        self.providers = providers_for(device)  # refuses at once a device this build lacks
+        self._graphs: dict[str, OrtSessions] = {}
         self._lock = threading.Lock()
 
     def session(self, file: str, threads: int) -> ort.InferenceSession:
-        threads = max(1, int(threads))
-        key = (file, threads)
         with self._lock:
-            if key not in self._sessions:
-                opts = ort.SessionOptions()
-                opts.intra_op_num_threads = threads
-                opts.inter_op_num_threads = 1
-                opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-                # Idle ORT workers spin by default and would eat the core the other model runs on.
-                opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
-                self._sessions[key] = ort.InferenceSession(str(self.dir / file), opts, providers=self.providers)
-            return self._sessions[key]
+            graph = self._graphs.setdefault(file, OrtSessions(self.dir / file, self.device))
+        return graph.get(threads)[0]
 
     def preload(self, files: Sequence[str], threads: int) -> None:
         for file in files:
@@ -83,8 +63,8 @@ class _OrtExecutor:
     def devices(self) -> list[str]:
         """Providers the ORT sessions report (what really runs, not what was asked)."""
         with self._lock:
-            sessions = list(self._sessions.values())
-        return sessions[0].get_providers() if sessions else list(self.providers)
+            graphs = list(self._graphs.values())
+        return graphs[0].device_in_use if graphs else list(self.providers)
 
     def encode(self, file: str, mel: np.ndarray, threads: int) -> np.ndarray:
         return self.session(file, threads).run(["cross_kv"], {"mel": mel})[0]
@@ -133,10 +113,7 @@ def read_model_folder(model_dir: str | Path, files: Sequence[str], hint: str = I
     """``(folder, model.json, tokenizer)`` of a converted model folder holding ``files``; a clear error if not."""
     from tokenizers import Tokenizer
 
-    folder = Path(model_dir).expanduser()
-    missing = [f for f in ["model.json", "tokenizer.json", *files] if not (folder / f).is_file()]
-    if missing:
-        raise ModelFilesMissing(f"model folder {folder} lacks {', '.join(missing)}; {hint}")
+    folder = check_folder(model_dir, ["model.json", "tokenizer.json", *files], LAYOUT, "Whisper", hint)
     meta = json.loads((folder / "model.json").read_text())
     if meta.get("format_version") != FORMAT_VERSION:
         raise ModelFilesMissing(
@@ -172,7 +149,7 @@ class _Model(TokenizerText):
         self.encoder_file, self.decoder_file = "encoder" + suffix, decoder + suffix
         hint = install_hint
         model_dir = Path(model_dir).expanduser()
-        if backend == "mnn" and all((model_dir / f).is_file() for f in ("model.json", "tokenizer.json")):
+        if backend == "mnn" and not absent_files(model_dir, ("model.json", "tokenizer.json")):
             hint = MNN_INSTALL_HINT
         self.dir, self.meta, self.tokenizer = read_model_folder(model_dir, [self.encoder_file, self.decoder_file], hint)
         self.backend = backend
