@@ -243,7 +243,7 @@ def test_drafter_is_useful_and_wrong_sometimes(parts):
 
 
 def test_missing_mnn_files_are_named(tmp_path):
-    from as2d_mnn.lm import ModelFilesMissing
+    from as2d_core.paths import ModelFilesMissing
     from as2d_omni.plugin import _target
 
     folder = tmp_path / "qwen2.5-omni-7b"
@@ -256,7 +256,7 @@ def test_missing_mnn_files_are_named(tmp_path):
 
 
 def test_missing_torch_files_are_named(tmp_path):
-    from as2d_mnn.lm import ModelFilesMissing
+    from as2d_core.paths import ModelFilesMissing
     from as2d_omni.plugin import _target
 
     folder = tmp_path / "qwen2.5-omni-7b"
