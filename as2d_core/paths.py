@@ -31,10 +31,11 @@ def check_folder(folder: str | Path, required: Sequence[str], layout: str, what:
     error, which would not say how to fix it). ``what`` names the model, ``hint`` the command that makes it."""
     folder = Path(folder).expanduser()
     name = f"{what} model folder" if what else "model folder"
-    tail = f"; expected layout: {layout}" + (f"; {hint}" if hint else "")
+    fix = f"; {hint}" if hint else ""
     if not folder.is_dir():
-        raise ModelFilesMissing(f"{name} {folder} does not exist{tail}")
+        raise ModelFilesMissing(
+            f"{name} {folder} does not exist; expected layout: {layout}; files: {', '.join(required)}{fix}")
     missing = absent_files(folder, required)
     if missing:
-        raise ModelFilesMissing(f"{name} {folder} lacks {', '.join(missing)}{tail}")
+        raise ModelFilesMissing(f"{name} {folder} lacks {', '.join(missing)}; expected layout: {layout}{fix}")
     return folder
