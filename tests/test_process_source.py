@@ -144,13 +144,13 @@ def test_factory_failure_is_reported():
 def test_registered_source_by_suffix(whisper_target):
     """``NAME+process`` through the command's builder: the real Whisper drafter in a child, exact on real speech."""
     from as2d_core.build import build_source
-    from test_whisper_mnn import load_window
+    from conftest import speech_audio
 
     source = build_source("whisper-tiny.en+process")
     try:
         assert source.name == "whisper-tiny.en+process" and source.languages == frozenset({"en"})
-        for item_id in ("jfk_en_w00", "fleurs_en_w02"):
-            request = Request(item_id, load_window(item_id), language="en")
+        for item_id in ("librivox_sense_en_w01", "cmu_cards_en_w00"):  # the repository's speech set
+            request = Request(item_id, speech_audio(item_id), language="en")
             ref = run_request(request, whisper_target, None, "target-only")
             for start in ("arrival", PREPARED):  # the shared target reuses the audio K/V: no encoder to draft beside
                 result = run_request(request, whisper_target, source, "as2d", DecodeOptions(start=start))
