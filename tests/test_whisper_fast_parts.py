@@ -6,7 +6,6 @@ start's clip in the repository, and the shared windows (skipped when ../shared i
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,9 @@ import pytest
 from as2d_core import DecodeOptions, Request, load_audio, run_request
 from as2d_core.contracts import DraftJob, DraftPiece, Source, Target
 from as2d_core.engine import greedy_reference
-from conftest import SHARED_SPEECH
+from conftest import needs_shared, speech_audio
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
-needs_shared = pytest.mark.skipif(not (SHARED_SPEECH / "windows.jsonl").is_file(),
-                                  reason=f"the shared speech set is absent ({SHARED_SPEECH})")
 # English windows of three corpora and one window the English drafter does not serve.
 WINDOWS = ("jfk_en_w00", "fleurs_en_w01", "librispeech_en_w00", "ljspeech_en_w00", "fleurs_de_w00")
 
@@ -28,11 +25,7 @@ def _example_request() -> Request:
 
 
 def _window(item_id: str) -> Request:
-    for line in (SHARED_SPEECH / "windows.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if row["id"] == item_id:
-            return Request(item_id, load_audio(SHARED_SPEECH / row["path"]))
-    raise KeyError(item_id)
+    return Request(item_id, speech_audio(item_id))
 
 
 def _draft(source, request: Request) -> tuple[list[DraftPiece], DraftJob]:
