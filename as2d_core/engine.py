@@ -453,9 +453,13 @@ def run_request(
         producer = Producer(None, None, buffer, options.publication_size, events,
                             start_job=lambda: source.prepare(request, early, options.drafter_threads))
         producer.start()
-    # The target prepares beside a running drafter on its shared threads, alone on all of them.
+    # The target encodes and prefills on all its threads even beside a drafter that started at arrival:
+    # measured on 2 cores, the oversubscribed encoder finishes sooner than on one thread of its own
+    # (BENCHMARKS.md section 6). It decodes on its shared threads until the drafter is done.
     try:
-        session = target.prepare(request, options.shared_target_threads if producer else options.target_threads)
+        session = target.prepare(request, options.target_threads)
+        if producer is not None and not buffer.snapshot().closed:
+            session.use_threads(options.shared_target_threads)
     except BaseException:
         if producer is not None:  # the request fails (bad audio, unknown language): so do its drafts
             producer.stop_requested.set()
