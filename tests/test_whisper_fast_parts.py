@@ -41,7 +41,11 @@ def _draft(source, request: Request) -> tuple[list[DraftPiece], DraftJob]:
 
 def test_ct2_pieces_are_its_greedy_tokens(whisper_ct2_source, whisper_source):
     """An early piece of first_call_tokens, then the rest; the same tokens as the ONNX Runtime int8 drafter here."""
-    source = whisper_ct2_source
+    from as2d_whisper.ct2_drafter import Ct2WhisperSource
+
+    registered = whisper_ct2_source  # registered defaults: encoder on the audio + 6 s, one call
+    assert registered.first_call_tokens == 0 and registered.audio_margin_s == 6.0
+    source = Ct2WhisperSource(registered.dir, first_call_tokens=8)  # padded 30 s as the ONNX drafter
     assert isinstance(source, Source) and source.languages == frozenset({"en"})
     assert source.vocabulary == whisper_source.vocabulary and source.eos_token == whisper_source.eos_token
     pieces, job = _draft(source, _example_request())
@@ -61,7 +65,7 @@ def test_ct2_single_call_gives_the_same_tokens(whisper_ct2_source):
 
     whole = Ct2WhisperSource(whisper_ct2_source.dir, first_call_tokens=0)
     pieces, job = _draft(whole, _example_request())
-    staged, _ = _draft(whisper_ct2_source, _example_request())
+    staged, _ = _draft(Ct2WhisperSource(whisper_ct2_source.dir, first_call_tokens=8), _example_request())
     assert len(pieces) == 1 and job.ended_with_eos
     assert list(pieces[0].tokens) == [t for p in staged for t in p.tokens]
 
