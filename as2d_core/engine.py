@@ -35,7 +35,7 @@ class DecodeResult:
     tokens: list[int]
     text: str
     decode_s: float  # post-prefill clock (Appendix A.3)
-    prepare_s: float  # both models' audio state and prompt, before the request
+    prepare_s: float  # arrival to the decode clock: the target's audio encoding and prefill (and, prepared, the drafter's)
     source: str | None = None
     budget: int | None = None
     start: str | None = None  # when the drafter started: arrival | prepared
