@@ -188,7 +188,7 @@ class Worker:
         if ask.check:
             reference = run_request(request, target, None, "target-only", options).tokens
             result.exact = result.tokens == reference
-        return Transcription(result, ask.duration_s, fault=fault if method == "as2d" else None,
+        return Transcription(result, ask.duration_s, fault=fault if result.source else None,  # None: drafter never ran
                              drafter_rebuilt=rebuilt, reference_tokens=reference)
 
 
