@@ -81,7 +81,7 @@ class _CancellableTarget:
 
     def __init__(self, target, cancel: Cancel):
         self._target, self._cancel = target, cancel
-        self.name, self.vocabulary = target.name, target.vocabulary
+        self.name, self.vocabulary, self.device_in_use = target.name, target.vocabulary, target.device_in_use
 
     def prepare(self, request: Request, threads: int):
         self._cancel.check()
