@@ -25,8 +25,8 @@ API_KEY_ENV = "AS2D_API_KEY"
               help="Default drafter; NAME+process runs it in its own process.")
 @click.option("--method", type=click.Choice(METHODS), default="as2d", show_default=True)
 @click.option("--budget", type=int, default=7, show_default=True)
-@click.option("--decodes", type=int, default=1, show_default=True,
-              help="Transcriptions at a time (each with its own copy of the models); one per two cores.")
+@click.option("--decodes", type=int, default=None,
+              help="Transcriptions at a time, each with its own copy of the models [default: one per two cores].")
 @click.option("--queue-size", type=int, default=8, show_default=True, help="Requests that may wait; more get 429.")
 @click.option("--max-upload-mb", type=float, default=25.0, show_default=True, help="Larger uploads get 413.")
 @click.option("--deadline", "deadline_s", type=float, default=120.0, show_default=True,
@@ -47,6 +47,7 @@ def serve(config_path, host, port, target_name, source_name, method, budget, dec
     from .app import Limits, create_app
     from .service import ServeSettings, TranscriptionService
 
+    decodes = decodes if decodes is not None else max(1, (os.cpu_count() or 2) // 2)
     for name, value in (("--decodes", decodes), ("--fault-every", fault_every), ("--queue-size", queue_size + 1)):
         if value < 1:
             _fail(f"{name} must be at least {1 if name != '--queue-size' else 0}")

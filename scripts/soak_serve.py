@@ -15,7 +15,7 @@ Phase 2 (a fresh server without faults): throughput and p50/p95 latency with
     python scripts/split_manifest.py ../shared/data/speech/windows.jsonl bench-out/dev.jsonl bench-out/test.jsonl
     python scripts/soak_serve.py bench-out/dev.jsonl --requests 1000 --out bench-out/soak.json
 
-Needs ``psutil`` (benchmark extra) to read the server's memory, threads and files.
+Needs ``psutil`` (the bench extra) to read the server's memory, threads and files.
 Exit status 1 when any check fails.
 """
 from __future__ import annotations
