@@ -185,6 +185,9 @@ def test_bad_input_matrix_answers_4xx_and_the_next_request_is_served(server, spe
         assert response.status_code == status, (name, response.text)
         assert message in response.json()["error"]["message"], name
         assert server.health()["status"] == "ok", name
+    chunked = httpx.post(server.url + "/v1/audio/transcriptions", content=(b"\0" * 65536 for _ in range(40)),
+                         headers={"Content-Type": "multipart/form-data; boundary=x"}, timeout=WAIT_S)
+    assert chunked.status_code == 413  # no length declared: counted as it arrives
     # a server path in place of an upload is just a missing upload: nothing on disk is read
     by_path = httpx.post(server.url + "/v1/audio/transcriptions", data={"file": "/etc/passwd"}, timeout=WAIT_S)
     assert by_path.status_code == 400 and "multipart field 'file'" in by_path.json()["error"]["message"]
