@@ -201,7 +201,10 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
         if not authorized(request):
             metrics.requests.labels("401").inc()
             return unauthorized()
-        response = await _transcribe(request)
+        try:
+            response = await _transcribe(request)
+        except Exception as exc:  # a server fault, not the request's: answered, counted, and the server goes on
+            response = error(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error")
         metrics.requests.labels(str(response.status_code)).inc()
         return response
 

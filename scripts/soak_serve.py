@@ -23,9 +23,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import socket
-import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -36,60 +33,24 @@ import numpy as np
 import psutil
 import soundfile
 
-FAULTS = ("raise", "stall", "slow", "garbage-in", "garbage-out", "flood")
-ENDPOINT = "/v1/audio/transcriptions"
+from as2d_core.faults import FAULTS
+from as2d_serve.launch import ServerProcess
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Server(ServerProcess):
+    """The server under soak, with its process's memory, threads and files at hand."""
 
-
-class Server:
-    """``as2d serve`` as a child process; stopped on exit."""
-
-    def __init__(self, args: list[str], start_timeout_s: float = 600):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen([sys.executable, "-m", "as2d_core.cli", "serve", "--port", str(self.port),
-                                         *args], stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + start_timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise SystemExit(f"as2d serve exited with {self.process.returncode}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    self.ps = psutil.Process(self.process.pid)
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        self.stop()
-        raise SystemExit("as2d serve did not start in time")
+    def __init__(self, args: list[str]):
+        super().__init__(*args, start_timeout_s=600)
+        self.ps = psutil.Process(self.process.pid)
 
     def usage(self) -> dict:
         return {"rss": self.ps.memory_info().rss, "threads": self.ps.num_threads(), "files": len(self.ps.open_files()),
                 "fds": self.ps.num_fds()}
 
     def idle(self, timeout_s: float) -> None:
-        """Wait until no request is running or waiting (a stalled drafter may still be ending its stall)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            state = httpx.get(self.url + "/health", timeout=10).json()
-            if state["active"] == 0 and state["waiting"] == 0:
-                return
-            time.sleep(0.2)
-
-    def post(self, data: bytes, **fields) -> httpx.Response:
-        return httpx.post(self.url + ENDPOINT, files={"file": ("window.wav", data, "audio/wav")},
-                          data={k: str(v) for k, v in fields.items()}, timeout=600)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        """Wait until no request is running or waiting."""
+        self.wait_for(lambda state: state["active"] == 0 and state["waiting"] == 0, timeout_s)
 
 
 def wav_bytes(samples: np.ndarray, subtype: str = "PCM_16") -> bytes:

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -22,6 +21,7 @@ import pytest
 import soundfile
 
 from as2d_core.faults import FAULTS
+from as2d_serve.launch import ServerFailed, ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "ljspeech_en_w00.wav"
@@ -49,60 +49,23 @@ def clips(speech):
     return {"a": _wav(speech[: 4 * 16_000]), "b": _wav(speech[4 * 16_000: 8 * 16_000]), "long": _wav(long)}
 
 
-class Server:
+class Server(ServerProcess):
+    """A server whose log is kept for a failure message, and whose waits fail the test."""
+
     def __init__(self, *args: str, env: dict | None = None):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = io.StringIO()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "as2d_core.cli", "serve", "--port", str(self.port), *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
-        threading.Thread(target=lambda: self.log.write(self.process.stderr.read()), daemon=True).start()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                time.sleep(0.5)
-                pytest.fail(f"as2d serve exited with {self.process.returncode}: {self.log.getvalue()[-2000:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        self.stop()
-        pytest.fail("as2d serve did not answer /health in time")
-
-    def stop(self):
-        self.process.terminate()
+        self.log = tempfile.TemporaryFile(mode="w+")
         try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            super().__init__(*args, env=env, cwd=ROOT, start_timeout_s=START_TIMEOUT_S, stderr=self.log,
+                             request_timeout_s=WAIT_S)
+        except ServerFailed as exc:
+            self.log.seek(0)
+            pytest.fail(f"{exc}: {self.log.read()[-2000:]}")
 
-    def post(self, data: bytes, headers: dict | None = None, **fields) -> httpx.Response:
-        return httpx.post(self.url + "/v1/audio/transcriptions", files={"file": ("clip.wav", data, "audio/wav")},
-                          data={k: str(v) for k, v in fields.items()}, headers=headers, timeout=WAIT_S)
-
-    def health(self, headers: dict | None = None) -> dict:
-        response = httpx.get(self.url + "/health", timeout=10, headers=headers)
-        assert response.status_code == 200
-        return response.json()
-
-    def metric(self, name: str, headers: dict | None = None) -> float:
-        text = httpx.get(self.url + "/metrics", timeout=10, headers=headers).text
-        found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
-        return float(found.group(1)) if found else 0.0
-
-    def wait_for(self, condition, what: str, headers: dict | None = None) -> dict:
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
-            state = self.health(headers)
-            if condition(state):
-                return state
-            time.sleep(0.02)
-        pytest.fail(f"the server never reached: {what}")
+    def wait_for(self, condition, what: str) -> dict:
+        state = super().wait_for(condition, WAIT_S)
+        if state is None:
+            pytest.fail(f"the server never reached: {what}")
+        return state
 
 
 @pytest.fixture(scope="module")
