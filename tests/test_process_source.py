@@ -182,6 +182,6 @@ def test_a_silent_child_never_leaves_its_parent_waiting(tiny_request):
         job.close()
         result = run_request(request, MODEL, source, "as2d", DecodeOptions(publication_size=1))
         assert source._child.process is not first and not first.is_alive()  # the stalled child was replaced
-        assert result.tokens == ref and "stalled" in result.producer_error  # the new one stalls too: drafts end
+        assert result.tokens == ref  # the new child stalls too: its drafts end, the answer does not change
     finally:
         source.close()
