@@ -95,6 +95,14 @@ class DecodeResult:
         return out
 
 
+def _merged(pieces: list[DraftPiece]) -> DraftPiece:
+    """Consecutive pieces as one (their tokens, confidences and audio span in order)."""
+    confidences = None if any(p.confidences is None for p in pieces) else tuple(c for p in pieces for c in p.confidences)
+    spans = [p.span_s for p in pieces if p.span_s is not None]
+    return DraftPiece(tokens=tuple(t for p in pieces for t in p.tokens), confidences=confidences,
+                      boundary=any(p.boundary for p in pieces), span_s=(spans[0][0], spans[-1][1]) if spans else None)
+
+
 class Producer(threading.Thread):
     """Runs one drafter over one request and publishes batches; never reads target state.
 
@@ -140,8 +148,8 @@ class Producer(threading.Thread):
             self.bridge = bridge
             held, self._held = self._held, []
             try:
-                for piece in held:
-                    self._bridge_and_publish(piece, time.perf_counter())
+                if held:  # one bridge call for the whole backlog: a flooding drafter must not cost the target per piece
+                    self._bridge_and_publish(_merged(held), time.perf_counter())
                 if self._ended is not None:
                     self._finish(self._ended)
             except Exception as exc:  # the drafter failed or was stopped meanwhile: drafts end, the target goes on

@@ -304,16 +304,15 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
         data = await upload.read()
         samples = await run_in_threadpool(decode_upload, data)
         ask = Ask(samples, language=language, method=method, source=source, budget=budget, check=check)
-        service.check_duration(ask)
         return ask, response_format
 
     def _render(outcome, response_format: str) -> Response:
         if response_format == "json":
-            return JSONResponse({"text": outcome.result.text})
+            return JSONResponse({"text": outcome.transcript.text})
         if response_format == "verbose_json":
             return JSONResponse(verbose_json(outcome))
         if response_format == "text":
-            return PlainTextResponse(outcome.result.text)
+            return PlainTextResponse(outcome.transcript.text)
         return PlainTextResponse(subtitles(outcome, response_format),
                                  media_type="text/vtt" if response_format == "vtt" else "text/plain")
 

@@ -1,59 +1,57 @@
 """The OpenAI response formats (json, text, verbose_json, srt, vtt) of one transcription.
 
-Whisper decodes here without timestamps, so a response is one segment that
-spans the whole upload; subtitles get one cue, and ``verbose_json`` says so
-through its single segment rather than inventing times.
+Whisper decodes here without timestamps, so a segment is one window of the
+core's ``Pipeline`` (at most 30 s, cut at pauses), with the window's times.
 """
 from __future__ import annotations
+
+from as2d_core.subtitles import to_srt, to_vtt
 
 from .service import Transcription
 
 FORMATS = ("json", "text", "verbose_json", "srt", "vtt")
 
 
-def _clock(seconds: float, separator: str) -> str:
-    millis = int(round(seconds * 1000))
-    hours, millis = divmod(millis, 3_600_000)
-    minutes, millis = divmod(millis, 60_000)
-    secs, millis = divmod(millis, 1000)
-    return f"{hours:02d}:{minutes:02d}:{secs:02d}{separator}{millis:03d}"
-
-
 def as2d_fields(t: Transcription) -> dict:
     """as2d's own account of the request: how it was decoded, what the drafter did, where the time went."""
-    r = t.result
+    results = t.results
+    first = results[0] if results else None
+    totals = t.transcript.totals()
     out = {
-        "method": r.method,
-        "source": r.source,
-        "budget": r.budget,
-        "proposed": r.proposed,
-        "accepted": r.accepted,
-        "acceptance": r.accepted / r.proposed if r.proposed else None,
-        "verify_calls": r.verify_calls,
-        "target_only_steps": r.target_only_steps,
-        "tokens": r.tokens,
-        "timings": {"prepare_s": r.prepare_s, "decode_s": r.decode_s, "drain_s": r.drain_s,
-                    "e2e_s": r.e2e_s, "queued_s": t.queued_s, "total_s": t.total_s, "tps": r.tps},
+        "method": first.method if first else None,
+        "source": next((r.source for r in results if r.source), None),
+        "budget": next((r.budget for r in results if r.budget), None),
+        "proposed": totals["proposed"],
+        "accepted": totals["accepted"],
+        "acceptance": totals["accepted"] / totals["proposed"] if totals["proposed"] else None,
+        "verify_calls": sum(r.verify_calls for r in results),
+        "target_only_steps": sum(r.target_only_steps for r in results),
+        "tokens": [token for r in results for token in r.tokens],
+        "windows": [{"start_s": w.start_s, "end_s": w.end_s, "tokens": w.tokens, "proposed": w.result.proposed,
+                     "accepted": w.result.accepted, "drafter_error": w.result.producer_error, "note": w.result.note}
+                    for w in t.transcript.windows],
+        "timings": {"prepare_s": sum(r.prepare_s for r in results), "decode_s": totals["decode_s"],
+                    "e2e_s": totals["e2e_s"], "wall_s": totals["wall_s"], "queued_s": t.queued_s,
+                    "total_s": t.total_s, "tps": totals["tps"]},
         "fault": t.fault,
-        "drafter_error": r.producer_error,
+        "drafter_error": t.drafter_error,
         "drafter_rebuilt": t.drafter_rebuilt,
-        "note": r.note,
+        "notes": t.transcript.notes + [r.note for r in results if r.note],
     }
-    if r.exact is not None:
-        out["exact"] = r.exact
+    if t.transcript.exact is not None:
+        out["exact"] = t.transcript.exact
     return out
 
 
 def verbose_json(t: Transcription) -> dict:
-    r = t.result
-    segment = {"id": 0, "seek": 0, "start": 0.0, "end": t.duration_s, "text": r.text, "tokens": r.tokens,
-               "temperature": 0.0}  # greedy; no log-probabilities are computed, so none are reported
-    return {"task": "transcribe", "language": r.language, "duration": t.duration_s, "text": r.text,
-            "segments": [segment] if r.text.strip() else [], "as2d": as2d_fields(t)}
+    segments = [{"id": i, "seek": 0, "start": w.start_s, "end": w.end_s, "text": w.result.text, "tokens": w.tokens,
+                 "temperature": 0.0}  # greedy; no log-probabilities are computed, so none are reported
+                for i, w in enumerate(t.transcript.windows)]
+    language = t.results[0].language if t.results else None
+    return {"task": "transcribe", "language": language, "duration": t.duration_s, "text": t.transcript.text,
+            "segments": segments, "as2d": as2d_fields(t)}
 
 
 def subtitles(t: Transcription, kind: str) -> str:
-    text = t.result.text.strip()
-    if kind == "srt":
-        return f"1\n{_clock(0, ',')} --> {_clock(t.duration_s, ',')}\n{text}\n" if text else ""
-    return "WEBVTT\n\n" + (f"{_clock(0, '.')} --> {_clock(t.duration_s, '.')}\n{text}\n" if text else "")
+    cues = [(w.start_s, w.end_s, w.text) for w in t.transcript.windows]
+    return to_srt(cues) if kind == "srt" else to_vtt(cues)

@@ -25,14 +25,14 @@ class Metrics:
         self.active = Gauge("as2d_decodes_active", "Transcriptions running", registry=r)
 
     def served(self, t: Transcription) -> None:
-        r = t.result
-        self.tokens.inc(len(r.tokens))
-        self.proposed.inc(r.proposed)
-        self.accepted.inc(r.accepted)
+        totals = t.transcript.totals()
+        self.tokens.inc(totals["tokens"])
+        self.proposed.inc(totals["proposed"])
+        self.accepted.inc(totals["accepted"])
         self.latency.observe(t.total_s)
         if t.fault:
             self.faults.labels(t.fault).inc()
-        if r.producer_error:
+        if t.drafter_error:
             self.drafter_errors.inc()
         if t.drafter_rebuilt:
             self.rebuilds.inc()

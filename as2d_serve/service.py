@@ -2,8 +2,8 @@
 
 The web layer only calls ``TranscriptionService.transcribe`` with decoded
 samples and a ``Cancel`` flag; everything about models, drafter faults and
-rebuilding a crashed drafter lives here, so moving to the long-audio
-``Pipeline`` changes this module only.
+rebuilding a crashed drafter lives here. Audio of any length goes through the
+core's ``Pipeline`` (windows of at most 30 s at pauses), as ``as2d run`` does.
 """
 from __future__ import annotations
 
@@ -18,12 +18,10 @@ import numpy as np
 
 from as2d_core.build import DEFAULT_SOURCE, DEFAULT_TARGET, PROCESS_SUFFIX, build_part, build_source, parts_from_config
 from as2d_core.contracts import SAMPLE_RATE, Request
-from as2d_core.engine import METHODS, DecodeOptions, DecodeResult, run_request
+from as2d_core.engine import METHODS, DecodeOptions
 from as2d_core.faults import FaultySource, check_fault
+from as2d_core.pipeline import Pipeline, PipelineOptions, Transcript, default_detector
 from as2d_core.plugins import load_registry
-
-# Until long audio lands, one request is one Whisper window: longer audio is refused, never cut.
-MAX_AUDIO_S = 30.0
 
 
 class InputError(ValueError):
@@ -110,13 +108,20 @@ class Ask:
 
 @attrs.define
 class Transcription:
-    result: DecodeResult
+    transcript: Transcript
     duration_s: float
-    fault: str | None = None
+    fault: str | None = None  # injected into this request's drafter (None: none, or the drafter never ran)
     drafter_rebuilt: bool = False
-    reference_tokens: list[int] | None = None
     queued_s: float = 0.0
     total_s: float = 0.0
+
+    @property
+    def results(self):
+        return [w.result for w in self.transcript.windows]
+
+    @property
+    def drafter_error(self) -> str | None:
+        return next((r.producer_error for r in self.results if r.producer_error), None)
 
 
 @attrs.define
@@ -139,6 +144,7 @@ class Worker:
     def __init__(self, settings: ServeSettings):
         self.settings = settings
         self.sources: dict[str, object] = {}
+        self.detector = default_detector()  # voice activity, to cut audio over 30 s at pauses
         if settings.config_path is not None:
             config, _, self.target, source = parts_from_config(settings.config_path, with_source=True)
             self.method, self.language, self.options = config.method, config.language, config.decode_options()
@@ -170,7 +176,6 @@ class Worker:
         method = ask.method or self.method
         options = self.options if ask.budget is None else attrs.evolve(self.options, budget=ask.budget)
         target = _CancellableTarget(self.target, cancel)
-        request = Request(request_id=f"serve-{id(cancel):x}", audio=ask.samples, language=ask.language or self.language)
         source = source_name = None
         if method == "as2d":
             source_name = ask.source or self.default_source
@@ -179,17 +184,16 @@ class Worker:
             source = self.source(source_name)
             if fault is not None:
                 source = FaultySource(source, fault, publish_as=self.target.vocabulary, stall_s=self.settings.stall_s)
-        result = run_request(request, target, source, method, options)
-        rebuilt = False
-        if result.producer_error and source_name is not None:
+        pipeline = Pipeline(target, source, PipelineOptions(method=method, language=ask.language or self.language,
+                                                            decode=options), detector=self.detector)
+        transcript = pipeline.transcribe(ask.samples, request_id=f"serve-{id(cancel):x}", check=ask.check)
+        outcome = Transcription(transcript, ask.duration_s)
+        drafted = any(r.source for r in outcome.results)
+        outcome.fault = fault if drafted else None
+        if outcome.drafter_error and source_name is not None:
             self.drop_source(source_name)
-            rebuilt = True
-        reference = None
-        if ask.check:
-            reference = run_request(request, target, None, "target-only", options).tokens
-            result.exact = result.tokens == reference
-        return Transcription(result, ask.duration_s, fault=fault if result.source else None,  # None: drafter never ran
-                             drafter_rebuilt=rebuilt, reference_tokens=reference)
+            outcome.drafter_rebuilt = True
+        return outcome
 
 
 class TranscriptionService:
@@ -246,15 +250,8 @@ class TranscriptionService:
             return None
         return faults[(number // self.settings.fault_every - 1) % len(faults)]
 
-    def check_duration(self, ask: Ask) -> None:
-        if ask.duration_s > MAX_AUDIO_S:
-            raise InputError(
-                f"the audio is {ask.duration_s:.1f} s long; this server transcribes at most {MAX_AUDIO_S:.0f} s "
-                "(one window) per request until long-audio support lands; split the file")
-
     def transcribe(self, ask: Ask, cancel: Cancel) -> Transcription:
         """Run on a decode thread: take a worker, transcribe, give it back (also when cancelled)."""
-        self.check_duration(ask)
         start = time.perf_counter()
         worker = self.workers.get()
         try:

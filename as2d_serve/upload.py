@@ -1,6 +1,7 @@
 """Uploaded bytes to 16 kHz mono samples, never through a path on the server's disk.
 
-Decoding is libsndfile's (through soundfile) from memory; a WAV whose header
+Decoding is libsndfile's (through soundfile) from memory; channels are averaged
+and other rates resampled as ``as2d_core.audio`` does; a WAV whose header
 declares more frames than it holds is refused as truncated, so a cut upload is
 never transcribed as if it were whole.
 """
@@ -11,6 +12,7 @@ import wave
 
 import numpy as np
 import soundfile
+import soxr
 
 from as2d_core.contracts import SAMPLE_RATE
 
@@ -35,9 +37,9 @@ def decode_upload(data: bytes) -> np.ndarray:
         raise UploadError("the uploaded audio holds no samples")
     if not np.isfinite(samples).all():
         raise UploadError("the uploaded audio holds NaN or infinite samples")
-    if rate != SAMPLE_RATE:
-        raise UploadError(f"the uploaded audio is sampled at {rate} Hz; send {SAMPLE_RATE} Hz audio")
-    return samples.mean(axis=1, dtype=np.float32) if samples.shape[1] > 1 else samples[:, 0].copy()
+    mono = samples.mean(axis=1, dtype=np.float32) if samples.shape[1] > 1 else samples[:, 0].copy()
+    # other rates are converted as `as2d run` converts them (as2d_core.audio: soxr)
+    return mono if rate == SAMPLE_RATE else np.ascontiguousarray(soxr.resample(mono, rate, SAMPLE_RATE), np.float32)
 
 
 def _refuse_truncated_wav(data: bytes, decoded_frames: int) -> None:
