@@ -94,7 +94,7 @@ def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, 
             raise ValueError("no windows to run")
         spec = BenchSpec(tuple(chosen), target_name, tuple(names), options, target_backend, source_backend,
                          save_traces, warmup, fault)
-        spec.check_names()
+        spec.check_fault()
         spec.folder(out_dir).open(fresh)  # a different configuration in OUT fails here, before any model loads
         started = time.perf_counter()
         if ray_address is None:

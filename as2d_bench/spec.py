@@ -49,17 +49,21 @@ class BenchSpec:
         config = run_config(list(self.methods), self.source_names, self.options, self.describe)
         return ResultsFolder(Path(out_dir), config, run_labels(self.methods, self.source_names), self.save_traces)
 
+    def check_fault(self) -> None:
+        """A drafter fault breaks decoupled drafting only; serial methods draft on demand and cannot take one."""
+        if self.fault is None:
+            return
+        check_fault(self.fault)
+        serial = [m for m in self.methods if m in SOURCE_METHODS and m not in FAULTABLE_METHODS]
+        if serial:
+            raise ValueError(f"a drafter fault breaks decoupled drafting only ({', '.join(FAULTABLE_METHODS)}); "
+                             f"drop {', '.join(serial)}")
+
     def check_names(self) -> None:
         """Every named part is registered here (without loading a model): a typo fails before any work."""
         from as2d_core.build import PROCESS_SUFFIX
         from as2d_core.plugins import load_registry
 
-        if self.fault is not None:
-            check_fault(self.fault)
-            serial = [m for m in self.methods if m in SOURCE_METHODS and m not in FAULTABLE_METHODS]
-            if serial:
-                raise ValueError(f"a drafter fault breaks decoupled drafting only ({', '.join(FAULTABLE_METHODS)}); "
-                                 f"drop {', '.join(serial)}")
         registry = load_registry()
         registry.get("target", self.target)
         for name in self.source_names:
