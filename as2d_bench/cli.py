@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from as2d_core.faults import FAULTS
 from as2d_core.options import option_flags, options_from_params
 
 from .runner import METHODS
@@ -54,9 +55,11 @@ DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
 @click.option("--cpus-per-worker", type=float, default=None,
               help="CPUs each Ray worker reserves (default: the threads one window uses at once).")
 @click.option("--pool-machines", is_flag=True, help="Pool rows measured on different kinds of machine.")
+@click.option("--fault", type=click.Choice(FAULTS), default=None,
+              help="Break every drafter this way (as2d_core.faults; as2d methods only): the answers must stay exact.")
 def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, source_backend, source_name,
           source_names, limit, languages, warmup, fresh, ray_address, workers, cpus_per_worker, pool_machines,
-          **decode_options):
+          fault, **decode_options):
     """Run METHODS on every window of MANIFEST (JSONL: id, path, lang, text) and write results to OUT.
 
     Resumable: each window's rows are appended to OUT/results.jsonl as it finishes, and the same
@@ -90,7 +93,8 @@ def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, 
         if not windows:
             raise ValueError("no windows to run")
         spec = BenchSpec(tuple(chosen), target_name, tuple(names), options, target_backend, source_backend,
-                         save_traces, warmup)
+                         save_traces, warmup, fault)
+        spec.check_fault()
         spec.folder(out_dir).open(fresh)  # a different configuration in OUT fails here, before any model loads
         started = time.perf_counter()
         if ray_address is None:

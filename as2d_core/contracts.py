@@ -98,6 +98,8 @@ class TargetSession(Protocol):
     eos_token: int
     max_new_tokens: int
     cache_length: int
+    # Optional ``vocab_size``: when a session has it, the engine never lets a drafter publish an id
+    # outside [0, vocab_size) (such an id would make the target's call fail).
 
     def first_token(self) -> int:
         """The target's greedy first response token, from the prefilled prompt."""

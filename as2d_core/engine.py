@@ -95,6 +95,14 @@ class DecodeResult:
         return out
 
 
+def _merged(pieces: list[DraftPiece]) -> DraftPiece:
+    """Consecutive pieces as one (their tokens, confidences and audio span in order)."""
+    confidences = None if any(p.confidences is None for p in pieces) else tuple(c for p in pieces for c in p.confidences)
+    spans = [p.span_s for p in pieces if p.span_s is not None]
+    return DraftPiece(tokens=tuple(t for p in pieces for t in p.tokens), confidences=confidences,
+                      boundary=any(p.boundary for p in pieces), span_s=(spans[0][0], spans[-1][1]) if spans else None)
+
+
 class Producer(threading.Thread):
     """Runs one drafter over one request and publishes batches; never reads target state.
 
@@ -119,6 +127,7 @@ class Producer(threading.Thread):
             raise ValueError("give the producer a prepared job or a way to prepare one, not both")
         self.job = job
         self.start_job = start_job
+        self.vocab_size: int | None = None  # set with the bridge: ids outside [0, vocab_size) would fail the target
         self.bridge = bridge
         self.buffer = buffer
         self.publication_size = publication_size
@@ -139,8 +148,8 @@ class Producer(threading.Thread):
             self.bridge = bridge
             held, self._held = self._held, []
             try:
-                for piece in held:
-                    self._bridge_and_publish(piece, time.perf_counter())
+                if held:  # one bridge call for the whole backlog: a flooding drafter must not cost the target per piece
+                    self._bridge_and_publish(_merged(held), time.perf_counter())
                 if self._ended is not None:
                     self._finish(self._ended)
             except Exception as exc:  # the drafter failed or was stopped meanwhile: drafts end, the target goes on
@@ -208,6 +217,10 @@ class Producer(threading.Thread):
         self._tokens, self._confidences, self._drafted = [], [], 0
 
     def _publish(self, tokens, confidences, span_s, final: bool = False) -> None:
+        if self.vocab_size is not None:
+            outside = next((t for t in tokens if not 0 <= t < self.vocab_size), None)
+            if outside is not None:
+                raise ValueError(f"drafter published id {outside}, outside the target vocabulary (0..{self.vocab_size - 1})")
         start = time.perf_counter()
         batch = self.buffer.publish(tokens, confidences if confidences else None, span_s, final=final)
         if batch is not None:
@@ -481,8 +494,10 @@ def run_request(
         _warm_thread_switch(session, options)
         buffer = CandidateBuffer(request.request_id, source.name, f"{source.name}:{id(job):x}")
         producer = Producer(job, bridge_for(source, target, session), buffer, options.publication_size, events)
-    elif speculative:
-        producer.attach_bridge(bridge_for(source, target, session))
+    if speculative:
+        producer.vocab_size = getattr(session, "vocab_size", None)  # optional in TargetSession
+        if producer.bridge is None:
+            producer.attach_bridge(bridge_for(source, target, session))
     prepare_s = time.perf_counter() - arrival
     events.add("prepare", arrival)
 
@@ -507,6 +522,8 @@ def run_request(
                 note = (note + "; " if note else "") + "producer did not stop in time and was left behind"
         text = session.decode_text(tokens)
     finally:
+        if producer is not None:
+            producer.stop_requested.set()  # a target that failed or was cancelled stops the drafting too
         session.close()
     return build_result(
         request, method, session, tokens, text, (clock_start, clock_end), prepare_s, counters, events, trace,

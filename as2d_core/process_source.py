@@ -29,12 +29,16 @@ import pickle
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .contracts import DraftPiece, Request
 
 STOP_TIMEOUT_S = 2.0
+# The longest the parent waits for one piece or one decoded text, and a child for its send to be taken:
+# a drafter that says nothing for this long is stalled and is replaced; nobody waits forever.
+REPLY_TIMEOUT_S = 60.0
 _HEADER = struct.Struct("!I")
 
 
@@ -46,9 +50,13 @@ class _Channel:
         self._buffer = bytearray()
         self._ready: collections.deque = collections.deque()
 
-    def send(self, message: Any) -> None:
+    def send(self, message: Any, timeout_s: float = REPLY_TIMEOUT_S) -> None:
         data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
-        self.sock.sendall(_HEADER.pack(len(data)) + data)
+        self.sock.settimeout(timeout_s)  # a receive may have left the socket non-blocking
+        try:
+            self.sock.sendall(_HEADER.pack(len(data)) + data)
+        except socket.timeout as exc:
+            raise EOFError(f"the other process took no message for {timeout_s:.0f} s") from exc
 
     def receive(self, timeout_s: float | None = None) -> Any:
         """The next message; None when ``timeout_s`` passes first; EOFError when the other side is gone."""
@@ -70,6 +78,9 @@ class _Channel:
                 self._ready.append(pickle.loads(self._buffer[_HEADER.size:_HEADER.size + size]))
                 del self._buffer[:_HEADER.size + size]
         return self._ready.popleft()
+
+    def unread(self, message: Any) -> None:
+        self._ready.appendleft(message)
 
 
 def registered_source(name: str, options: dict) -> Any:
@@ -133,8 +144,10 @@ def _draft(source, job, number: int, control: _Channel) -> None:
                 history.append(int(token))
                 texts.append(source.decode_text(history))
             control.send(("piece", number, piece.tokens, piece.confidences, piece.boundary, piece.span_s, texts))
-            stop = control.receive(timeout_s=0)
-            if stop is not None and stop[0] == "stop":
+            message = control.receive(timeout_s=0)
+            if message is not None:  # "stop", or the parent has moved on: either way this draft is over
+                if message[0] != "stop":
+                    control.unread(message)  # a message for the main loop, never dropped
                 control.send(("end", number, False, None))
                 return
         control.send(("end", number, bool(job.ended_with_eos), None))
@@ -196,8 +209,9 @@ class ProcessSource:
     """
 
     def __init__(self, factory: Callable[..., Any], *args: Any, name: str | None = None,
-                 start_timeout_s: float = 300.0):
+                 start_timeout_s: float = 300.0, reply_timeout_s: float = REPLY_TIMEOUT_S):
         self._factory, self._args, self._start_timeout_s = factory, args, start_timeout_s
+        self.reply_timeout_s = reply_timeout_s
         self._jobs = 0
         self._lock = threading.Lock()
         self._child = _Child(factory, args, start_timeout_s)
@@ -219,7 +233,11 @@ class ProcessSource:
         child = self._child
         with child.text_lock:
             child.text.send(tokens)
-            return child.text.receive()
+            text = child.text.receive(self.reply_timeout_s)
+        if text is None:
+            child.busy = True  # replaced at the next prepare
+            raise TimeoutError(f"the drafter process decoded no text within {self.reply_timeout_s:.0f} s")
+        return text
 
     def prepare(self, request: Request, language: str, threads: int) -> "ProcessDraftJob":
         with self._lock:
@@ -256,10 +274,11 @@ class ProcessSource:
         self._child.kill()
 
 
-def _receive(child: _Child, number: int, kind: str, timeout_s: float | None):
-    """The next message of job ``number`` (older jobs' messages are dropped)."""
+def _receive(child: _Child, number: int, kind: str, timeout_s: float):
+    """The next message of job ``number`` within ``timeout_s`` in all (older jobs' messages are dropped)."""
+    deadline = time.monotonic() + timeout_s
     while True:
-        message = child.control.receive(timeout_s)
+        message = child.control.receive(max(0.0, deadline - time.monotonic()))
         if message is None:
             raise TimeoutError(f"the drafter process sent no {kind!r} within {timeout_s:.1f} s")
         if message[1] == number:
@@ -285,7 +304,9 @@ class ProcessDraftJob:
                 if not self._started:
                     self._started = True
                     child.control.send(("draft", self._number))
-                message = _receive(child, self._number, "piece", None)
+                message = _receive(child, self._number, "piece", self._source.reply_timeout_s)
+            except TimeoutError as exc:  # busy stays set: the stalled child is replaced at the next prepare
+                raise RuntimeError(f"{exc}; it is stalled and will be replaced") from None
             except (EOFError, OSError):
                 self._ended = True
                 raise RuntimeError("the drafter process died") from None

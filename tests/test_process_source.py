@@ -166,3 +166,22 @@ def test_unknown_source_with_suffix_is_refused():
 
     with pytest.raises(UnknownPart, match="no-such-drafter"):
         build_source("no-such-drafter+process")
+
+
+def test_a_silent_child_never_leaves_its_parent_waiting(tiny_request):
+    request = tiny_request(7)
+    ref = reference(request)
+    source = ProcessSource(partial(ScriptedSource, ref, stall_after=2), reply_timeout_s=0.5)
+    try:
+        first = source._child.process
+        job = source.prepare(request, "en", 1)
+        pieces = job.pieces()
+        assert [next(pieces).tokens for _ in range(2)] == [(ref[0],), (ref[1],)]
+        with pytest.raises(RuntimeError, match="sent no 'piece' within 0.5 s; it is stalled"):
+            next(pieces)
+        job.close()
+        result = run_request(request, MODEL, source, "as2d", DecodeOptions(publication_size=1))
+        assert source._child.process is not first and not first.is_alive()  # the stalled child was replaced
+        assert result.tokens == ref  # the new child stalls too: its drafts end, the answer does not change
+    finally:
+        source.close()

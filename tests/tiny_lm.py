@@ -46,6 +46,7 @@ class TinySession:
     def __init__(self, model: TinyLM, prompt: list[int]):
         self.m = model
         self.eos_token = model.eos_token
+        self.vocab_size = model.vocab
         self.max_new_tokens = model.max_new_tokens
         self.k = np.zeros((model.layers, 0, model.dim))
         self.v = np.zeros((model.layers, 0, model.dim))

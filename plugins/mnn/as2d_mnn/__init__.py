@@ -9,6 +9,8 @@ from __future__ import annotations
 import ctypes.util
 from pathlib import Path
 
+from as2d_core.native import import_quietly
+
 DEVICES = ("cpu", "opencl")
 INSTALL = "pip install MNN (CPU only; OpenCL needs an MNN built with MNN_OPENCL=ON)"
 
@@ -20,7 +22,7 @@ def _has_opencl_backend(package_dir: Path) -> bool:
 def probe() -> dict[str, str | None]:
     """``{device: None if it really runs here, else why not}``."""
     try:
-        import MNN
+        MNN = import_quietly("MNN")  # its import prints a CPU-feature banner on stdout
     except ImportError:
         return {device: f"MNN is not installed: {INSTALL}" for device in DEVICES}
     result: dict[str, str | None] = {"cpu": None}

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from as2d_core.native import import_quietly, native_stdout_to_stderr
+
 from . import INSTALL, probe
 from .lm import check_folder
 
@@ -38,7 +40,7 @@ QWEN3_ASR_AUDIO_MIN = (3, 6, 2)
 
 def mnn_version() -> tuple[int, ...] | None:
     try:
-        import MNN
+        MNN = import_quietly("MNN")
     except ImportError:
         return None
     text = getattr(MNN, "version", lambda: "0")()
@@ -92,13 +94,14 @@ class MnnLlm:
             return cls._loaded[key]
 
     def __init__(self, folder: Path, device: str, threads: int):
-        import MNN.llm as mnn_llm
+        mnn_llm = import_quietly("MNN.llm")
 
         self.folder, self.device = folder, device
-        self._llm = mnn_llm.create(str(folder / "config.json"))
-        self._llm.set_config({"all_logits": True, "precision": "high", "thread_num": int(threads),
-                              "backend_type": device, "tmp_path": tempfile.gettempdir()})
-        self._llm.load()
+        with native_stdout_to_stderr():  # "MNN use high precision" and load messages
+            self._llm = mnn_llm.create(str(folder / "config.json"))
+            self._llm.set_config({"all_logits": True, "precision": "high", "thread_num": int(threads),
+                                  "backend_type": device, "tmp_path": tempfile.gettempdir()})
+            self._llm.load()
         self._threads = int(threads)
         self.in_use = threading.Lock()
         self._text_tokenizer = None

@@ -25,15 +25,13 @@ Notes on MNN 3.6.1 (PyPI wheel):
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import os
-import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+from as2d_core.native import import_quietly, native_stdout_to_stderr
 
 DEVICES = ("cpu", "opencl")
 # The graph contract shared with the ONNX export (convert.py).
@@ -44,34 +42,12 @@ GRAPH_IO = {
 INSTALL_MNN = "pip install MNN (or `pip install ./plugins/mnn`)"
 
 
-@contextlib.contextmanager
-def stdout_to_stderr() -> Iterator[None]:
-    """Send what C code prints to stdout during the block to stderr (libc buffers flushed on both sides)."""
-    libc = ctypes.CDLL(None)
-    sys.stdout.flush()
-    libc.fflush(None)
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
-        yield
-    finally:
-        libc.fflush(None)
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def import_mnn():
     """``MNN`` with its import banner kept off stdout; a clear error if it is not installed."""
-    if "MNN" in sys.modules:
-        return sys.modules["MNN"]
     try:
-        with stdout_to_stderr():
-            import MNN
-            import MNN.expr  # noqa: F401
-            import MNN.nn  # noqa: F401
+        return import_quietly("MNN", "MNN.expr", "MNN.nn")
     except ImportError as exc:
         raise RuntimeError(f"the Whisper MNN backend needs MNN: {INSTALL_MNN} ({exc})") from exc
-    return MNN
 
 
 def mnn_available() -> bool:
@@ -121,7 +97,7 @@ class MnnExecutor:
         with self._lock:
             if key not in self._modules:
                 inputs, outputs = GRAPH_IO[file.split(".")[0]]
-                with stdout_to_stderr():
+                with native_stdout_to_stderr():
                     runtime = self._nn.create_runtime_manager(
                         ({"backend": self._backend, "numThread": threads, "precision": "high"},))
                     module = self._nn.load_module_from_file(

@@ -280,6 +280,7 @@ class WhisperTargetSession:
             self.prompt = [model.sot, model.no_timestamps]
         self.language = language
         self.eos_token = model.eot
+        self.vocab_size = model.n_vocab
         self.max_new_tokens = model.max_length - len(self.prompt)
         self._state = _DecoderState(model, cross, threads)
         logits = self._state.append(self.prompt)

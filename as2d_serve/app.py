@@ -1,0 +1,319 @@
+"""The HTTP side: OpenAI's transcription endpoint, admission, limits, errors, health and metrics.
+
+Every request is checked in full (form, parameters, audio) before it queues,
+so bad input costs no decode slot. At most ``decodes`` transcriptions run at a
+time and at most ``queue_size`` wait; more are answered 429 with Retry-After.
+Each request has a deadline from its arrival; when it passes, or when the
+client goes away, the request's ``Cancel`` flag stops its target before the
+next call and the engine stops its drafter, so the slot is free again.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import attrs
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+
+from .formats import FORMATS, subtitles, verbose_json
+from .metrics import Metrics
+from .service import Ask, Cancel, Cancelled, InputError, TranscriptionService
+from .upload import decode_upload
+
+POLL_S = 0.05  # how often a running request looks at its deadline and its client
+TRANSCRIPTIONS = "/v1/audio/transcriptions"
+# OpenAI clients name a model; these names mean "the model this server runs".
+MODEL_ALIASES = ("whisper-1",)
+
+
+@attrs.frozen
+class Limits:
+    queue_size: int = 8  # requests waiting for a decode slot
+    max_upload_bytes: int = 25 * 1024 * 1024  # OpenAI's own limit
+    deadline_s: float = 120.0  # from arrival to answer
+    api_key: str | None = None
+
+
+class QueueFull(Exception):
+    pass
+
+
+class Admission:
+    """At most ``slots`` transcriptions at a time, and at most ``queue_size`` waiting for one."""
+
+    def __init__(self, slots: int, queue_size: int, metrics: Metrics):
+        self.slots, self.queue_size, self.metrics = slots, queue_size, metrics
+        self._semaphore = asyncio.Semaphore(slots)
+        self.waiting = self.active = 0
+        self.mean_s = 5.0  # running mean of a transcription's time, for Retry-After
+
+    def retry_after_s(self) -> int:
+        return max(1, math.ceil(self.mean_s * (self.waiting + 1) / self.slots))
+
+    async def enter(self) -> None:
+        if self._semaphore.locked() and self.waiting >= self.queue_size:
+            raise QueueFull()
+        self.waiting += 1
+        self.metrics.waiting.set(self.waiting)
+        try:
+            await self._semaphore.acquire()
+        finally:
+            self.waiting -= 1
+            self.metrics.waiting.set(self.waiting)
+        self.active += 1
+        self.metrics.active.set(self.active)
+
+    def leave(self, took_s: float | None) -> None:
+        if took_s is not None:
+            self.mean_s = 0.8 * self.mean_s + 0.2 * took_s
+        self.active -= 1
+        self.metrics.active.set(self.active)
+        self._semaphore.release()
+
+
+def error(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
+          headers: dict | None = None) -> JSONResponse:
+    """OpenAI's error shape, so clients raise their usual exception with our message."""
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}},
+                        status_code=status, headers=headers)
+
+
+class UploadLimit:
+    """ASGI middleware: a body over ``max_bytes`` is answered 413 before anything parses it."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            return await self._refuse(scope, receive, send)
+        if declared is not None:
+            return await self.app(scope, receive, send)
+        # No length declared (chunked): read it all here, up to the limit, then replay it.
+        messages, size = [], 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                return await self._refuse(scope, receive, send)
+            if not message.get("more_body"):
+                break
+        replay = iter(messages)
+
+        async def replayed():
+            return next(replay, None) or await receive()
+
+        return await self.app(scope, replayed, send)
+
+    async def _refuse(self, scope, receive, send):
+        response = error(413, f"the upload is larger than this server's limit of {self.max_bytes} bytes",
+                         param="file")
+        await response(scope, receive, send)
+
+
+def _form_field(form, name: str) -> str | None:
+    value = form.get(name)
+    if value is None or isinstance(value, UploadFile):
+        return None if value is None else "<file>"
+    value = value.strip()
+    return value or None
+
+
+def _flag(value: str | None, name: str) -> bool:
+    if value is None:
+        return False
+    if value.lower() in ("1", "true", "yes"):
+        return True
+    if value.lower() in ("0", "false", "no"):
+        return False
+    raise InputError(f"'{name}' must be true or false, not {value!r}")
+
+
+def create_app(service: TranscriptionService, limits: Limits = Limits()) -> FastAPI:
+    metrics = Metrics()
+    admission = Admission(service.settings.decodes, limits.queue_size, metrics)
+    executor = ThreadPoolExecutor(max_workers=service.settings.decodes, thread_name_prefix="as2d-decode")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        yield
+        executor.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="as2d", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.metrics = metrics
+    app.add_middleware(UploadLimit, max_bytes=limits.max_upload_bytes)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_request, exc: HTTPException):
+        return error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def unexpected(_request, exc: Exception):
+        return error(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error")
+
+    def authorized(request: Request) -> bool:
+        if limits.api_key is None:
+            return True
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), limits.api_key.encode())
+
+    def unauthorized() -> JSONResponse:
+        return error(401, "missing or wrong API key (send 'Authorization: Bearer KEY')", kind="authentication_error")
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "target": service.target_name, "source": service.default_source,
+                "method": service.method, "decodes": service.settings.decodes, "active": admission.active, "waiting": admission.waiting}
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        if not authorized(request):
+            return unauthorized()
+        sources = await run_in_threadpool(service.available_sources)
+        data = [{"id": service.target_name, "object": "model", "owned_by": "as2d", "kind": "target"}]
+        data += [{"id": name, "object": "model", "owned_by": "as2d", "kind": "source"} for name in sources]
+        return {"object": "list", "data": data}
+
+    @app.get("/metrics")
+    async def metrics_text(request: Request):
+        if not authorized(request):
+            return unauthorized()
+        return Response(metrics.text(), media_type="text/plain; version=0.0.4")
+
+    @app.post(TRANSCRIPTIONS)
+    async def transcriptions(request: Request):
+        if not authorized(request):
+            metrics.requests.labels("401").inc()
+            return unauthorized()
+        try:
+            response = await _transcribe(request)
+        except Exception as exc:  # a server fault, not the request's: answered, counted, and the server goes on
+            response = error(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error")
+        metrics.requests.labels(str(response.status_code)).inc()
+        return response
+
+    async def _transcribe(request: Request) -> Response:
+        arrived = time.monotonic()
+        try:
+            ask, response_format = await _read_ask(request)
+        except InputError as exc:
+            return error(400, str(exc))
+        cancel = Cancel()
+        entering = asyncio.ensure_future(admission.enter())
+        try:
+            await _watch(entering, request, cancel, arrived)
+        except QueueFull:
+            return error(429, f"all {admission.queue_size} queue places are taken; retry later",
+                         kind="rate_limit_error", headers={"Retry-After": str(admission.retry_after_s())})
+        if cancel.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                entering.cancel()
+                await entering
+            if entering.done() and not entering.cancelled() and entering.exception() is None:
+                admission.leave(None)
+            return _cancelled(cancel.reason)
+        queued_s = time.monotonic() - arrived
+        took = None
+        try:
+            work = asyncio.get_running_loop().run_in_executor(executor, service.transcribe, ask, cancel)
+            try:
+                outcome = await _watch(work, request, cancel, arrived)
+            except Cancelled as exc:
+                return _cancelled(exc.reason)
+            except InputError as exc:
+                return error(400, str(exc))
+            took = outcome.total_s
+        finally:
+            admission.leave(took)
+        outcome.queued_s = queued_s
+        metrics.served(outcome)
+        return _render(outcome, response_format)
+
+    async def _watch(future, request: Request, cancel: Cancel, arrived: float):
+        """Wait for ``future``; meanwhile flag the request when its client leaves or its deadline passes."""
+        future = asyncio.ensure_future(future)
+        while True:
+            done, _ = await asyncio.wait({future}, timeout=POLL_S)
+            if done:
+                return future.result()
+            if cancel.is_set():
+                if not isinstance(future, asyncio.Task):
+                    continue  # a decode stops at its next target call; wait for it to give its slot back
+                return None
+            if await request.is_disconnected():
+                cancel.set("client disconnected")
+            elif time.monotonic() - arrived > limits.deadline_s:
+                cancel.set("deadline")
+
+    def _cancelled(reason: str | None) -> Response:
+        if reason == "deadline":
+            return error(504, f"the request did not finish within the server's deadline of {limits.deadline_s:g} s",
+                         kind="timeout_error")
+        return error(499, "the client closed the connection", kind="client_closed")
+
+    async def _read_ask(request: Request) -> tuple[Ask, str]:
+        try:
+            form = await request.form(max_files=1, max_fields=16)
+        except Exception as exc:  # malformed multipart
+            raise InputError(f"the request body is not a valid multipart form ({exc})") from exc
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise InputError("missing the audio upload: send it as the multipart field 'file'")
+        response_format = _form_field(form, "response_format") or "json"
+        if response_format not in FORMATS:
+            raise InputError(f"unknown response_format {response_format!r}; choose one of {', '.join(FORMATS)}")
+        if _form_field(form, "prompt"):
+            raise InputError("'prompt' is not supported: as2d decodes from the audio alone, so the target's output "
+                             "stays its own greedy output; send the request without a prompt")
+        temperature = _form_field(form, "temperature")
+        if temperature is not None:
+            try:
+                greedy = float(temperature) == 0.0
+            except ValueError:
+                greedy = False
+            if not greedy:
+                raise InputError(f"temperature {temperature!r} is not supported: as2d decodes greedily (temperature 0)")
+        model = _form_field(form, "model")
+        if model is not None and model not in MODEL_ALIASES and model != service.target_name:
+            raise InputError(f"unknown model {model!r}; this server runs {service.target_name} "
+                             f"(also accepted: {', '.join(MODEL_ALIASES)})")
+        language, method, source = (_form_field(form, name) for name in ("language", "method", "source"))
+        budget_text = _form_field(form, "budget")
+        try:
+            budget = None if budget_text is None else int(budget_text)
+        except ValueError:
+            raise InputError(f"budget must be a whole number, not {budget_text!r}") from None
+        check = _flag(_form_field(form, "check"), "check")
+        service.check(language, method, source, budget)
+        data = await upload.read()
+        samples = await run_in_threadpool(decode_upload, data)
+        ask = Ask(samples, language=language, method=method, source=source, budget=budget, check=check)
+        return ask, response_format
+
+    def _render(outcome, response_format: str) -> Response:
+        if response_format == "json":
+            return JSONResponse({"text": outcome.transcript.text})
+        if response_format == "verbose_json":
+            return JSONResponse(verbose_json(outcome))
+        if response_format == "text":
+            return PlainTextResponse(outcome.transcript.text)
+        return PlainTextResponse(subtitles(outcome, response_format),
+                                 media_type="text/vtt" if response_format == "vtt" else "text/plain")
+
+    return app

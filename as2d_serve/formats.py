@@ -1,0 +1,57 @@
+"""The OpenAI response formats (json, text, verbose_json, srt, vtt) of one transcription.
+
+Whisper decodes here without timestamps, so a segment is one window of the
+core's ``Pipeline`` (at most 30 s, cut at pauses), with the window's times.
+"""
+from __future__ import annotations
+
+from as2d_core.subtitles import to_srt, to_vtt
+
+from .service import Transcription
+
+FORMATS = ("json", "text", "verbose_json", "srt", "vtt")
+
+
+def as2d_fields(t: Transcription) -> dict:
+    """as2d's own account of the request: how it was decoded, what the drafter did, where the time went."""
+    results = t.results
+    first = results[0] if results else None
+    totals = t.transcript.totals()
+    out = {
+        "method": first.method if first else None,
+        "source": next((r.source for r in results if r.source), None),
+        "budget": next((r.budget for r in results if r.budget), None),
+        "proposed": totals["proposed"],
+        "accepted": totals["accepted"],
+        "acceptance": totals["accepted"] / totals["proposed"] if totals["proposed"] else None,
+        "verify_calls": sum(r.verify_calls for r in results),
+        "target_only_steps": sum(r.target_only_steps for r in results),
+        "tokens": [token for r in results for token in r.tokens],
+        "windows": [{"start_s": w.start_s, "end_s": w.end_s, "tokens": w.tokens, "proposed": w.result.proposed,
+                     "accepted": w.result.accepted, "drafter_error": w.result.producer_error, "note": w.result.note}
+                    for w in t.transcript.windows],
+        "timings": {"prepare_s": sum(r.prepare_s for r in results), "decode_s": totals["decode_s"],
+                    "e2e_s": totals["e2e_s"], "wall_s": totals["wall_s"], "queued_s": t.queued_s,
+                    "total_s": t.total_s, "tps": totals["tps"]},
+        "fault": t.fault,
+        "drafter_error": t.drafter_error,
+        "drafter_rebuilt": t.drafter_rebuilt,
+        "notes": t.transcript.notes + [r.note for r in results if r.note],
+    }
+    if t.transcript.exact is not None:
+        out["exact"] = t.transcript.exact
+    return out
+
+
+def verbose_json(t: Transcription) -> dict:
+    segments = [{"id": i, "seek": 0, "start": w.start_s, "end": w.end_s, "text": w.result.text, "tokens": w.tokens,
+                 "temperature": 0.0}  # greedy; no log-probabilities are computed, so none are reported
+                for i, w in enumerate(t.transcript.windows)]
+    language = t.results[0].language if t.results else None
+    return {"task": "transcribe", "language": language, "duration": t.duration_s, "text": t.transcript.text,
+            "segments": segments, "as2d": as2d_fields(t)}
+
+
+def subtitles(t: Transcription, kind: str) -> str:
+    cues = [(w.start_s, w.end_s, w.text) for w in t.transcript.windows]
+    return to_srt(cues) if kind == "srt" else to_vtt(cues)

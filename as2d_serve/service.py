@@ -1,0 +1,263 @@
+"""Models loaded once, and one transcription at a time per set of them.
+
+The web layer only calls ``TranscriptionService.transcribe`` with decoded
+samples and a ``Cancel`` flag; everything about models, drafter faults and
+rebuilding a crashed drafter lives here. Audio of any length goes through the
+core's ``Pipeline`` (windows of at most 30 s at pauses), as ``as2d run`` does.
+"""
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from as2d_core.build import DEFAULT_SOURCE, DEFAULT_TARGET, PROCESS_SUFFIX, build_part, build_source, parts_from_config
+from as2d_core.contracts import SAMPLE_RATE, Request
+from as2d_core.engine import METHODS, DecodeOptions
+from as2d_core.faults import FaultySource, check_fault
+from as2d_core.pipeline import Pipeline, PipelineOptions, Transcript, default_detector
+from as2d_core.plugins import load_registry
+
+
+class InputError(ValueError):
+    """The request cannot be served as asked; the message names the problem (answered with 400)."""
+
+
+class Cancelled(Exception):
+    """The request was stopped between two target calls (deadline passed or client gone)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Cancel:
+    """A request's stop flag, set by the web layer, read by the target before every call."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason: str | None = None
+
+    def set(self, reason: str) -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def check(self) -> None:
+        if self._event.is_set():
+            raise Cancelled(self.reason or "cancelled")
+
+
+class _CancellableSession:
+    """A target session whose every call first checks the request's cancel flag."""
+
+    def __init__(self, session, cancel: Cancel):
+        self._session, self._cancel = session, cancel
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+    def first_token(self) -> int:
+        self._cancel.check()
+        return self._session.first_token()
+
+    def verify(self, root, candidates):
+        self._cancel.check()
+        return self._session.verify(root, candidates)
+
+
+class _CancellableTarget:
+    """The loaded target for one request: cancellable calls; a refused request becomes an ``InputError``."""
+
+    def __init__(self, target, cancel: Cancel):
+        self._target, self._cancel = target, cancel
+        self.name, self.vocabulary, self.device_in_use = target.name, target.vocabulary, target.device_in_use
+
+    def prepare(self, request: Request, threads: int):
+        self._cancel.check()
+        try:
+            session = self._target.prepare(request, threads)
+        except ValueError as exc:  # unknown language, unsupported task: the request's fault, not the server's
+            raise InputError(f"the target {self._target.name} refused the request: {exc}") from exc
+        return _CancellableSession(session, self._cancel)
+
+
+@attrs.frozen
+class Ask:
+    """What one request asks for, already checked."""
+
+    samples: np.ndarray = attrs.field(eq=False, repr=False)
+    language: str | None = None
+    method: str = "as2d"
+    source: str | None = None
+    budget: int | None = None
+    check: bool = False  # also decode target-only and say whether the tokens are equal
+
+    @property
+    def duration_s(self) -> float:
+        return self.samples.size / SAMPLE_RATE
+
+
+@attrs.define
+class Transcription:
+    transcript: Transcript
+    duration_s: float
+    fault: str | None = None  # injected into this request's drafter (None: none, or the drafter never ran)
+    drafter_rebuilt: bool = False
+    queued_s: float = 0.0
+    total_s: float = 0.0
+
+    @property
+    def results(self):
+        return [w.result for w in self.transcript.windows]
+
+    @property
+    def drafter_error(self) -> str | None:
+        return next((r.producer_error for r in self.results if r.producer_error), None)
+
+
+@attrs.define
+class ServeSettings:
+    target: str = DEFAULT_TARGET
+    source: str = DEFAULT_SOURCE
+    method: str = "as2d"
+    config_path: Path | None = None
+    options: DecodeOptions = attrs.Factory(DecodeOptions)
+    language: str | None = None
+    decodes: int = 1  # transcriptions at a time, each with its own copy of the models
+    faults: tuple[str, ...] = ()  # drafter faults to inject, in turn
+    fault_every: int = 1  # inject on every n-th request
+    stall_s: float = 20.0
+
+
+class Worker:
+    """One copy of the models, used by one request at a time; sources built on first use and kept."""
+
+    def __init__(self, settings: ServeSettings):
+        self.settings = settings
+        self.sources: dict[str, object] = {}
+        self.detector = default_detector()  # voice activity, to cut audio over 30 s at pauses
+        if settings.config_path is not None:
+            config, _, self.target, source = parts_from_config(settings.config_path, with_source=True)
+            self.method, self.language, self.options = config.method, config.language, config.decode_options()
+            self.default_source = config.source.name + (PROCESS_SUFFIX if config.source.process else "") \
+                if config.source else None
+            if source is not None:
+                self.sources[self.default_source] = source
+        else:
+            self.target = build_part("target", settings.target)
+            self.method, self.language, self.options = settings.method, settings.language, settings.options
+            self.default_source = settings.source
+            self.sources[settings.source] = build_source(settings.source)
+
+    def source(self, name: str):
+        if name not in self.sources:
+            self.sources[name] = build_source(name)
+        return self.sources[name]
+
+    def drop_source(self, name: str) -> None:
+        """Forget a drafter that failed; the next request builds a fresh one."""
+        source = self.sources.pop(name, None)
+        if source is not None and hasattr(source, "close"):
+            try:
+                source.close()
+            except Exception:
+                pass
+
+    def transcribe(self, ask: Ask, cancel: Cancel, fault: str | None) -> Transcription:
+        method = ask.method or self.method
+        options = self.options if ask.budget is None else attrs.evolve(self.options, budget=ask.budget)
+        target = _CancellableTarget(self.target, cancel)
+        source = source_name = None
+        if method == "as2d":
+            source_name = ask.source or self.default_source
+            if source_name is None:
+                raise InputError("method 'as2d' needs a source and this server has none configured")
+            source = self.source(source_name)
+            if fault is not None:
+                source = FaultySource(source, fault, publish_as=self.target.vocabulary, stall_s=self.settings.stall_s)
+        pipeline = Pipeline(target, source, PipelineOptions(method=method, language=ask.language or self.language,
+                                                            decode=options), detector=self.detector)
+        transcript = pipeline.transcribe(ask.samples, request_id=f"serve-{id(cancel):x}", check=ask.check)
+        outcome = Transcription(transcript, ask.duration_s)
+        drafted = any(r.source for r in outcome.results)
+        outcome.fault = fault if drafted else None
+        if outcome.drafter_error and source_name is not None:
+            self.drop_source(source_name)
+            outcome.drafter_rebuilt = True
+        return outcome
+
+
+class TranscriptionService:
+    """A pool of ``decodes`` workers and the checks every request passes before it may take one."""
+
+    def __init__(self, settings: ServeSettings):
+        for kind in settings.faults:
+            check_fault(kind)
+        self.settings = settings
+        self.workers: queue.Queue[Worker] = queue.Queue()
+        for _ in range(settings.decodes):
+            self.workers.put(Worker(settings))
+        first = self.workers.queue[0]
+        self.target_name = first.target.name
+        self.default_source = first.default_source
+        self.method = first.method
+        self._requests = itertools.count(1)
+        self._count_lock = threading.Lock()
+
+    def available_sources(self) -> list[str]:
+        from as2d_core import catalog
+
+        registry = load_registry()
+        names = [row["name"] for row in (catalog.row(e, registry) for e in catalog.entries("source", registry))
+                 if row["available"]]
+        if self.default_source and self.default_source not in names:
+            names.append(self.default_source)
+        return sorted(names)
+
+    def check(self, language: str | None, method: str | None, source: str | None, budget: int | None) -> None:
+        """Refuse what no worker could do, before the request waits for one."""
+        if method is not None and method not in METHODS:
+            raise InputError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        if budget is not None:
+            try:
+                DecodeOptions(budget=budget)
+            except ValueError as exc:
+                raise InputError(str(exc)) from exc
+        if source is not None:
+            base = source[: -len(PROCESS_SUFFIX)] if source.endswith(PROCESS_SUFFIX) else source
+            available = self.available_sources()
+            if base not in available and source != self.default_source:
+                raise InputError(f"unknown source {source!r}; this server can draft with: {', '.join(available)}")
+        if language is not None and (not language.isascii() or not language.isalpha() or len(language) > 8):
+            raise InputError(f"unknown language {language!r}; give a language code such as 'en'")
+
+    def next_fault(self) -> str | None:
+        faults = self.settings.faults
+        if not faults:
+            return None
+        with self._count_lock:
+            number = next(self._requests)
+        if number % self.settings.fault_every:
+            return None
+        return faults[(number // self.settings.fault_every - 1) % len(faults)]
+
+    def transcribe(self, ask: Ask, cancel: Cancel) -> Transcription:
+        """Run on a decode thread: take a worker, transcribe, give it back (also when cancelled)."""
+        start = time.perf_counter()
+        worker = self.workers.get()
+        try:
+            cancel.check()
+            outcome = worker.transcribe(ask, cancel, self.next_fault() if (ask.method or self.method) == "as2d" else None)
+        finally:
+            self.workers.put(worker)
+        outcome.total_s = time.perf_counter() - start
+        return outcome

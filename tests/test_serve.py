@@ -1,0 +1,248 @@
+"""``as2d serve`` as a real server process on 127.0.0.1, called by real clients.
+
+Each server is ``as2d serve`` in a subprocess on a free port with the real
+Whisper models; the clips are cut from the bundled public-domain LJ Speech
+recording. Every answer is compared with the target's own greedy output.
+"""
+from __future__ import annotations
+
+import io
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import soundfile
+
+from as2d_core.faults import FAULTS
+from as2d_serve.launch import ServerFailed, ServerProcess
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "ljspeech_en_w00.wav"
+START_TIMEOUT_S = 300  # model loading on a busy two-core machine
+WAIT_S = 180  # longest any test waits for the server to reach a state
+
+
+def _wav(samples: np.ndarray, subtype: str = "PCM_16") -> bytes:
+    out = io.BytesIO()
+    soundfile.write(out, samples, 16_000, format="WAV", subtype=subtype)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def speech():
+    samples, rate = soundfile.read(EXAMPLE, dtype="int16")
+    assert rate == 16_000
+    return samples
+
+
+@pytest.fixture(scope="module")
+def clips(speech):
+    """Two short real clips (as WAV bytes) and a long one just under the 30 s window."""
+    long = np.concatenate([speech, speech[: int(3.9 * 16_000)]])
+    return {"a": _wav(speech[: 4 * 16_000]), "b": _wav(speech[4 * 16_000: 8 * 16_000]), "long": _wav(long)}
+
+
+class Server(ServerProcess):
+    """A server whose log is kept for a failure message, and whose waits fail the test."""
+
+    def __init__(self, *args: str, env: dict | None = None):
+        self.log = tempfile.TemporaryFile(mode="w+")
+        try:
+            super().__init__(*args, env=env, cwd=ROOT, start_timeout_s=START_TIMEOUT_S, stderr=self.log,
+                             request_timeout_s=WAIT_S)
+        except ServerFailed as exc:
+            self.log.seek(0)
+            pytest.fail(f"{exc}: {self.log.read()[-2000:]}")
+
+    def wait_for(self, condition, what: str) -> dict:
+        state = super().wait_for(condition, WAIT_S)
+        if state is None:
+            pytest.fail(f"the server never reached: {what}")
+        return state
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server("--queue-size", "16", "--max-upload-mb", "1.5")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def target_only(server, clips):
+    """The target's own greedy tokens and text for each short clip, from the same server."""
+    out = {}
+    for name in ("a", "b"):
+        body = server.post(clips[name], method="target-only", response_format="verbose_json").json()
+        out[name] = (body["as2d"]["tokens"], body["text"])
+    return out
+
+
+def test_openai_client_equals_as2d_run(server, clips, tmp_path):
+    openai = pytest.importorskip("openai")
+    path = tmp_path / "clip_a.wav"
+    path.write_bytes(clips["a"])
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    with path.open("rb") as f:
+        served = client.audio.transcriptions.create(model="whisper-1", file=f)
+    run = subprocess.run([sys.executable, "-m", "as2d_core.cli", "run", str(path), "--json"], capture_output=True,
+                         text=True, cwd=ROOT, timeout=WAIT_S)
+    assert run.returncode == 0, run.stderr
+    assert served.text == json.loads(run.stdout)["text"]
+    assert served.text.strip()
+
+
+def test_every_response_format(server, clips, target_only):
+    tokens, text = target_only["a"]
+    verbose = server.post(clips["a"], response_format="verbose_json", check="true").json()
+    assert verbose["text"] == text and verbose["as2d"]["tokens"] == tokens
+    assert verbose["as2d"]["exact"] is True
+    assert verbose["as2d"]["method"] == "as2d" and verbose["as2d"]["source"] == "whisper-tiny.en"
+    assert verbose["duration"] == pytest.approx(4.0) and verbose["language"] == "en"
+    assert {"prepare_s", "decode_s", "queued_s"} <= set(verbose["as2d"]["timings"])
+    assert server.post(clips["a"]).json() == {"text": text}
+    plain = server.post(clips["a"], response_format="text")
+    assert plain.text == text and plain.headers["content-type"].startswith("text/plain")
+    srt = server.post(clips["a"], response_format="srt").text
+    assert srt == f"1\n00:00:00,000 --> 00:00:04,000\n{text.strip()}\n"
+    vtt = server.post(clips["a"], response_format="vtt").text
+    assert vtt == f"WEBVTT\n\n00:00:00.000 --> 00:00:04.000\n{text.strip()}\n"
+    listed = httpx.get(server.url + "/v1/models", timeout=10).json()["data"]
+    assert {"whisper-base", "whisper-tiny.en"} <= {m["id"] for m in listed}
+
+
+def _bad_inputs(speech, clips):
+    nan = speech[: 16_000].astype(np.float32) / 32768
+    nan[100] = np.nan
+    return [
+        ("empty", b"", {}, 400, "empty"),
+        ("not audio", b"this is a text file, not audio\n" * 50, {}, 400, "not audio"),
+        ("truncated", clips["a"][: len(clips["a"]) // 2], {}, 400, "truncated"),
+        ("NaN samples", _wav(nan, "FLOAT"), {}, 400, "NaN"),
+        ("unknown language", clips["a"], {"language": "xx"}, 400, "no language 'xx'"),
+        ("malformed language", clips["a"], {"language": "../../etc"}, 400, "unknown language"),
+        ("unknown source", clips["a"], {"source": "no-such-drafter"}, 400, "unknown source 'no-such-drafter'"),
+        ("budget 0", clips["a"], {"budget": 0}, 400, "budget must be between 1 and 64"),
+        ("budget 65", clips["a"], {"budget": 65}, 400, "budget must be between 1 and 64"),
+        ("budget text", clips["a"], {"budget": "many"}, 400, "budget must be a whole number"),
+        ("oversize", b"\0" * (2 * 1024 * 1024), {}, 413, "larger than this server's limit"),
+        ("prompt", clips["a"], {"prompt": "Printing"}, 400, "'prompt' is not supported"),
+        ("temperature", clips["a"], {"temperature": 0.7}, 400, "greedily"),
+        ("response format", clips["a"], {"response_format": "xml"}, 400, "unknown response_format"),
+        ("model", clips["a"], {"model": "gpt-4o-transcribe"}, 400, "unknown model"),
+        ("method", clips["a"], {"method": "beam"}, 400, "unknown method"),
+    ]
+
+
+def test_bad_input_matrix_answers_4xx_and_the_next_request_is_served(server, speech, clips, target_only):
+    for name, data, fields, status, message in _bad_inputs(speech, clips):
+        response = server.post(data, **fields)
+        assert response.status_code == status, (name, response.text)
+        assert message in response.json()["error"]["message"], name
+        assert server.health()["status"] == "ok", name
+    chunked = httpx.post(server.url + "/v1/audio/transcriptions", content=(b"\0" * 65536 for _ in range(40)),
+                         headers={"Content-Type": "multipart/form-data; boundary=x"}, timeout=WAIT_S)
+    assert chunked.status_code == 413  # no length declared: counted as it arrives
+    # a server path in place of an upload is just a missing upload: nothing on disk is read
+    by_path = httpx.post(server.url + "/v1/audio/transcriptions", data={"file": "/etc/passwd"}, timeout=WAIT_S)
+    assert by_path.status_code == 400 and "multipart field 'file'" in by_path.json()["error"]["message"]
+    assert server.post(clips["b"]).json()["text"] == target_only["b"][1]
+
+
+def test_audio_over_one_window_is_transcribed_window_by_window(server, speech):
+    long = _wav(np.concatenate([speech, speech[: 8 * 16_000]]))  # 34 s: two windows, never cut silently
+    body = server.post(long, response_format="verbose_json", check="true").json()
+    assert body["duration"] == pytest.approx(34.0, abs=0.01)
+    assert len(body["segments"]) >= 2 and body["segments"][-1]["end"] > 30
+    assert body["as2d"]["exact"] is True  # every window equals target-only on that window
+    assert body["text"] == " ".join(segment["text"].strip() for segment in body["segments"])
+
+
+def test_eight_concurrent_clients_are_all_answered_exactly(server, clips, target_only):
+    answers: dict[int, httpx.Response] = {}
+
+    def client(i: int) -> None:
+        answers[i] = server.post(clips["ab"[i % 2]], response_format="verbose_json")
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_S * 4)
+    assert sorted(answers) == list(range(8))
+    for i, response in answers.items():
+        assert response.status_code == 200, response.text
+        assert response.json()["as2d"]["tokens"] == target_only["ab"[i % 2]][0]
+
+
+def test_a_client_that_disconnects_frees_its_slot(server, clips):
+    before = server.metric('as2d_requests_total{status="499"}')
+    body = b"".join([
+        b"--cut\r\nContent-Disposition: form-data; name=\"check\"\r\n\r\ntrue\r\n",
+        b"--cut\r\nContent-Disposition: form-data; name=\"file\"; filename=\"long.wav\"\r\n"
+        b"Content-Type: audio/wav\r\n\r\n", clips["long"], b"\r\n--cut--\r\n"])
+    head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
+            "Content-Type: multipart/form-data; boundary=cut\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", server.port)) as conn:
+        conn.sendall(head + body)
+        server.wait_for(lambda s: s["active"] == 1, "the long request is decoding")
+    server.wait_for(lambda s: s["active"] == 0, "the slot is free again")
+    assert server.metric('as2d_requests_total{status="499"}') == before + 1  # stopped, not finished
+
+
+@pytest.fixture(scope="module")
+def faulty_server():
+    args = [arg for kind in FAULTS for arg in ("--fault", kind)]
+    s = Server(*args, "--fault-every", "1", "--stall-s", "2")
+    yield s
+    s.stop()
+
+
+def test_every_drafter_fault_leaves_the_answer_exact(faulty_server, clips, target_only):
+    seen = {}
+    for _ in range(len(FAULTS)):
+        body = faulty_server.post(clips["a"], response_format="verbose_json", check="true").json()
+        assert body["as2d"]["tokens"] == target_only["a"][0], body["as2d"]["fault"]
+        assert body["as2d"]["exact"] is True
+        seen[body["as2d"]["fault"]] = body["as2d"]
+    assert set(seen) == set(FAULTS)
+    for kind in ("raise", "stall", "garbage-out"):  # these break the drafter; it is rebuilt for the next request
+        assert seen[kind]["drafter_error"] and seen[kind]["drafter_rebuilt"], kind
+    assert "outside the target vocabulary" in seen["garbage-out"]["drafter_error"]
+    for kind in FAULTS:
+        assert faulty_server.metric(f'as2d_drafter_faults_total{{kind="{kind}"}}') == 1, kind
+    assert faulty_server.metric("as2d_drafter_rebuilds_total") >= 3
+
+
+@pytest.fixture(scope="module")
+def tight_server():
+    import os
+
+    env = dict(os.environ, AS2D_API_KEY="s3cret")
+    s = Server("--queue-size", "0", "--deadline", "2", env=env)
+    yield s
+    s.stop()
+
+
+def test_api_key_deadline_and_full_queue(tight_server, clips):
+    key = {"Authorization": "Bearer s3cret"}
+    assert tight_server.post(clips["a"]).status_code == 401
+    assert tight_server.post(clips["a"], headers={"Authorization": "Bearer s3cre"}).status_code == 401
+    assert httpx.get(tight_server.url + "/metrics", timeout=10).status_code == 401
+    answers = {}
+    slow = threading.Thread(target=lambda: answers.update(slow=tight_server.post(clips["long"], headers=key,
+                                                                                 check="true")))
+    slow.start()
+    tight_server.wait_for(lambda s: s["active"] == 1, "the long request holds the only slot")
+    refused = tight_server.post(clips["a"], headers=key)
+    slow.join(WAIT_S)
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+    assert answers["slow"].status_code == 504 and "deadline" in answers["slow"].json()["error"]["message"]
+    tight_server.wait_for(lambda s: s["active"] == 0, "the slot is free after the deadline")
