@@ -1,8 +1,10 @@
-"""The catalog (``registry.toml``) merged with what installed plugins register.
+"""Every known part: what installed plugins register, and the catalog (``registry.toml``) for the rest.
 
 Listings and ``as2d config check`` need to know about parts that are not
 installed (to say how to get them) and to tell the truth about those that are:
 is the plugin loaded, are the model files there, which devices really run.
+A part's facts come only from its plugin's registration; the catalog adds only
+which plugin provides a part, its description and how to install that plugin.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def load_catalog(path: Path = CATALOG_FILE) -> dict[str, Any]:
 
 @attrs.define
 class Entry:
-    """One part as the user sees it: catalog facts overlaid with the registered ``info``."""
+    """One part as the user sees it: its plugin's install facts and, when installed, the registered ``info``."""
 
     kind: str
     name: str
@@ -64,11 +66,11 @@ def entries(kind: str, registry: Registry | None = None, catalog: dict | None = 
     names = sorted(set(known) | set(registry.names(kind)))
     out = []
     for name in names:
-        facts = dict(known.get(name, {}))
+        listed = known.get(name, {})
         part = registry.find(kind, name)
-        plugin = part.plugin if part else facts.get("plugin")
-        info = {**_plugin_facts(catalog, plugin), **facts, **(part.info if part else {})}
-        info.pop("plugin", None)
+        plugin = part.plugin if part else listed.get("plugin")
+        own = part.info if part else {"description": listed.get("description", "")}
+        info = {**_plugin_facts(catalog, plugin), **own}
         loaded = next((p for p in registry.plugins if p["name"] == plugin), None) if part else None
         if loaded and loaded["distribution"]:
             info["distribution"] = loaded["distribution"]

@@ -188,11 +188,11 @@ def _listing(kind: str, as_json: bool) -> None:
     for r in rows:
         status = "available" if r["available"] else ("installed" if r["installed"] else "not installed")
         extra = []
-        if kind in ("source", "target"):
+        if kind in ("source", "target") and r["installed"]:  # an absent plugin's facts are unknown here
             extra = [",".join(r["tasks"]) or "-", ",".join(r["languages"]) if r["languages"] else "any",
                      f"vocab={r['vocabulary']}"]
         click.echo("\t".join([r["name"], status, f"plugin={r['plugin']}", *extra, r["description"]]))
-        if kind == "backend":
+        if kind == "backend" and r["installed"]:
             for device, d in r["devices"].items():
                 click.echo(f"    {device}: " + ("runs here" if d["runs"] else f"does not run here: {d['reason']}"))
         elif r["reason"]:

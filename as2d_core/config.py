@@ -7,7 +7,11 @@ Two levels of checking, kept apart on purpose:
   These fail ``as2d config check`` everywhere.
 - ``missing``: the file is fine but cannot run on this machine (plugin not
   installed, model files absent, a device that does not really run here with
-  ``on_missing_device = "error"``). ``config check`` reports them; ``--here`` and
+  ``on_missing_device = "error"``). A part whose plugin is not installed is
+  checked by name only: its tasks, languages, vocabulary and backends are what
+  that plugin registers, so they are checked once it is installed (a backend and
+  device the file names are still checked against the backend's own plugin).
+  ``config check`` reports them; ``--here`` and
   ``as2d run --config`` fail on them. A device fallback is never silent: it is
   only taken with ``on_missing_device = "cpu"`` and is reported as a warning.
 
@@ -247,7 +251,7 @@ def _serves(entry: catalog.Entry, key: str, value: str) -> bool:
 
 def _check_part(config: Config, role: str, name: str, backend: str | None, device: str,
                 registry: Registry, report: Report) -> tuple[catalog.Entry | None, str | None]:
-    """Catalog-level checks of one part; returns its entry and the backend it will run on."""
+    """Checks of one part against what its plugin registers; returns its entry and the backend it will run on."""
     kind = "target" if role == "target" else "source"
     key = f"{role}.model" if role == "target" else f"{role}.name"
     entry = catalog.lookup(kind, name, registry)
@@ -255,21 +259,8 @@ def _check_part(config: Config, role: str, name: str, backend: str | None, devic
         known = ", ".join(e.name for e in catalog.entries(kind, registry))
         report.errors.append(f"{key}: unknown {kind} {name!r}; known {kind}s: {known}")
         return None, None
-    if not _serves(entry, "tasks", config.task):
-        report.errors.append(f"task: {kind} {name!r} does not do {config.task!r}; it does {', '.join(entry.info['tasks'])}")
-    if config.language and not _serves(entry, "languages", config.language):
-        report.errors.append(
-            f"language: {kind} {name!r} does not serve {config.language!r}; it serves {', '.join(entry.info['languages'])}"
-        )
-    backends = entry.info.get("backends") or ()
-    if backend is None:
-        backend = catalog.default_backend(entry)
-    elif backends and backend not in backends:
-        report.errors.append(f"{role}.backend: {name!r} does not run on {backend!r}; allowed: {', '.join(backends)}")
-        return entry, None
-    elif not backends and "backends" in entry.info:
-        report.errors.append(f"{role}.backend: {name!r} brings its own runtime; remove {role}.backend")
-        return entry, None
+    if entry.installed:
+        backend = _check_registered_facts(config, role, entry, backend, report)
     if backend is not None:
         backend_entry = catalog.lookup("backend", backend, registry)
         if backend_entry is None:
@@ -279,6 +270,28 @@ def _check_part(config: Config, role: str, name: str, backend: str | None, devic
         if devices and device not in devices:
             report.errors.append(f"{role}.device: {device!r} is not a device of {backend}; allowed: {', '.join(devices)}")
     return entry, backend
+
+
+def _check_registered_facts(config: Config, role: str, entry: catalog.Entry, backend: str | None,
+                            report: Report) -> str | None:
+    """Task, language and backend against what the part's plugin registers; returns the backend it will run on."""
+    kind, name = entry.kind, entry.name
+    if not _serves(entry, "tasks", config.task):
+        report.errors.append(f"task: {kind} {name!r} does not do {config.task!r}; it does {', '.join(entry.info['tasks'])}")
+    if config.language and not _serves(entry, "languages", config.language):
+        report.errors.append(
+            f"language: {kind} {name!r} does not serve {config.language!r}; it serves {', '.join(entry.info['languages'])}"
+        )
+    backends = entry.info.get("backends") or ()
+    if backend is None:
+        return catalog.default_backend(entry)
+    if backends and backend not in backends:
+        report.errors.append(f"{role}.backend: {name!r} does not run on {backend!r}; allowed: {', '.join(backends)}")
+        return None
+    if not backends and "backends" in entry.info:
+        report.errors.append(f"{role}.backend: {name!r} brings its own runtime; remove {role}.backend")
+        return None
+    return backend
 
 
 def _check_here(config: Config, role: str, entry: catalog.Entry, backend: str | None, device: str,
@@ -332,7 +345,7 @@ def check_data(data: dict, path: Path, registry: Registry | None = None) -> Repo
     if config.source is not None:
         source, source_backend = _check_part(
             config, "source", config.source.name, config.source.backend, config.source.device, registry, report)
-    if target is not None and source is not None:
+    if target is not None and source is not None and target.installed and source.installed:
         bridge = catalog.bridge_between(source, target, catalog.entries("bridge", registry))
         if bridge is None:
             report.errors.append(

@@ -8,8 +8,8 @@ entry-point plugins load, so tests see a known set.
 
 Calling convention: ``register(name, factory, **info)``. The ``info`` keywords are
 what listings and ``as2d config check`` read without building anything; every key
-is optional and, where a part is also listed in ``registry.toml``, the registered
-value wins over the catalog's:
+is optional. They are the only home of these facts: ``registry.toml`` holds just
+which plugin provides a part and how to install it, for listings of absent plugins.
 
 - ``description``: one line for listings.
 - ``tasks``: tuple of tasks served (``"asr"``, ``"translate"``, ``"qa"``).
@@ -25,7 +25,13 @@ value wins over the catalog's:
 - ``backends``: tuple of backend names the model runs on (empty: self-contained).
 - ``devices`` (backends): tuple of device names the backend knows.
 - ``model_dir``: folder name under ``as2d_core.paths.models_dir()``.
-- ``required_files``: tuple of file names that folder must hold.
+- ``required_files``: tuple of file names that folder must hold; ``backend_files``:
+  ``{backend: files}`` a backend reads besides; ``file_alternatives``: ``{file:
+  files that stand in for it}`` (a sharded checkpoint's index).
+- ``layout``: how to make that folder; ``model_install``: the command that makes
+  it, if there is one.
+- ``notes`` (backends): ``{device: why it may not run}`` for devices the probe
+  does not report.
 - ``install``: the command that installs the plugin providing this part.
 
 Factories of targets and sources are called with one options dict: ``models_dir``,

@@ -49,7 +49,7 @@ def test_listings_json(invoke, group, kind):
 def test_sources_plain_says_how_to_install(invoke):
     result = invoke("sources", "list", absent=("qwen3_asr",))
     assert result.exit_code == 0
-    assert "qwen3-asr-0.6b\tnot installed" in result.output
+    assert "qwen3-asr-0.6b\tnot installed\tplugin=qwen3_asr\tQwen3-ASR-0.6B" in result.output  # its description
     assert f"plugin 'qwen3_asr' is not installed: {QWEN3_ASR_INSTALL}" in result.output
 
 

@@ -38,6 +38,18 @@ def registry(monkeypatch):
     catalog._PROBES.clear()
 
 
+@pytest.fixture
+def whisper_registry(monkeypatch):
+    """The Whisper and ONNX Runtime plugins: the facts that GOOD's parts register are checked."""
+    pytest.importorskip("as2d_whisper")
+    pytest.importorskip("as2d_onnxruntime")
+    monkeypatch.setenv(plugins.ENV_ALLOWLIST, "whisper,onnxruntime")
+    catalog._PROBES.clear()
+    yield plugins.load_registry(refresh=True)
+    plugins._REGISTRY = None
+    catalog._PROBES.clear()
+
+
 def _check(tmp_path, text, registry, name="c.toml"):
     path = tmp_path / name
     path.write_text(text)
@@ -64,7 +76,8 @@ def test_every_shipped_config_passes_with_installed_plugins(path):
     assert report.ok, report.errors
 
 
-def test_good_config(tmp_path, registry):
+def test_good_config(tmp_path, whisper_registry):
+    registry = whisper_registry
     report = _check(tmp_path, GOOD, registry)
     assert report.ok, report.errors
     options = report.config.decode_options()
@@ -93,13 +106,24 @@ def test_good_config(tmp_path, registry):
         (("[target]", "[targets]"), "target: required table [target] is missing"),
     ],
 )
-def test_bad_configs_name_key_and_allowed(tmp_path, registry, edit, expected):
-    report = _check(tmp_path, GOOD.replace(*edit), registry)
+def test_bad_configs_name_key_and_allowed(tmp_path, whisper_registry, edit, expected):
+    report = _check(tmp_path, GOOD.replace(*edit), whisper_registry)
     assert not report.ok
     assert any(expected in e for e in report.errors), report.errors
 
 
-def test_tokenizer_mismatch_without_bridge(tmp_path, registry):
+def test_parts_of_absent_plugins_are_checked_by_name_only(tmp_path, registry):
+    """Their facts are their plugin's: the file is valid, and cannot run here until the plugin is installed."""
+    report = _check(tmp_path, GOOD.replace('language = "en"', 'language = "de"'), registry)
+    assert report.ok and not report.runnable, report.errors
+    assert any(m.startswith("target: plugin 'whisper'") for m in report.missing), report.missing
+    assert any(m.startswith("source: plugin 'whisper'") for m in report.missing), report.missing
+    report = _check(tmp_path, GOOD.replace('"whisper-tiny.en"', '"no-such-drafter"'), registry)
+    assert any("unknown source 'no-such-drafter'" in e for e in report.errors)
+
+
+def test_tokenizer_mismatch_without_bridge(tmp_path, whisper_registry):
+    registry = whisper_registry
     registry.add("source", "test", "ids-only", lambda o: None,
                  {"vocabulary": "ids-only", "decodes_text": False, "tasks": ("asr",)})
     report = _check(tmp_path, GOOD.replace('"whisper-tiny.en"', '"ids-only"'), registry)
@@ -113,8 +137,9 @@ def test_invalid_toml_names_the_file(tmp_path, registry):
 
 def _with_backend(registry, devices):
     registry.add("backend", "test", "onnxruntime", lambda: devices, {"devices": ("cpu", "nnapi")})
-    registry.add("target", "test", "whisper-base", lambda o: None, {})
-    registry.add("source", "test", "whisper-tiny.en", lambda o: None, {})
+    facts = {"vocabulary": "test", "backends": ("onnxruntime",)}
+    registry.add("target", "test", "whisper-base", lambda o: None, facts)
+    registry.add("source", "test", "whisper-tiny.en", lambda o: None, facts)
 
 
 def test_missing_device_with_error_is_not_runnable(tmp_path, registry, monkeypatch):

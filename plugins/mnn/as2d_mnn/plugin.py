@@ -11,5 +11,7 @@ def register_backends(register):
         probe,
         description="MNN and its LLM engine (device availability probed from the installed build)",
         devices=DEVICES,
+        notes={"opencl": "the PyPI MNN wheel is CPU-only: asking for OpenCL prints a line and silently runs on CPU; "
+                         "build MNN with MNN_OPENCL=ON"},
         install="pip install ./plugins/mnn",
     )

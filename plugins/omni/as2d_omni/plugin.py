@@ -20,6 +20,7 @@ LAYOUT = ("for backend 'mnn' (default): a folder exported by MNN's llmexport fro
           "and its shards), " + ", ".join(TORCH_FILES[1:]) + ", chat_template.json (or .jinja)")
 INSTALL = "pip install ./plugins/mnn ./plugins/omni"
 TORCH_INSTALL = "pip install ./plugins/mnn './plugins/omni[torch]'"
+TORCH_NOTES = {"cuda": "scripts/constraints.txt pins the CPU build of torch; CUDA needs a CUDA build of torch and a GPU"}
 TORCH_DESCRIPTION = "PyTorch (transformers), for Qwen3-ASR (through qwen-asr) and Qwen2.5-Omni"
 
 
@@ -76,6 +77,7 @@ def torch_probe() -> dict[str, str | None]:
 @hookimpl(tryfirst=True)
 def register_backends(register):
     try:
-        register("torch", torch_probe, description=TORCH_DESCRIPTION, devices=("cpu", "cuda"), install=TORCH_INSTALL)
+        register("torch", torch_probe, description=TORCH_DESCRIPTION, devices=("cpu", "cuda"), notes=TORCH_NOTES,
+                 install=TORCH_INSTALL)
     except ValueError:  # registered by the qwen3_asr plugin
         pass

@@ -11,5 +11,6 @@ def register_backends(register):
         probe,
         description="ONNX Runtime (device availability probed from its execution providers)",
         devices=DEVICES,
+        notes={"nnapi": "only Android builds of onnxruntime have the NNAPI provider; the Linux wheel silently falls back to CPU"},
         install="pip install ./plugins/onnxruntime",
     )

@@ -32,5 +32,6 @@ def register_sources(register):
         vocabulary="pocketsphinx-words",
         backends=(),
         required_files=(),
+        layout="none: acoustic model, language model and dictionary ship inside the pocketsphinx wheel",
         install=INSTALL,
     )

