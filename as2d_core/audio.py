@@ -8,6 +8,7 @@ soxr); ``AudioInfo`` records what the file was and what was converted, so a call
 from __future__ import annotations
 
 import warnings
+import io
 from pathlib import Path
 
 import attrs
@@ -77,19 +78,31 @@ def load_audio(path: str | Path) -> np.ndarray:
     return decoded.samples
 
 
-def read_audio(path: str | Path) -> DecodedAudio:
-    """Decode, mix down and resample ``path``; every unusable file is an ``AudioError``."""
-    path = Path(path)
-    if not path.exists():
-        raise AudioError(f"audio file not found: {path}")
-    if path.is_dir():
-        raise AudioError(f"{path} is a folder, not an audio file")
-    if path.stat().st_size == 0:
-        raise AudioError(f"audio file is empty (0 bytes): {path}")
+def read_audio(source: str | Path | bytes, label: str = "the uploaded audio") -> DecodedAudio:
+    """Decode, mix down and resample a file (``source`` a path) or a file's bytes (an upload, named
+    ``label`` in messages); every unusable input is an ``AudioError``."""
+    if isinstance(source, (bytes, bytearray)):
+        path = label
+        if not source:
+            raise AudioError(f"audio file is empty (0 bytes): {label}")
+
+        def open_file():
+            return io.BytesIO(source)
+    else:
+        path = Path(source)
+        if not path.exists():
+            raise AudioError(f"audio file not found: {path}")
+        if path.is_dir():
+            raise AudioError(f"{path} is a folder, not an audio file")
+        if path.stat().st_size == 0:
+            raise AudioError(f"audio file is empty (0 bytes): {path}")
+
+        def open_file():
+            return open(path, "rb")
     try:
-        container = av.open(str(path))
+        container = av.open(open_file())
     except av.error.FFmpegError as exc:
-        raise AudioError(f"cannot read {path} as audio ({_reason(exc)}); is it an audio file?") from exc
+        raise AudioError(f"cannot read {path}: not audio that can be decoded ({_reason(exc)})") from exc
     with container:
         if not container.streams.audio:
             kinds = ", ".join(sorted({s.type for s in container.streams})) or "none"
@@ -97,7 +110,8 @@ def read_audio(path: str | Path) -> DecodedAudio:
         stream = container.streams.audio[0]
         codec = stream.codec_context
         rate, channels = codec.sample_rate, codec.channels
-        declared = _wav_declared_duration(path)
+        with open_file() as file:
+            declared = _wav_declared_duration(file)
         if declared is None:
             declared = _declared_duration(container, stream)
         blocks, failure = _decode(container, stream)
@@ -155,21 +169,20 @@ def _declared_duration(container, stream) -> float | None:
     return None
 
 
-def _wav_declared_duration(path: Path) -> float | None:
+def _wav_declared_duration(file) -> float | None:
     """The length a RIFF/WAVE header declares (data size / byte rate): FFmpeg trusts the file size instead."""
-    with open(path, "rb") as file:
-        head = file.read(12)
-        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
-            return None
-        byte_rate = None
-        while len(chunk := file.read(8)) == 8:
-            size = int.from_bytes(chunk[4:], "little")
-            if chunk[:4] == b"fmt " and size >= 12:
-                byte_rate = int.from_bytes(file.read(12)[8:12], "little")
-                size -= 12
-            elif chunk[:4] == b"data":
-                return size / byte_rate if byte_rate and size != 0xFFFFFFFF else None
-            file.seek(size + (size & 1), 1)
+    head = file.read(12)
+    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None
+    byte_rate = None
+    while len(chunk := file.read(8)) == 8:
+        size = int.from_bytes(chunk[4:], "little")
+        if chunk[:4] == b"fmt " and size >= 12:
+            byte_rate = int.from_bytes(file.read(12)[8:12], "little")
+            size -= 12
+        elif chunk[:4] == b"data":
+            return size / byte_rate if byte_rate and size != 0xFFFFFFFF else None
+        file.seek(size + (size & 1), 1)
     return None
 
 
