@@ -57,9 +57,12 @@ DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
 @click.option("--pool-machines", is_flag=True, help="Pool rows measured on different kinds of machine.")
 @click.option("--fault", type=click.Choice(FAULTS), default=None,
               help="Break every drafter this way (as2d_core.faults; as2d methods only): the answers must stay exact.")
+@click.option("--detect-language", is_flag=True,
+              help="Requests name no language: every method detects it, as for a user who gives none "
+                   "(the manifest's lang then only labels the rows).")
 def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, source_backend, source_name,
           source_names, limit, languages, warmup, fresh, ray_address, workers, cpus_per_worker, pool_machines,
-          fault, **decode_options):
+          fault, detect_language, **decode_options):
     """Run METHODS on every window of MANIFEST (JSONL: id, path, lang, text) and write results to OUT.
 
     Resumable: each window's rows are appended to OUT/results.jsonl as it finishes, and the same
@@ -93,7 +96,7 @@ def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, 
         if not windows:
             raise ValueError("no windows to run")
         spec = BenchSpec(tuple(chosen), target_name, tuple(names), options, target_backend, source_backend,
-                         save_traces, warmup, fault)
+                         save_traces, warmup, fault, detect_language)
         spec.check_fault()
         spec.folder(out_dir).open(fresh)  # a different configuration in OUT fails here, before any model loads
         started = time.perf_counter()

@@ -40,9 +40,12 @@ def make_peers(methods: list[str], threads: int, root: Path | None = None) -> di
     return peers
 
 
-def peer_row(window, method: str, peer: Peer, audio: np.ndarray, reference) -> dict:
-    """Run one peer on one window and compare it with the target-only reference (when there is one)."""
-    language = window.lang or (reference.language if reference is not None else None)
+def peer_row(window, method: str, peer: Peer, audio: np.ndarray, reference, detect_language: bool = False) -> dict:
+    """Run one peer on one window and compare it with the target-only reference (when there is one).
+
+    ``detect_language``: the peer detects the language itself, as the target does in such a run.
+    """
+    language = None if detect_language else window.lang or (reference.language if reference is not None else None)
     out = peer(audio, language)
     exact = list(out.tokens) == list(reference.tokens) if reference is not None else None
     return {

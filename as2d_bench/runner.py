@@ -222,10 +222,10 @@ def sd_mean_rows(window: Window, rows: list[dict]) -> list[dict]:
     return out
 
 
-def timed_peer(peer: Peer, window: Window, method: str, audio, reference) -> dict:
+def timed_peer(peer: Peer, window: Window, method: str, audio, reference, detect_language: bool = False) -> dict:
     """A peer's row, with its ``e2e_s`` (audio in memory and models loaded, to its final token) if it gave none."""
     start = time.perf_counter()
-    row = peer_row(window, method, peer, audio, reference)
+    row = peer_row(window, method, peer, audio, reference, detect_language)
     if not row.get("error"):
         row.setdefault("e2e_s", time.perf_counter() - start)
     return row
@@ -263,6 +263,8 @@ class Bench:
     fresh: bool = False
     pool_machines: bool = False
     describe: dict = attrs.Factory(dict)
+    # every method detects the language itself, as a user who names none (the manifest's lang only labels rows)
+    detect_language: bool = False
     _warmed: bool = attrs.field(default=False, init=False)
 
     @property
@@ -305,7 +307,7 @@ class Bench:
         bar = bar or _NoBar()
         if self.warmup and not self._warmed:
             self._warm(window, audio)
-        request = Request(request_id=window.id, audio=audio, language=window.lang)
+        request = Request(request_id=window.id, audio=audio, language=self._language(window))
         rows, traces = [], []
         reference = None
         for run in self.runs:
@@ -329,7 +331,7 @@ class Bench:
         method, label, source = run.method, run.label, run.source_name
         try:
             if method in self.peers:
-                return timed_peer(self.peers[method], window, method, audio, reference)
+                return timed_peer(self.peers[method], window, method, audio, reference, self.detect_language)
             if method not in METHODS:
                 return error_row(window, label, "peer not configured for this run")
             if method in SERIAL and run.source is not None and not isinstance(run.source, PrefixDrafting):
@@ -340,10 +342,13 @@ class Bench:
         except Exception as exc:  # one failing method must not end the benchmark; the row says why
             return error_row(window, label, f"{type(exc).__name__}: {exc}", source)
 
+    def _language(self, window: Window) -> str | None:
+        return None if self.detect_language else window.lang
+
     def _warm(self, window: Window, audio) -> None:
         """One untimed pass of every method, so session builds and first-call costs stay off the clock."""
         self._warmed = True
-        request = Request(request_id=f"warmup-{window.id}", audio=audio, language=window.lang)
+        request = Request(request_id=f"warmup-{window.id}", audio=audio, language=self._language(window))
         for run in self.runs:
             self._one(window, run, request, audio, None)
 

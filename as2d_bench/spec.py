@@ -28,6 +28,7 @@ class BenchSpec:
     save_traces: bool = False
     warmup: bool = True
     fault: str | None = None  # break every drafter this way (as2d_core.faults); answers must stay exact
+    detect_language: bool = False  # requests name no language: the target (and a peer) detects it
 
     @property
     def source_names(self) -> list[str]:
@@ -37,7 +38,7 @@ class BenchSpec:
     @property
     def describe(self) -> dict:
         return {"target": self.target, "target_backend": self.target_backend, "source_backend": self.source_backend,
-                "fault": self.fault}
+                "fault": self.fault, "detect_language": self.detect_language}
 
     @property
     def cores(self) -> int:
@@ -81,4 +82,4 @@ class BenchSpec:
             sources = [FaultySource(s, self.fault, publish_as=target.vocabulary) for s in sources]
         peers = make_peers(list(self.methods), self.options.target_threads)
         return Bench(target, sources, self.options, list(self.methods), Path(out_dir), self.save_traces, peers,
-                     self.warmup, describe=self.describe, **bench_options)
+                     self.warmup, describe=self.describe, detect_language=self.detect_language, **bench_options)
