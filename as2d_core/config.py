@@ -49,7 +49,7 @@ import attrs
 from . import catalog
 from .contracts import TASKS
 from .engine import METHODS
-from .options import MAX_BUDGET, STARTS, DecodeOptions, config_keys
+from .options import DecodeOptions, config_keys, config_schema, out_of_range
 from .plugins import Registry, load_registry
 
 ON_MISSING_DEVICE = ("error", "cpu")
@@ -60,9 +60,6 @@ _TOP: dict[str, tuple] = {
     "language": (str, False, None),
     "instruction": (str, False, None),
     "method": (str, False, METHODS),
-    "budget": (int, False, None),
-    "align_window": (int, False, None),
-    "start": (str, False, STARTS),
     "on_missing_device": (str, False, ON_MISSING_DEVICE),
 }
 _TABLES: dict[str, dict[str, tuple]] = {
@@ -70,15 +67,11 @@ _TABLES: dict[str, dict[str, tuple]] = {
         "model": (str, True, None),
         "backend": (str, False, None),
         "device": (str, False, None),
-        "threads": (int, False, None),
-        "shared_threads": (int, False, None),
     },
     "source": {
         "name": (str, True, None),
         "backend": (str, False, None),
         "device": (str, False, None),
-        "threads": (int, False, None),
-        "publication_size": (int, False, None),
         "process": (bool, False, None),
     },
     "device_profile": {
@@ -87,6 +80,9 @@ _TABLES: dict[str, dict[str, tuple]] = {
     },
 }
 _REQUIRED_TABLES = ("target",)
+# The decoding options' keys come from their one declaration (as2d_core.options), with their bounds.
+for _table, _keys in config_schema().items():
+    (_TABLES[_table] if _table else _TOP).update({k: (kind, False, choices) for k, (kind, _lo, _hi, choices) in _keys.items()})
 
 
 _DEFAULT = DecodeOptions()
@@ -200,12 +196,6 @@ def _check_table(values: dict, schema: dict[str, tuple], prefix: str, errors: li
     return clean
 
 
-def _range(errors: list[str], key: str, value: int, low: int, high: int | None = None) -> None:
-    if value < low or (high is not None and value > high):
-        allowed = f"{low}..{high}" if high is not None else f"at least {low}"
-        errors.append(f"{key}: {value} is out of range; allowed: {allowed}")
-
-
 def parse(data: dict, path: Path) -> tuple[Config | None, list[str]]:
     """Structural checks only (keys, types, ranges); no catalog or plugin lookups."""
     errors: list[str] = []
@@ -223,13 +213,12 @@ def parse(data: dict, path: Path) -> tuple[Config | None, list[str]]:
             errors.append(f"{name}: must be a table [{name}], got {value!r}")
             continue
         tables[name] = _check_table(value, schema, f"{name}.", errors)
-    for key, low, high in (("budget", 1, MAX_BUDGET), ("align_window", 0, None)):
-        if key in clean:
-            _range(errors, key, clean[key], low, high)
-    for table, key in (("target", "threads"), ("target", "shared_threads"), ("source", "threads"),
-                       ("source", "publication_size")):
-        if key in tables.get(table, {}):
-            _range(errors, f"{table}.{key}", tables[table][key], 1)
+    for table, keys in config_schema().items():
+        values = tables.get(table, {}) if table else clean
+        for key, (_kind, low, high, _choices) in keys.items():
+            why = out_of_range(values[key], low, high) if key in values and (low, high) != (None, None) else None
+            if why:
+                errors.append(f"{table + '.' if table else ''}{key}: {why}")
     if errors or "model" not in tables.get("target", {}):
         return None, errors
     source = SourceConfig(**tables["source"]) if "name" in tables.get("source", {}) else None

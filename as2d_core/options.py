@@ -15,40 +15,48 @@ MAX_BUDGET = 64
 STARTS = ("arrival", "prepared")
 
 
-def _positive(instance, attribute, value):
-    if value < 1:
-        raise ValueError(f"{attribute.name} must be at least 1, got {value}")
-
-
-def _budget(instance, attribute, value):
-    check_budget(value)
-
-
 def check_budget(value: int) -> int:
     if not 1 <= value <= MAX_BUDGET:
         raise ValueError(f"budget must be between 1 and {MAX_BUDGET} proposals per verification, got {value}")
     return value
 
 
-def _option(default, validator, config: str, help: str, choices: tuple[str, ...] | None = None):
-    """A field that users set: ``config`` is its dotted key in a task configuration."""
+def out_of_range(value, low: int | None, high: int | None) -> str | None:
+    """Why ``value`` is outside ``low..high`` (None: it is inside); the words every check uses."""
+    if (low is not None and value < low) or (high is not None and value > high):
+        return f"{value} is out of range; allowed: " + (f"{low}..{high}" if high is not None else f"at least {low}")
+    return None
+
+
+def _in_range(instance, attribute, value):
+    low, high = attribute.metadata["low"], attribute.metadata["high"]
+    if out_of_range(value, low, high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ValueError(f"{attribute.name} must be {bounds}, got {value}")
+
+
+def _option(default, config: str, help: str, low: int | None = None, high: int | None = None,
+            choices: tuple[str, ...] | None = None):
+    """A field that users set: ``config`` is its dotted key in a task configuration; ``low``/``high``
+    bound a number, ``choices`` a word."""
+    validator = attrs.validators.in_(choices) if choices else _in_range
     return attrs.field(default=default, validator=validator,
-                       metadata={"config": config, "help": help, "choices": choices})
+                       metadata={"config": config, "help": help, "choices": choices, "low": low, "high": high})
 
 
 @attrs.frozen
 class DecodeOptions:
-    budget: int = _option(7, _budget, "budget", "Proposals per verification (width <= budget+1), 1..64.")
+    budget: int = _option(7, "budget", "Proposals per verification (width <= budget+1).", 1, MAX_BUDGET)
     # the paper publishes every 8 drafter tokens; a drafter on 2 cores is slower than the target consumes
-    publication_size: int = _option(2, _positive, "source.publication_size", "Drafter tokens per published batch.")
-    align_window: int = _option(8, attrs.validators.ge(0), "align_window",
-                                "How far the read cursor looks for the root after a rejection.")
-    target_threads: int = _option(2, _positive, "target.threads", "Target threads when it runs alone.")
-    shared_target_threads: int = _option(1, _positive, "target.shared_threads", "Target threads while the drafter runs.")
-    drafter_threads: int = _option(1, _positive, "source.threads", "Drafter threads.")
-    start: str = _option("arrival", attrs.validators.in_(STARTS), "start",
+    publication_size: int = _option(2, "source.publication_size", "Drafter tokens per published batch.", 1)
+    align_window: int = _option(8, "align_window", "How far the read cursor looks for the root after a rejection.", 0)
+    target_threads: int = _option(2, "target.threads", "Target threads when it runs alone.", 1)
+    shared_target_threads: int = _option(1, "target.shared_threads", "Target threads while the drafter runs.", 1)
+    drafter_threads: int = _option(1, "source.threads", "Drafter threads.", 1)
+    start: str = _option("arrival", "start",
                          "arrival: the drafter starts with the request, beside the target's audio encoding; "
-                         "prepared: after both models are prepared (the paper's post-prefill set-up).", STARTS)
+                         "prepared: after both models are prepared (the paper's post-prefill set-up).",
+                         choices=STARTS)
     drain_timeout_s: float = 2.0
     # as2d-no-bc (SpecASR's budget rule kept with decoupled drafting): candidates end at the first
     # published token whose confidence is below this (that token included); None keeps the fixed budget.
@@ -73,6 +81,15 @@ def user_fields() -> list[attrs.Attribute]:
 def config_keys() -> dict[str, str]:
     """Field name -> dotted configuration key."""
     return {f.name: f.metadata["config"] for f in user_fields()}
+
+
+def config_schema() -> dict[str, dict[str, tuple]]:
+    """Table ("" for the top level) -> key -> (type, low, high, choices) of every option a configuration sets."""
+    schema: dict[str, dict[str, tuple]] = {}
+    for f in user_fields():
+        table, _, key = f.metadata["config"].rpartition(".")
+        schema.setdefault(table, {})[key] = (type(f.default), f.metadata["low"], f.metadata["high"], f.metadata["choices"])
+    return schema
 
 
 def flag(name: str) -> str:
