@@ -38,7 +38,7 @@ def native_stdout_to_stderr() -> Iterator[None]:
 
 def import_quietly(*modules: str):
     """Import ``modules`` (raising ImportError as usual) with their import-time output on stderr; the first is returned."""
-    if all(name in sys.modules for name in modules):
+    if all(sys.modules.get(name) is not None for name in modules):  # None there means "blocked": import raises
         return sys.modules[modules[0]]
     with native_stdout_to_stderr():
         loaded = [importlib.import_module(name) for name in modules]

@@ -115,7 +115,7 @@ def test_catalog_lists_the_new_parts_with_install_hints():
     registry = load_registry()
     for kind, name in (("source", "whisper-tiny.en-ct2"), ("target", "whisper-base-int8")):
         info = registry.get(kind, name).info
-        assert info["install"] == f"as2d models install {name}" and info["model_dir"] == name
+        assert info["model_install"] == f"as2d models install {name}" and info["model_dir"] == name
         assert registry.get("model", name) is not None
 
 
