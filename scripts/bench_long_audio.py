@@ -69,7 +69,7 @@ def run_stream(method: str, pipeline: Pipeline, samples: np.ndarray, args) -> di
 def run_faster_whisper(method: str, samples: np.ndarray, threads: int, language: str) -> dict:
     from faster_whisper import WhisperModel
 
-    from as2d_bench.peers import build_ct2_folder
+    from as2d_whisper.peers import build_ct2_folder  # faster-whisper reads the same whisper-base weights
 
     model = WhisperModel(str(build_ct2_folder()), device="cpu", compute_type=FW_PRECISIONS[method], cpu_threads=threads)
     options = dict(language=language, vad_filter=True, without_timestamps=True, beam_size=1)
