@@ -98,8 +98,7 @@ class TargetSession(Protocol):
     eos_token: int
     max_new_tokens: int
     cache_length: int
-    # Optional ``vocab_size``: when a session has it, the engine never lets a drafter publish an id
-    # outside [0, vocab_size) (such an id would make the target's call fail).
+    # A session may also say its vocabulary's size (KnownVocabulary below): drafted ids outside it end the drafts.
 
     def first_token(self) -> int:
         """The target's greedy first response token, from the prefilled prompt."""
@@ -166,6 +165,14 @@ class Source(Protocol):
 
     def prepare(self, request: Request, language: str, threads: int) -> DraftJob:
         """Encode audio for the drafter (background preparation)."""
+
+
+@runtime_checkable
+class KnownVocabulary(Protocol):
+    """Optional for a target session: the size of its vocabulary, so the engine can end a drafter that
+    publishes ids the target cannot even embed, instead of letting a verification fail."""
+
+    vocab_size: int
 
 
 @runtime_checkable

@@ -20,7 +20,7 @@ import attrs
 from .align import Aligner
 from .buffer import CandidateBuffer
 from .catalog import bridge_for
-from .contracts import Bridge, DraftJob, DraftPiece, PublishedBatch, Request, Source, Target, TargetSession, serves_language
+from .contracts import Bridge, DraftJob, DraftPiece, KnownVocabulary, PublishedBatch, Request, Source, Target, TargetSession, serves_language
 from .events import Decomposition, Event, EventLog, decompose
 from .options import MAX_BUDGET, STARTS, DecodeOptions  # noqa: F401  (the engine's options, declared once)
 
@@ -495,7 +495,7 @@ def run_request(
         buffer = CandidateBuffer(request.request_id, source.name, f"{source.name}:{id(job):x}")
         producer = Producer(job, bridge_for(source, target, session), buffer, options.publication_size, events)
     if speculative:
-        producer.vocab_size = getattr(session, "vocab_size", None)  # optional in TargetSession
+        producer.vocab_size = session.vocab_size if isinstance(session, KnownVocabulary) else None
         if producer.bridge is None:
             producer.attach_bridge(bridge_for(source, target, session))
     prepare_s = time.perf_counter() - arrival
