@@ -99,26 +99,27 @@ def read_audio(source: str | Path | bytes, label: str = "the uploaded audio") ->
 
         def open_file():
             return open(path, "rb")
-    try:
-        container = av.open(open_file())
-    except av.error.FFmpegError as exc:
-        raise AudioError(f"cannot read {path}: not audio that can be decoded ({_reason(exc)})") from exc
-    with container:
-        if not container.streams.audio:
-            kinds = ", ".join(sorted({s.type for s in container.streams})) or "none"
-            raise AudioError(f"{path} has no audio stream (streams: {kinds})")
-        stream = container.streams.audio[0]
-        codec = stream.codec_context
-        rate, channels = codec.sample_rate, codec.channels
-        with open_file() as file:
-            declared = _wav_declared_duration(file)
-        if declared is None:
-            declared = _declared_duration(container, stream)
-        blocks, failure = _decode(container, stream)
-        info_fields = dict(
-            path=str(path), container=container.format.name, codec=codec.name,
-            sample_rate=rate, channels=channels, sample_format=codec.format.name if codec.format else "unknown",
-        )
+    with open_file() as raw:
+        try:
+            container = av.open(raw)
+        except av.error.FFmpegError as exc:
+            raise AudioError(f"cannot read {path}: not audio that can be decoded ({_reason(exc)})") from exc
+        with container:
+            if not container.streams.audio:
+                kinds = ", ".join(sorted({s.type for s in container.streams})) or "none"
+                raise AudioError(f"{path} has no audio stream (streams: {kinds})")
+            stream = container.streams.audio[0]
+            codec = stream.codec_context
+            rate, channels = codec.sample_rate, codec.channels
+            with open_file() as file:
+                declared = _wav_declared_duration(file)
+            if declared is None:
+                declared = _declared_duration(container, stream)
+            blocks, failure = _decode(container, stream)
+            info_fields = dict(
+                path=str(path), container=container.format.name, codec=codec.name,
+                sample_rate=rate, channels=channels, sample_format=codec.format.name if codec.format else "unknown",
+            )
     if not blocks:
         if failure:
             raise AudioError(f"cannot decode {path}: {failure}")

@@ -1,6 +1,5 @@
 """Serial baselines and as2d ablations on TinyLM: every one returns the target's greedy tokens."""
 import hashlib
-import time
 
 import pytest
 
@@ -12,7 +11,7 @@ from as2d_bench.baselines import (
     sd_policy,
     serial_decode,
 )
-from tiny_lm import ScriptedSource, TinyLM
+from tiny_lm import ScriptedSource, SlowTarget, TinyLM
 
 MODEL = TinyLM()
 
@@ -239,23 +238,3 @@ def test_as2d_confidence_stop_is_exact_and_cuts_candidates(tiny_request, thresho
         assert max(result.verify_widths) == 2
     else:
         assert max(result.verify_widths) > 2
-
-
-class SlowTarget:
-    """TinyLM whose calls take ``delay`` seconds, so the producer publishes ahead of it (also used by test_bench)."""
-
-    name, vocabulary, device_in_use = MODEL.name, MODEL.vocabulary, MODEL.device_in_use
-
-    def __init__(self, delay: float = 0.003):
-        self.delay = delay
-
-    def prepare(self, request, threads):
-        session = MODEL.prepare(request, threads)
-        verify = session.verify
-
-        def slow_verify(root, candidates):
-            time.sleep(self.delay)
-            return verify(root, candidates)
-
-        session.verify = slow_verify
-        return session

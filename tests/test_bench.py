@@ -9,7 +9,8 @@ from click.testing import CliRunner
 from as2d_core import DecodeOptions
 from as2d_bench.runner import Bench, expand_methods, read_manifest
 from as2d_bench.summary import summarize
-from test_baselines import MODEL, PrefixSource, SlowTarget
+from test_baselines import MODEL, PrefixSource
+from tiny_lm import SlowTarget
 
 
 def _row(window, method, tokens, decode_s, exact=True, proposed=0, accepted=0, **extra):

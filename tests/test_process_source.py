@@ -13,7 +13,7 @@ import pytest
 from as2d_core import DecodeOptions, Request, run_request
 from as2d_core.contracts import Source
 from as2d_core.process_source import ProcessSource
-from tiny_lm import ScriptedSource, TinyLM
+from tiny_lm import ScriptedSource, SlowTarget, TinyLM
 
 MODEL = TinyLM()
 
@@ -82,8 +82,10 @@ def test_crash_in_child_does_not_change_output(tiny_request):
     request = tiny_request(2)
     ref = reference(request)
     source = ProcessSource(partial(ScriptedSource, ref, crash_after=4))
+    # a target at 50 ms a call is still decoding when the child's crash report arrives, however busy the machine
     try:
-        result = run_request(request, MODEL, source, "as2d", DecodeOptions(publication_size=2, start=PREPARED))
+        result = run_request(request, SlowTarget(delay=0.05, model=MODEL), source, "as2d",
+                             DecodeOptions(publication_size=2, start=PREPARED))
     finally:
         source.close()
     assert result.tokens == ref

@@ -107,6 +107,28 @@ class TinySession:
         pass
 
 
+class SlowTarget:
+    """TinyLM whose calls take ``delay`` seconds, so the producer publishes ahead of it
+    (or a drafter in a child process reports its fault before the target is done)."""
+
+    name, vocabulary, device_in_use = TinyLM.name, TinyLM.vocabulary, TinyLM.device_in_use
+
+    def __init__(self, delay: float = 0.003, model: TinyLM | None = None):
+        self.delay = delay
+        self.model = model or TinyLM()
+
+    def prepare(self, request, threads):
+        session = self.model.prepare(request, threads)
+        verify = session.verify
+
+        def slow_verify(root, candidates):
+            time.sleep(self.delay)
+            return verify(root, candidates)
+
+        session.verify = slow_verify
+        return session
+
+
 class ScriptedSource:
     """Publishes a given token list with given per-token delays; can crash or stall on purpose."""
 
