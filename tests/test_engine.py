@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from as2d_core import DecodeOptions, run_request
 from as2d_core.events import decompose
-from tiny_lm import ScriptedSource, TinyLM
+from tiny_lm import ScriptedSource, SlowTarget, TinyLM
 
 MODEL = TinyLM()
 
@@ -78,7 +78,9 @@ def test_any_proposals_give_target_output(tiny_request, seed, edits, budget, pub
 def test_crashing_drafter_does_not_change_output(tiny_request):
     request = tiny_request(2)
     ref = reference(request)
-    result = run_request(request, MODEL, ScriptedSource(ref, crash_after=5), "as2d", DecodeOptions(publication_size=2))
+    # a target at 10 ms a call is still decoding when the drafter crashes, however busy the machine
+    result = run_request(request, SlowTarget(delay=0.01, model=MODEL), ScriptedSource(ref, crash_after=5), "as2d",
+                         DecodeOptions(publication_size=2))
     assert result.tokens == ref
     assert "crashed on purpose" in result.producer_error
 

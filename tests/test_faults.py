@@ -11,9 +11,11 @@ import pytest
 
 from as2d_core import DecodeOptions, run_request
 from as2d_core.faults import FAULTS, FaultySource
-from tiny_lm import ScriptedSource, TinyLM
+from tiny_lm import ScriptedSource, SlowTarget, TinyLM
 
 MODEL = TinyLM()
+# 10 ms a call: the target is still decoding when a fault hits mid-request, however busy the machine
+SLOW = SlowTarget(delay=0.01, model=MODEL)
 OPTIONS = DecodeOptions(budget=4, publication_size=1, drain_timeout_s=0.2)
 
 
@@ -22,7 +24,7 @@ def test_every_fault_leaves_the_output_exact(tiny_request, kind):
     request = tiny_request(4)
     reference = run_request(request, MODEL, None, "target-only").tokens
     source = FaultySource(ScriptedSource(reference), kind, publish_as=MODEL.vocabulary, stall_s=0.5)
-    result = run_request(request, MODEL, source, "as2d", OPTIONS)
+    result = run_request(request, SLOW, source, "as2d", OPTIONS)
     assert result.tokens == reference
     if kind in ("raise", "garbage-out"):
         assert result.producer_error
@@ -31,7 +33,7 @@ def test_every_fault_leaves_the_output_exact(tiny_request, kind):
 def test_ids_outside_the_target_vocabulary_end_the_drafts_not_the_request(tiny_request):
     request = tiny_request(4)
     reference = run_request(request, MODEL, None, "target-only").tokens
-    result = run_request(request, MODEL, ScriptedSource(reference[:3] + [MODEL.vocab + 5] + reference[4:]), "as2d",
+    result = run_request(request, SLOW, ScriptedSource(reference[:3] + [MODEL.vocab + 5] + reference[4:]), "as2d",
                          OPTIONS)
     assert result.tokens == reference
     assert f"drafter published id {MODEL.vocab + 5}, outside the target vocabulary" in result.producer_error
