@@ -34,6 +34,7 @@ Example::
     device = "cpu"
     threads = 1
     publication_size = 2
+    nice = 10                   # the drafter's threads yield the CPU to the target's (0..19; Linux, Android)
     process = false             # true: run the drafter in its own process (targets that hold the GIL)
     [device_profile]
     name = "this machine"
@@ -104,6 +105,7 @@ class SourceConfig:
     device: str = "cpu"
     threads: int = _DEFAULT.drafter_threads
     publication_size: int = _DEFAULT.publication_size
+    nice: int = _DEFAULT.drafter_nice
     process: bool = False  # run the drafter in its own process (targets whose runtime holds the GIL)
 
 

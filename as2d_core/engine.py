@@ -23,6 +23,7 @@ from .catalog import bridge_for
 from .contracts import Bridge, DraftJob, DraftPiece, KnownVocabulary, PublishedBatch, Request, Source, Target, TargetSession, serves_language
 from .events import Decomposition, Event, EventLog, decompose
 from .options import MAX_BUDGET, STARTS, DecodeOptions  # noqa: F401  (the engine's options, declared once)
+from .priority import lower_thread_priority
 
 METHODS = ("target-only", "as2d")
 
@@ -121,12 +122,14 @@ class Producer(threading.Thread):
         publication_size: int,
         events: EventLog,
         start_job: Callable[[], DraftJob] | None = None,
+        niceness: int = 0,
     ) -> None:
         super().__init__(name=f"as2d-producer-{buffer.source_id}", daemon=True)
         if (job is None) == (start_job is None):
             raise ValueError("give the producer a prepared job or a way to prepare one, not both")
         self.job = job
         self.start_job = start_job
+        self.niceness = niceness  # added to this thread's (and the drafter's own threads') niceness
         self.vocab_size: int | None = None  # set with the bridge: ids outside [0, vocab_size) would fail the target
         self.bridge = bridge
         self.buffer = buffer
@@ -158,6 +161,7 @@ class Producer(threading.Thread):
 
     def run(self) -> None:
         deferred = False
+        lower_thread_priority(self.niceness)
         try:
             if self.job is None:
                 start = time.perf_counter()
@@ -464,7 +468,8 @@ def run_request(
     if early is not None and serves_language(source, early):
         buffer = CandidateBuffer(request.request_id, source.name, f"{source.name}:arrival")
         producer = Producer(None, None, buffer, options.publication_size, events,
-                            start_job=lambda: source.prepare(request, early, options.drafter_threads))
+                            start_job=lambda: source.prepare(request, early, options.drafter_threads),
+                            niceness=options.drafter_nice)
         producer.start()
     # The target encodes and prefills on all its threads even beside a drafter that started at arrival:
     # measured on 2 cores, the oversubscribed encoder finishes sooner than on one thread of its own
@@ -493,7 +498,8 @@ def run_request(
         job = source.prepare(request, session.language, options.drafter_threads)
         _warm_thread_switch(session, options)
         buffer = CandidateBuffer(request.request_id, source.name, f"{source.name}:{id(job):x}")
-        producer = Producer(job, bridge_for(source, target, session), buffer, options.publication_size, events)
+        producer = Producer(job, bridge_for(source, target, session), buffer, options.publication_size, events,
+                            niceness=options.drafter_nice)
     if speculative:
         producer.vocab_size = session.vocab_size if isinstance(session, KnownVocabulary) else None
         if producer.bridge is None:

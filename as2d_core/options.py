@@ -53,6 +53,10 @@ class DecodeOptions:
     target_threads: int = _option(2, "target.threads", "Target threads when it runs alone.", 1)
     shared_target_threads: int = _option(1, "target.shared_threads", "Target threads while the drafter runs.", 1)
     drafter_threads: int = _option(1, "source.threads", "Drafter threads.", 1)
+    drafter_nice: int = _option(
+        10, "source.nice",
+        "Niceness added to the drafter's threads (Linux, Android): it drafts on the cycles the target leaves; "
+        "0: the same priority as the target.", 0, 19)
     start: str = _option("arrival", "start",
                          "arrival: the drafter starts with the request, beside the target's audio encoding; "
                          "prepared: after both models are prepared (the paper's post-prefill set-up).",

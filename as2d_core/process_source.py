@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .contracts import DraftPiece, Request
+from .options import DecodeOptions
+from .priority import lower_thread_priority
 
 STOP_TIMEOUT_S = 2.0
 # The longest the parent waits for one piece or one decoded text, and a child for its send to be taken:
@@ -99,9 +101,10 @@ def _serve_decode(source, channel: _Channel) -> None:
         return
 
 
-def _child(factory: Callable[..., Any], args: tuple, control_sock, text_sock) -> None:
+def _child(factory: Callable[..., Any], args: tuple, niceness: int, control_sock, text_sock) -> None:
     """The child's loop: build the source, then prepare and draft jobs as the parent asks."""
     control, text = _Channel(control_sock), _Channel(text_sock)
+    lower_thread_priority(niceness)  # before the source starts any thread: they all inherit it
     try:
         source = factory(*args)
     except Exception as exc:  # the parent raises it from its constructor
@@ -168,11 +171,11 @@ def _close(job) -> None:
 class _Child:
     """One child process and its two channels (control, and decode_text for unusual token lists)."""
 
-    def __init__(self, factory: Callable[..., Any], args: tuple, start_timeout_s: float):
+    def __init__(self, factory: Callable[..., Any], args: tuple, start_timeout_s: float, niceness: int):
         context = multiprocessing.get_context("spawn")  # never fork a parent that runs runtime threads
         control, child_control = socket.socketpair()
         text, child_text = socket.socketpair()
-        self.process = context.Process(target=_child, args=(factory, args, child_control, child_text),
+        self.process = context.Process(target=_child, args=(factory, args, niceness, child_control, child_text),
                                        name="as2d-drafter", daemon=True)
         self.process.start()
         child_control.close()
@@ -206,15 +209,18 @@ class ProcessSource:
 
     ``factory(*args)`` builds the real source in the child; both must pickle
     (a module-level function and plain data). ``from_registry`` hosts a registered source.
+    The child runs ``niceness`` nicer than the parent, as an in-process producer does.
     """
 
     def __init__(self, factory: Callable[..., Any], *args: Any, name: str | None = None,
-                 start_timeout_s: float = 300.0, reply_timeout_s: float = REPLY_TIMEOUT_S):
+                 start_timeout_s: float = 300.0, reply_timeout_s: float = REPLY_TIMEOUT_S,
+                 niceness: int = DecodeOptions().drafter_nice):
         self._factory, self._args, self._start_timeout_s = factory, args, start_timeout_s
+        self._niceness = niceness
         self.reply_timeout_s = reply_timeout_s
         self._jobs = 0
         self._lock = threading.Lock()
-        self._child = _Child(factory, args, start_timeout_s)
+        self._child = _Child(factory, args, start_timeout_s, niceness)
         inner_name, self.vocabulary, languages, self.eos_token = self._child.info
         self.name = name or inner_name
         self.languages = None if languages is None else frozenset(languages)
@@ -260,7 +266,7 @@ class ProcessSource:
         if child.alive() and not child.busy:
             return child
         child.kill()
-        self._child = _Child(self._factory, self._args, self._start_timeout_s)
+        self._child = _Child(self._factory, self._args, self._start_timeout_s, self._niceness)
         return self._child
 
     def _new_draft(self) -> None:

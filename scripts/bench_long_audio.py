@@ -100,6 +100,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="target threads alone; faster-whisper's cpu_threads")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON lines here")
     parser.add_argument("--stream", action="store_true", help="a sustained stream per method instead of the file")
+    parser.add_argument("--drafter-nice", type=int, default=DecodeOptions().drafter_nice,
+                        help="niceness added to the drafter's threads (0: the target's priority)")
     parser.add_argument("--block-s", type=float, default=4.0)
     parser.add_argument("--context-s", type=float, default=12.0)
     parser.add_argument("--pace", choices=("realtime", "fast"), default="realtime")
@@ -109,7 +111,8 @@ def main() -> None:
         parser.error("--stream runs the as2d pipeline's methods only (target-only, sd-kN, as2d)")
     decoded = read_audio(args.audio)
     samples = decoded.samples
-    options = PipelineOptions(language=args.language, decode=DecodeOptions(target_threads=args.threads))
+    decode = DecodeOptions(target_threads=args.threads, drafter_nice=args.drafter_nice)
+    options = PipelineOptions(language=args.language, decode=decode)
     target = build_part("target", args.target)
     source = build_source(args.source) if any(m == "as2d" or m.startswith("sd-k") for m in methods) else None
     rows, reference = [], None

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import soundfile
 
+from as2d_core.build import DEFAULT_SOURCE
 from as2d_core.faults import FAULTS
 from as2d_serve.launch import ServerFailed, ServerProcess
 
@@ -104,7 +105,7 @@ def test_every_response_format(server, clips, target_only):
     verbose = server.post(clips["a"], response_format="verbose_json", check="true").json()
     assert verbose["text"] == text and verbose["as2d"]["tokens"] == tokens
     assert verbose["as2d"]["exact"] is True
-    assert verbose["as2d"]["method"] == "as2d" and verbose["as2d"]["source"] == "whisper-tiny.en"
+    assert verbose["as2d"]["method"] == "as2d" and verbose["as2d"]["source"] == DEFAULT_SOURCE
     assert verbose["duration"] == pytest.approx(4.0) and verbose["language"] == "en"
     assert {"prepare_s", "decode_s", "queued_s"} <= set(verbose["as2d"]["timings"])
     assert server.post(clips["a"]).json() == {"text": text}

@@ -15,7 +15,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from as2d_core.contracts import DraftPiece, Request
+from as2d_core.options import DecodeOptions
 from as2d_core.paths import models_dir as default_models_dir
+from as2d_core.priority import run_at_lower_priority, thread_niceness
 
 from .convert import CT2_FILES
 from .features import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, encoder_input, log_mel, pad_or_trim
@@ -80,9 +82,13 @@ class Ct2DraftJob:
 class Ct2WhisperSource(TokenizerText):
     """whisper-tiny.en as an English drafter on CTranslate2 (``compute_type`` int8 by default).
 
-    One loaded model per thread count (CTranslate2 fixes its threads at load), built
-    on first use or at load time for ``preload_threads``. ``first_call_tokens``: the
-    length of the early first call (0: one call, the whole decode).
+    One loaded model per thread count and niceness: CTranslate2 fixes its threads at
+    load and decodes on a worker thread it starts then, which keeps the niceness of the
+    thread that loaded it; a producer at a lower priority (``DecodeOptions.drafter_nice``)
+    must get a model whose worker runs at that priority too. Models are built on first
+    use, or at load time for ``preload_threads`` at ``preload_nice`` (the default
+    drafter niceness). ``first_call_tokens``: the length of the early first call (0:
+    one call, the whole decode).
 
     ``audio_margin_s``: None encodes the 30 s window, as Whisper was trained; a number
     encodes only the audio plus that much silence (CTranslate2 takes shorter features),
@@ -99,6 +105,7 @@ class Ct2WhisperSource(TokenizerText):
         backend_device: str = "cpu",
         compute_type: str = "int8",
         preload_threads: Sequence[int] = (),
+        preload_nice: int = DecodeOptions().drafter_nice,
         first_call_tokens: int = 8,
         audio_margin_s: float | None = None,
     ):
@@ -121,20 +128,20 @@ class Ct2WhisperSource(TokenizerText):
         if audio_margin_s is not None and audio_margin_s < 0:
             raise ValueError(f"audio_margin_s must be 0 or more, got {audio_margin_s}")
         self.audio_margin_s = audio_margin_s
-        self._models: dict[int, object] = {}
+        self._models: dict[tuple[int, int | None], object] = {}
         self._lock = threading.Lock()
         for threads in preload_threads:
-            self.model(threads)
+            run_at_lower_priority(preload_nice, lambda: self.model(threads))
 
     def model(self, threads: int):
-        """The loaded ``ctranslate2.models.Whisper`` running on ``threads`` threads."""
-        threads = max(1, int(threads))
+        """The loaded ``ctranslate2.models.Whisper`` on ``threads`` threads at the calling thread's niceness."""
+        key = (max(1, int(threads)), thread_niceness())
         with self._lock:
-            if threads not in self._models:
-                self._models[threads] = self._ct2.models.Whisper(
+            if key not in self._models:
+                self._models[key] = self._ct2.models.Whisper(
                     str(self.dir), device=self.device, compute_type=self.compute_type,
-                    intra_threads=threads, inter_threads=1)
-            return self._models[threads]
+                    intra_threads=key[0], inter_threads=1)
+            return self._models[key]
 
     @property
     def device_in_use(self) -> list[str]:

@@ -1,0 +1,134 @@
+"""The drafter's threads run nicer than the target's, as ``DecodeOptions.drafter_nice`` asks.
+
+Niceness is read back from the kernel (``/proc/self/task/TID/stat``), not from our own
+bookkeeping; on systems where it is not per thread the tests are skipped.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from as2d_core import DecodeOptions, run_request
+from as2d_core.priority import lower_thread_priority, run_at_lower_priority, thread_niceness
+from tiny_lm import ScriptedJob, ScriptedSource, SlowTarget
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="niceness is per thread on Linux only")
+
+
+def kernel_niceness(tid: int) -> int:
+    stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[16])  # field 19 of proc(5), after pid and comm
+
+
+def tasks() -> set[int]:
+    return {int(p.name) for p in Path("/proc/self/task").iterdir()}
+
+
+def in_thread(work):
+    out = {}
+    thread = threading.Thread(target=lambda: out.setdefault("value", work()))
+    thread.start()
+    thread.join()
+    return out["value"]
+
+
+def test_lowering_one_thread_leaves_the_others():
+    base = thread_niceness()
+
+    def work():
+        now = lower_thread_priority(5)
+        return now, kernel_niceness(threading.get_native_id())
+
+    assert in_thread(work) == (min(19, base + 5),) * 2
+    assert thread_niceness() == base == kernel_niceness(threading.get_native_id())
+
+
+def test_threads_started_at_lower_priority_inherit_it():
+    base = thread_niceness()
+
+    def start_a_worker():
+        worker = threading.Thread(target=lambda: None)
+        seen = {}
+        worker.run = lambda: seen.setdefault("nice", kernel_niceness(threading.get_native_id()))
+        worker.start()
+        worker.join()
+        return seen["nice"]
+
+    assert run_at_lower_priority(3, start_a_worker) == min(19, base + 3)
+    with pytest.raises(KeyError, match="passed on"):
+        run_at_lower_priority(3, lambda: {}["passed on"])
+
+
+class RecordingJob(ScriptedJob):
+    """Notes the niceness of the thread that drafts."""
+
+    seen: list[int] = []
+
+    def pieces(self):
+        RecordingJob.seen.append(kernel_niceness(threading.get_native_id()))
+        yield from super().pieces()
+
+
+class RecordingSource(ScriptedSource):
+    def prepare(self, request, language, threads):
+        return RecordingJob(self)
+
+
+@pytest.mark.parametrize("start", ["arrival", "prepared"])
+@pytest.mark.parametrize("nice", [0, 7])
+def test_producer_drafts_at_the_asked_niceness_and_the_output_is_the_targets(tiny_request, start, nice):
+    request = tiny_request(5)
+    target = SlowTarget(delay=0.001)
+    ref = run_request(request, target, None, "target-only").tokens
+    RecordingJob.seen = []
+    result = run_request(request, target, RecordingSource(ref), "as2d", DecodeOptions(drafter_nice=nice, start=start))
+    assert result.tokens == ref and result.accepted > 0
+    assert RecordingJob.seen == [min(19, thread_niceness() + nice)]
+    assert thread_niceness() == kernel_niceness(threading.get_native_id())  # the caller's own is untouched
+
+
+def test_out_of_range_niceness_is_refused():
+    with pytest.raises(ValueError, match="drafter_nice must be between 0 and 19"):
+        DecodeOptions(drafter_nice=20)
+
+
+def test_ct2_worker_runs_at_the_drafters_niceness(whisper_ct2_source):
+    """CTranslate2 decodes on a worker thread it starts at load: the model a nicer producer gets has a nicer worker."""
+    from as2d_whisper.ct2_drafter import Ct2WhisperSource
+
+    before = tasks()
+    source = Ct2WhisperSource(whisper_ct2_source.dir, preload_threads=(1,), preload_nice=4)
+    workers = tasks() - before
+    assert workers and {kernel_niceness(t) for t in workers} == {min(19, thread_niceness() + 4)}
+    # a producer 4 nicer than this thread finds that model; one at this thread's niceness gets its own
+    nicer = run_at_lower_priority(4, lambda: source.model(1))
+    assert run_at_lower_priority(4, lambda: source.model(1)) is nicer
+    assert in_thread(lambda: source.model(1)) is not nicer
+
+
+class NicenessSource(ScriptedSource):
+    """Drafts one token: the niceness of the thread that drafts it."""
+
+    def __init__(self):
+        super().__init__([])
+
+    def prepare(self, request, language, threads):
+        self.tokens = [kernel_niceness(threading.get_native_id())]
+        self.delays = [0.0]
+        return ScriptedJob(self)
+
+
+def test_a_drafter_process_runs_at_the_drafters_niceness(tiny_request):
+    from as2d_core.process_source import ProcessSource
+
+    source = ProcessSource(NicenessSource, niceness=6)
+    try:
+        job = source.prepare(tiny_request(0), "en", 1)
+        drafted = [piece.tokens for piece in job.pieces()]
+        job.close()
+    finally:
+        source.close()
+    assert drafted == [(min(19, thread_niceness() + 6),)]
