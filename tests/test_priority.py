@@ -5,6 +5,7 @@ bookkeeping; on systems where it is not per thread the tests are skipped.
 """
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 from pathlib import Path
@@ -107,6 +108,10 @@ def test_ct2_worker_runs_at_the_drafters_niceness(whisper_ct2_source):
     nicer = run_at_lower_priority(4, lambda: source.model(1))
     assert run_at_lower_priority(4, lambda: source.model(1)) is nicer
     assert in_thread(lambda: source.model(1)) is not nicer
+    del nicer
+    source.close()  # a server dropping a failed drafter: its models and their workers go
+    gc.collect()
+    assert tasks() - before == set()
 
 
 class NicenessSource(ScriptedSource):

@@ -143,6 +143,12 @@ class Ct2WhisperSource(TokenizerText):
                     intra_threads=key[0], inter_threads=1)
             return self._models[key]
 
+    def close(self) -> None:
+        """Drop the loaded models (a server rebuilding a failed drafter): their worker threads end when
+        the last job that uses them is done."""
+        with self._lock:
+            self._models.clear()
+
     @property
     def device_in_use(self) -> list[str]:
         """What really runs: CTranslate2's device and the compute type it resolved on this CPU."""
