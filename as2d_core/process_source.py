@@ -34,7 +34,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .contracts import DraftPiece, Request
-from .options import DecodeOptions
 from .priority import lower_thread_priority
 
 STOP_TIMEOUT_S = 2.0
@@ -209,12 +208,13 @@ class ProcessSource:
 
     ``factory(*args)`` builds the real source in the child; both must pickle
     (a module-level function and plain data). ``from_registry`` hosts a registered source.
-    The child runs ``niceness`` nicer than the parent, as an in-process producer does.
+    The child runs ``niceness`` nicer than the parent (0 by default: ``DecodeOptions.drafter_nice``
+    is per request, while the child lives across requests).
     """
 
     def __init__(self, factory: Callable[..., Any], *args: Any, name: str | None = None,
                  start_timeout_s: float = 300.0, reply_timeout_s: float = REPLY_TIMEOUT_S,
-                 niceness: int = DecodeOptions().drafter_nice):
+                 niceness: int = 0):
         self._factory, self._args, self._start_timeout_s = factory, args, start_timeout_s
         self._niceness = niceness
         self.reply_timeout_s = reply_timeout_s

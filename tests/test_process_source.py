@@ -100,9 +100,10 @@ def test_stalled_child_is_replaced(tiny_request):
         first = source._child.process
         # prepared start: the replacement happens in run_request's own thread, so it is done when it returns
         options = DecodeOptions(publication_size=1, drain_timeout_s=0.2, start=PREPARED)
-        stalled = run_request(request, MODEL, source, "as2d", options)
+        slow = SlowTarget(delay=0.02, model=MODEL)  # still decoding when the child reaches its stall
+        stalled = run_request(request, slow, source, "as2d", options)
         assert stalled.tokens == ref and stalled.target_only_steps > 0
-        again = run_request(request, MODEL, source, "as2d", options)
+        again = run_request(request, slow, source, "as2d", options)
         assert again.tokens == ref
         assert source._child.process is not first and not first.is_alive()
     finally:
