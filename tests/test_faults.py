@@ -88,11 +88,14 @@ def test_bench_with_a_fault_stays_exact(tmp_path):
     root = Path(__file__).resolve().parents[1]
     samples, rate = soundfile.read(root / "examples" / "ljspeech_en_w00.wav", dtype="int16")
     clip = tmp_path / "clip.wav"
-    soundfile.write(clip, samples[: 4 * rate], rate, subtype="PCM_16")
+    # 12 s of speech and the drafter at the target's priority: the fault (after three real pieces) must hit
+    # before the target has finished, however busy the machine
+    soundfile.write(clip, samples[: 12 * rate], rate, subtype="PCM_16")
     manifest = tmp_path / "manifest.jsonl"
     manifest.write_text(json.dumps({"id": "clip", "path": str(clip), "lang": "en", "text": ""}) + "\n")
     done = subprocess.run([sys.executable, "-m", "as2d_core.cli", "bench", str(manifest), "--methods",
-                           "target-only,as2d", "--fault", "raise", "--out", str(tmp_path / "out"), "--no-warmup"],
+                           "target-only,as2d", "--fault", "raise", "--drafter-nice", "0", "--out", str(tmp_path / "out"),
+                           "--no-warmup"],
                           capture_output=True, text=True, timeout=600, cwd=root)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]

@@ -183,7 +183,8 @@ def test_a_silent_child_never_leaves_its_parent_waiting(tiny_request):
         with pytest.raises(RuntimeError, match="sent no 'piece' within 0.5 s; it is stalled"):
             next(pieces)
         job.close()
-        result = run_request(request, MODEL, source, "as2d", DecodeOptions(publication_size=1))
+        # prepared start: the replacement happens in run_request's own thread, so it is done when it returns
+        result = run_request(request, MODEL, source, "as2d", DecodeOptions(publication_size=1, start=PREPARED))
         assert source._child.process is not first and not first.is_alive()  # the stalled child was replaced
         assert result.tokens == ref  # the new child stalls too: its drafts end, the answer does not change
     finally:
