@@ -18,12 +18,19 @@ def _fmt(value, digits=2) -> str:
     return str(value)
 
 
+def _nothing_ran(summary: dict) -> bool:
+    """Every window failed (e.g. a serial method on a source that cannot extend a prefix)."""
+    return not summary.get("windows") and bool(summary.get("failed_windows"))
+
+
 def _summary_table(methods: dict) -> list[str]:
     lines = ["| method | source | pooled TPS | x target-only | pooled e2e TPS | x target-only (e2e) | windows | exact "
              "| slower | slower (e2e) | acceptance | coverage | first publish (s, median) "
              "| all published (s, median) | failed |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in methods.items():
+        if _nothing_ran(s):
+            continue  # listed under "Methods that could not run"
         lines.append(
             f"| {name} | {_fmt(s.get('source'))} | {_fmt(s.get('pooled_tps'))} "
             f"| {_fmt(s.get('ratio_vs_target_only'))} | {_fmt(s.get('pooled_e2e_tps'))} "
@@ -129,8 +136,8 @@ def plot_timeline(traces: dict, window: str, methods: list[str], path: Path) -> 
 
 
 def write_report(out_dir: Path, rows: list[dict], summary: dict, traces: dict) -> Path:
-    methods = [m for m in summary["methods"] if not m.startswith("sd-k")] + \
-              [m for m in summary["methods"] if m.startswith("sd-k")]
+    ran = [m for m, s in summary["methods"].items() if not _nothing_ran(s)]
+    methods = [m for m in ran if not m.startswith("sd-k")] + [m for m in ran if m.startswith("sd-k")]
     lines = ["# as2d bench report", "",
              f"{len(summary.get('windows', []))} windows. Two clocks: TPS is committed tokens over the post-prefill "
              "decode clock (the paper's); e2e TPS is committed tokens over arrival to final token (audio in memory, "

@@ -95,7 +95,7 @@ def sequential_soak(args, windows: list[tuple[str, bytes]]) -> dict:
         bad = bad_uploads(windows[0][1], int(args.max_upload_mb * 1024 * 1024))
         wrong, lost, bad_accepted, faults_seen = [], [], [], {}
         rss_baseline = baseline = None
-        latencies = []
+        latencies, timeline = [], []
         for i in range(1, args.requests + 1):
             if i % args.bad_every == 0:
                 label, data, fields = bad[(i // args.bad_every - 1) % len(bad)]
@@ -123,6 +123,7 @@ def sequential_soak(args, windows: list[tuple[str, bytes]]) -> dict:
                 baseline = server.usage()
                 rss_baseline = baseline["rss"]
             if i % 50 == 0:
+                timeline.append({"request": i, **server.usage()})
                 print(f"  {i}/{args.requests}: wrong {len(wrong)}, lost {len(lost)}, bad accepted {len(bad_accepted)}",
                       file=sys.stderr)
         server.idle(60)
@@ -138,6 +139,7 @@ def sequential_soak(args, windows: list[tuple[str, bytes]]) -> dict:
         "rss_from_request": args.rss_from, "rss_at_baseline": rss_baseline, "usage_start": start_usage, "usage_baseline": baseline, "usage_end": end_usage, "rss_growth_to_end": growth,
         "latency_p50_s": percentile(latencies, 50), "latency_p95_s": percentile(latencies, 95),
         "drafter_faults_metric": [line for line in metrics.splitlines() if line.startswith("as2d_drafter_")],
+        "usage_every_50": timeline,
     }
 
 

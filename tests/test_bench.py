@@ -195,6 +195,7 @@ def test_bench_with_two_sources(tmp_path, manifest):
     assert summary["sources"] == ["prefix-drafter", "scripted", "german"]
     report = (out / "report.md").read_text()
     assert "first publish" in report and "| as2d@scripted | scripted |" in report
+    assert "| sd-k5@scripted |" not in report and "- sd-k5@scripted: " in report  # listed as could not run
     traces = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
     labels = {t["label"] for t in traces}
     assert "as2d@scripted" in labels and "sd-k5@scripted" not in labels
