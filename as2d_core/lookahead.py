@@ -35,15 +35,19 @@ class _AheadJob:
         self._on_end = on_end
         self._prepared = prepared
         self._start_lock = threading.Lock()
-        self._thread = threading.Thread(
-            target=self._draft, args=(source, request, language, threads), name=f"as2d-lookahead-{self.request_id}",
-            daemon=True,
-        )
+        self._started = False
+        self._run_args = (source, request, language, threads)
 
     def start(self) -> None:
+        # The thread is made here, not in __init__: a job never started (the engine ran target-only)
+        # then holds no thread whose target points back at it, and is freed at once, not by the
+        # cycle collector (a server keeps every such cycle's drafter state until that runs).
         with self._start_lock:
-            if self._thread.ident is None:
-                self._thread.start()
+            if not self._started:
+                self._started = True
+                args, self._run_args = self._run_args, None
+                threading.Thread(target=self._draft, args=args, name=f"as2d-lookahead-{self.request_id}",
+                                 daemon=True).start()
 
     def _draft(self, source: Source, request: Request, language: str, threads: int) -> None:
         job = self._prepared
@@ -57,14 +61,15 @@ class _AheadJob:
                 self.ended_with_eos = bool(job.ended_with_eos)
             self._queue.put(_END)
         except Exception as exc:  # handed to the consumer, which is the engine's producer thread
-            self._queue.put(exc)
+            self._queue.put(exc.with_traceback(None))  # a traceback would tie this frame to the queue: a cycle
         finally:
             if job is not None:
                 try:
                     job.close()
                 except Exception:
                     pass
-            self._on_end(self)
+            on_end, self._on_end, self._prepared = self._on_end, None, None  # no cycle back to the source
+            on_end(self)
 
     def pieces(self) -> Iterator[DraftPiece]:
         self.start()  # a job prepared on request starts drafting when the engine's producer asks, as unwrapped
@@ -76,11 +81,24 @@ class _AheadJob:
             if item is _END:
                 return
             if isinstance(item, Exception):
-                raise item
+                try:
+                    raise item
+                finally:
+                    item = None  # else its traceback holds this frame and the frame holds it: a cycle
             yield item
 
     def close(self) -> None:
         self._stop.set()
+        with self._start_lock:  # never started: nothing else will release what prepare made
+            prepared = None
+            if not self._started:
+                self._started = True
+                prepared, self._prepared, self._on_end, self._run_args = self._prepared, None, None, None
+        if prepared is not None:
+            try:
+                prepared.close()
+            except Exception:
+                pass
 
 
 class LookaheadSource:
@@ -127,6 +145,7 @@ class LookaheadSource:
         """Stop anything drafted ahead (the file ended or a request failed)."""
         with self._lock:
             self._next = None
+            self._drafting = None
             if self._ahead is not None:
                 self._ahead.close()
                 self._ahead = None

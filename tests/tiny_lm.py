@@ -118,15 +118,26 @@ class SlowTarget:
         self.model = model or TinyLM()
 
     def prepare(self, request, threads):
-        session = self.model.prepare(request, threads)
-        verify = session.verify
+        return _SlowSession(self.model.prepare(request, threads), self.delay)
 
-        def slow_verify(root, candidates):
-            time.sleep(self.delay)
-            return verify(root, candidates)
 
-        session.verify = slow_verify
-        return session
+class _SlowSession:
+    """A TinySession whose verify sleeps first (a wrapper: patching the session's own verify would
+    tie it to itself in a reference cycle, which the leak tests must not see)."""
+
+    def __init__(self, session: TinySession, delay: float):
+        object.__setattr__(self, "_inner", session)
+        object.__setattr__(self, "_delay", delay)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._inner, name, value)
+
+    def verify(self, root, candidates):
+        time.sleep(self._delay)
+        return self._inner.verify(root, candidates)
 
 
 class ScriptedSource:
