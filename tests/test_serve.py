@@ -247,3 +247,15 @@ def test_api_key_deadline_and_full_queue(tight_server, clips):
     assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
     assert answers["slow"].status_code == 504 and "deadline" in answers["slow"].json()["error"]["message"]
     tight_server.wait_for(lambda s: s["active"] == 0, "the slot is free after the deadline")
+
+
+def test_each_request_returns_freed_memory_on_glibc():
+    """The server trims the heap after each request (BENCHMARKS.md section 8: without it, +17% over a soak)."""
+    import platform
+
+    from as2d_serve import service
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("malloc_trim is glibc's; elsewhere return_free_memory does nothing")
+    assert service._malloc_trim() is not None
+    service.return_free_memory()
