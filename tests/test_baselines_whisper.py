@@ -41,6 +41,7 @@ def test_as2d_without_budget_configuration_is_exact(pair):
     target, source = pair
     request = _request("librivox_sense_en_w01")
     ref = run_request(request, target, None, "target-only")
-    result = run_request(request, target, source, "as2d", DecodeOptions(budget=24, confidence_stop=0.4))
+    # at the target's priority: a niced drafter on a busy machine may publish nothing before the target ends
+    result = run_request(request, target, source, "as2d", DecodeOptions(budget=24, confidence_stop=0.4, drafter_nice=0))
     assert result.tokens == ref.tokens
     assert result.verify_calls > 0

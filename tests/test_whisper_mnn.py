@@ -117,7 +117,7 @@ def test_as2d_with_drafter_process_on_mnn(mnn_target, mnn_greedy, source_backend
         for item_id in WINDOWS[:2]:
             request = Request(item_id, speech_audio(item_id), language="en")
             # prepared start: the shared target reuses its audio K/V, so no encoder runs beside an arrival start
-            result = run_request(request, mnn_target, source, "as2d", DecodeOptions(start="prepared"))
+            result = run_request(request, mnn_target, source, "as2d", DecodeOptions(start="prepared", drafter_nice=0))
             assert result.tokens == mnn_greedy[item_id] and result.producer_error is None
             assert result.published > 0
     finally:
