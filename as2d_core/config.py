@@ -35,6 +35,7 @@ Example::
     threads = 1
     publication_size = 2
     nice = 10                   # the drafter's threads yield the CPU to the target's (0..19; Linux, Android)
+    ahead_nice = 0              # ... except when drafting a long file's next window ahead
     process = false             # true: run the drafter in its own process (targets that hold the GIL)
     [device_profile]
     name = "this machine"
@@ -106,6 +107,7 @@ class SourceConfig:
     threads: int = _DEFAULT.drafter_threads
     publication_size: int = _DEFAULT.publication_size
     nice: int = _DEFAULT.drafter_nice
+    ahead_nice: int = _DEFAULT.ahead_nice
     process: bool = False  # run the drafter in its own process (targets whose runtime holds the GIL)
 
 

@@ -57,6 +57,10 @@ class DecodeOptions:
         10, "source.nice",
         "Niceness added to the drafter's threads (Linux, Android): it drafts on the cycles the target leaves; "
         "0: the same priority as the target.", 0, 19)
+    ahead_nice: int = _option(
+        0, "source.ahead_nice",
+        "The drafter's niceness on a file of several windows, where it drafts the next window ahead: the "
+        "target keeps the cores busy from window to window, so a niced drafter could not get ahead.", 0, 19)
     start: str = _option("arrival", "start",
                          "arrival: the drafter starts with the request, beside the target's audio encoding; "
                          "prepared: after both models are prepared (the paper's post-prefill set-up).",

@@ -195,10 +195,10 @@ class Pipeline:
         o = self.options
         return Request(request_id=request_id, audio=samples, language=o.language, task=o.task, instruction=o.instruction)
 
-    def decode(self, request: Request) -> DecodeResult:
+    def decode(self, request: Request, options: DecodeOptions | None = None) -> DecodeResult:
         if self._decode is not None:
             return self._decode(request)
-        return run_request(request, self.target, self.source, self.options.method, self.options.decode)
+        return run_request(request, self.target, self.source, self.options.method, options or self.options.decode)
 
     def reference(self, request: Request) -> DecodeResult:
         """Target-only greedy decoding of the same request: what every method must reproduce."""
@@ -229,12 +229,17 @@ class Pipeline:
 
     def _decode_all(self, requests: list[Request]) -> list[DecodeResult]:
         ahead = self.source if isinstance(self.source, LookaheadSource) and self._decode is None else None
+        options = self.options.decode
+        if ahead is not None and len(requests) > 1:
+            # measured on a 10-minute file (BENCHMARKS.md section 5): at the single-request niceness the
+            # drafter gets too few cycles beside the target to draft the next window ahead
+            options = attrs.evolve(options, drafter_nice=options.ahead_nice)
         try:
             results = []
             for i, request in enumerate(requests):
                 if ahead is not None and i + 1 < len(requests):
-                    ahead.queue_next(requests[i + 1], self.options.decode.drafter_threads)
-                results.append(self.decode(request))
+                    ahead.queue_next(requests[i + 1], options.drafter_threads)
+                results.append(self.decode(request, options))
             return results
         finally:
             if ahead is not None:

@@ -8,6 +8,7 @@ import pytest
 from as2d_core import Request, run_request
 from as2d_bench.baselines import asp_policy, no_td_policy, sd_policy, serial_decode
 from conftest import speech_audio, speech_row
+from drafting import options_that_draft
 
 # the first is in the repository's speech set, the second only in the shared one
 WINDOWS = ("librivox_sense_en_w01", "fleurs_en_w02")
@@ -36,12 +37,9 @@ def test_serial_baselines_exact_on_real_speech(pair, window):
 
 def test_as2d_without_budget_configuration_is_exact(pair):
     """as2d-no-bc: SpecASR's confidence stop (0.4, cap 24) on decoupled drafts, through the text bridge."""
-    from as2d_core import DecodeOptions
-
     target, source = pair
     request = _request("librivox_sense_en_w01")
     ref = run_request(request, target, None, "target-only")
-    # at the target's priority: a niced drafter on a busy machine may publish nothing before the target ends
-    result = run_request(request, target, source, "as2d", DecodeOptions(budget=24, confidence_stop=0.4, drafter_nice=0))
+    result = run_request(request, target, source, "as2d", options_that_draft(budget=24, confidence_stop=0.4))
     assert result.tokens == ref.tokens
     assert result.verify_calls > 0

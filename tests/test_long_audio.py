@@ -18,12 +18,12 @@ from click.testing import CliRunner
 
 from as2d_core.audio import load_audio
 from as2d_core.cli import cli
-from as2d_core.engine import DecodeOptions
 from as2d_core.lookahead import LookaheadSource
 from as2d_core.pipeline import Pipeline, PipelineOptions
 from as2d_core.subtitles import to_srt, to_vtt
 from audio_files import encode
 from conftest import SHARED_SPEECH
+from drafting import options_that_draft
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "examples" / "ljspeech_en_w00.wav"
@@ -59,9 +59,7 @@ def recording():
 
 @pytest.fixture(scope="module")
 def pipeline(whisper_target, whisper_source):
-    # the drafter at the target's priority: the tests check that it drafted, and a niced drafter on a
-    # busy machine may publish nothing before the target ends (the output is exact either way)
-    return Pipeline(whisper_target, whisper_source, PipelineOptions(language="en", decode=DecodeOptions(drafter_nice=0)))
+    return Pipeline(whisper_target, whisper_source, PipelineOptions(language="en", decode=options_that_draft()))
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from as2d_core import DecodeOptions, Request, run_request
+from as2d_core import Request, run_request
 from as2d_core.buffer import CandidateBuffer
 from as2d_core.chunked import chunk_spans
 from as2d_core.engine import Producer
@@ -10,6 +10,7 @@ from as2d_core.events import EventLog
 from as2d_core.paths import models_dir
 from as2d_core.plugins import load_registry
 from conftest import speech_audio
+from drafting import options_that_draft
 from tokenizer_bridges import TextBridge
 
 pytest.importorskip("pocketsphinx")
@@ -92,7 +93,7 @@ def whisper_base():
 def test_as2d_with_pocketsphinx_equals_target_only(source, whisper_base, window):
     request = Request(window, speech_audio(window))
     reference = run_request(request, whisper_base, None, "target-only")
-    result = run_request(request, whisper_base, source, "as2d", DecodeOptions(budget=7, drafter_nice=0))  # it must publish
+    result = run_request(request, whisper_base, source, "as2d", options_that_draft(budget=7))
     assert result.tokens == reference.tokens, f"{window}: as2d differs from target-only"
     assert result.producer_error is None and result.published > 0
     assert all(b.span_s is not None for b in result.batches if not b.final)

@@ -10,9 +10,11 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from as2d_core import DecodeOptions, run_request
+from as2d_core.pipeline import Pipeline, PipelineOptions
 from as2d_core.priority import lower_thread_priority, run_at_lower_priority, thread_niceness
 from tiny_lm import ScriptedJob, ScriptedSource, SlowTarget
 
@@ -91,6 +93,21 @@ def test_producer_drafts_at_the_asked_niceness_and_the_output_is_the_targets(tin
     assert thread_niceness() == kernel_niceness(threading.get_native_id())  # the caller's own is untouched
 
 
+@pytest.mark.parametrize("seconds, windows", [(7.0, 4), (1.5, 1)])
+def test_a_file_drafted_ahead_runs_the_drafter_at_the_ahead_niceness(seconds, windows):
+    """Several windows: the drafter drafts the next one ahead at ``ahead_nice``; one window: ``drafter_nice``."""
+    samples = np.random.default_rng(0).normal(0, 0.1, int(seconds * 16_000)).astype(np.float32)
+    target = SlowTarget(delay=0.005)
+    RecordingJob.seen = []
+    decode = DecodeOptions(drafter_nice=9, ahead_nice=3)
+    pipeline = Pipeline(target, RecordingSource(list(range(2, 30))),
+                        PipelineOptions(language="en", max_window_s=2.0, decode=decode), detector=None)
+    transcript = pipeline.transcribe(samples, request_id="f", check=True)
+    assert len(transcript.windows) == windows and transcript.exact
+    nice = decode.ahead_nice if windows > 1 else decode.drafter_nice
+    assert RecordingJob.seen and set(RecordingJob.seen) == {min(19, thread_niceness() + nice)}
+
+
 def test_out_of_range_niceness_is_refused():
     with pytest.raises(ValueError, match="drafter_nice must be between 0 and 19"):
         DecodeOptions(drafter_nice=20)
@@ -101,7 +118,7 @@ def test_ct2_worker_runs_at_the_drafters_niceness(whisper_ct2_source):
     from as2d_whisper.ct2_drafter import Ct2WhisperSource
 
     before = tasks()
-    source = Ct2WhisperSource(whisper_ct2_source.dir, preload_threads=(1,), preload_nice=4)
+    source = Ct2WhisperSource(whisper_ct2_source.dir, preload_threads=(1,), preload_nice=(4,))
     workers = tasks() - before
     assert workers and {kernel_niceness(t) for t in workers} == {min(19, thread_niceness() + 4)}
     # a producer 4 nicer than this thread finds that model; one at this thread's niceness gets its own

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from as2d_core import DecodeOptions, Request, load_audio, run_request
+from as2d_core import Request, load_audio, run_request
 from as2d_core.contracts import DraftJob, DraftPiece, Source, Target
 from as2d_core.engine import greedy_reference
 from conftest import needs_shared, speech_audio
+from drafting import options_that_draft
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
 # English windows of three corpora and one window the English drafter does not serve.
@@ -82,7 +83,7 @@ def test_ct2_encoder_on_the_audio_plus_a_margin(whisper_ct2_source, whisper_targ
     text = source.decode_text(tokens).lower()
     assert "printing" in text and "arts and crafts" in text, text
     reference = run_request(request, whisper_target, None, "target-only")
-    result = run_request(request, whisper_target, source, "as2d", DecodeOptions(budget=7, drafter_nice=0))
+    result = run_request(request, whisper_target, source, "as2d", options_that_draft(budget=7))
     assert result.tokens == reference.tokens and result.accepted > 0
 
 
@@ -161,7 +162,7 @@ def test_as2d_with_ct2_drafter_equals_target_only_on_the_example(whisper_target,
     request = _example_request()
     for target in (whisper_target, whisper_int8_target):
         reference = run_request(request, target, None, "target-only")
-        result = run_request(request, target, whisper_ct2_source, "as2d", DecodeOptions(budget=budget, drafter_nice=0))
+        result = run_request(request, target, whisper_ct2_source, "as2d", options_that_draft(budget=budget))
         assert result.tokens == reference.tokens, f"{target.name}: {result.text!r} != {reference.text!r}"
         assert result.producer_error is None and result.source == whisper_ct2_source.name
         assert result.published > 0 and result.accepted > 0
@@ -177,9 +178,7 @@ def test_as2d_equals_target_only_on_real_windows(request, window, target_name, d
     speech = _window(window)
     reference = run_request(speech, target, None, "target-only")
     assert reference.tokens, f"{window}: the target produced no tokens"
-    # at the target's priority: a nicer drafter on a busy machine may publish nothing before the target is done,
-    # and these tests also check that the drafter drafts
-    result = run_request(speech, target, source, "as2d", DecodeOptions(budget=7, drafter_nice=0))
+    result = run_request(speech, target, source, "as2d", options_that_draft(budget=7))
     assert result.tokens == reference.tokens, f"{window} on {target_name}: {result.text!r} != {reference.text!r}"
     assert result.producer_error is None
     if reference.language == "en":

@@ -23,6 +23,7 @@ from as2d_core.engine import DecodeOptions, run_request
 from as2d_core.paths import models_dir
 
 from conftest import HAVE_SHARED, speech_audio
+from drafting import options_that_draft
 
 MNN_INSTALL = "python -m as2d_whisper.convert --mnn whisper-base whisper-tiny.en"
 # two windows of the repository's speech set, and one of the shared set where it is present
@@ -117,7 +118,7 @@ def test_as2d_with_drafter_process_on_mnn(mnn_target, mnn_greedy, source_backend
         for item_id in WINDOWS[:2]:
             request = Request(item_id, speech_audio(item_id), language="en")
             # prepared start: the shared target reuses its audio K/V, so no encoder runs beside an arrival start
-            result = run_request(request, mnn_target, source, "as2d", DecodeOptions(start="prepared", drafter_nice=0))
+            result = run_request(request, mnn_target, source, "as2d", options_that_draft(start="prepared"))
             assert result.tokens == mnn_greedy[item_id] and result.producer_error is None
             assert result.published > 0
     finally:

@@ -86,8 +86,8 @@ class Ct2WhisperSource(TokenizerText):
     load and decodes on a worker thread it starts then, which keeps the niceness of the
     thread that loaded it; a producer at a lower priority (``DecodeOptions.drafter_nice``)
     must get a model whose worker runs at that priority too. Models are built on first
-    use, or at load time for ``preload_threads`` at ``preload_nice`` (the default
-    drafter niceness). ``first_call_tokens``: the length of the early first call (0:
+    use, or at load time for ``preload_threads`` at each of ``preload_nice`` (the default
+    drafter niceness of a single request and of a file drafted ahead). ``first_call_tokens``: the length of the early first call (0:
     one call, the whole decode).
 
     ``audio_margin_s``: None encodes the 30 s window, as Whisper was trained; a number
@@ -105,7 +105,7 @@ class Ct2WhisperSource(TokenizerText):
         backend_device: str = "cpu",
         compute_type: str = "int8",
         preload_threads: Sequence[int] = (),
-        preload_nice: int = DecodeOptions().drafter_nice,
+        preload_nice: Sequence[int] = (DecodeOptions().drafter_nice, DecodeOptions().ahead_nice),
         first_call_tokens: int = 8,
         audio_margin_s: float | None = None,
     ):
@@ -131,7 +131,8 @@ class Ct2WhisperSource(TokenizerText):
         self._models: dict[tuple[int, int | None], object] = {}
         self._lock = threading.Lock()
         for threads in preload_threads:
-            run_at_lower_priority(preload_nice, lambda: self.model(threads))
+            for nice in sorted(set(preload_nice)):
+                run_at_lower_priority(nice, lambda: self.model(threads))
 
     def model(self, threads: int):
         """The loaded ``ctranslate2.models.Whisper`` on ``threads`` threads at the calling thread's niceness."""

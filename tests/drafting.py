@@ -1,0 +1,11 @@
+"""Decode options for real-speech tests that check the drafter published something."""
+from __future__ import annotations
+
+from as2d_core import DecodeOptions
+
+
+def options_that_draft(**fields) -> DecodeOptions:
+    """The drafter at the target's priority: a drafter niced below the target (the default) may publish
+    nothing before the target ends when the machine is busy, as in a full test run; the output is exact
+    either way, but these tests also check that drafting happened."""
+    return DecodeOptions(drafter_nice=0, **fields)
