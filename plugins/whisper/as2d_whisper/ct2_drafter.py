@@ -87,8 +87,8 @@ class Ct2WhisperSource(TokenizerText):
     thread that loaded it; a producer at a lower priority (``DecodeOptions.drafter_nice``)
     must get a model whose worker runs at that priority too. Models are built on first
     use, or at load time for ``preload_threads`` at each of ``preload_nice`` (the default
-    drafter niceness of a single request and of a file drafted ahead). ``first_call_tokens``: the length of the early first call (0:
-    one call, the whole decode).
+    drafter niceness of a single request and of a file drafted ahead). ``first_call_tokens``:
+    the length of the early first call (0: one call, the whole decode).
 
     ``audio_margin_s``: None encodes the 30 s window, as Whisper was trained; a number
     encodes only the audio plus that much silence (CTranslate2 takes shorter features),
