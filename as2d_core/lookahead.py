@@ -11,6 +11,7 @@ does not know it happens. A failure in the background surfaces in ``pieces``
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Iterator, Sequence
@@ -64,10 +65,8 @@ class _AheadJob:
             self._queue.put(exc.with_traceback(None))  # a traceback would tie this frame to the queue: a cycle
         finally:
             if job is not None:
-                try:
+                with contextlib.suppress(Exception):
                     job.close()
-                except Exception:
-                    pass
             on_end, self._on_end, self._prepared = self._on_end, None, None  # no cycle back to the source
             on_end(self)
 
@@ -95,10 +94,8 @@ class _AheadJob:
                 self._started = True
                 prepared, self._prepared, self._on_end, self._run_args = self._prepared, None, None, None
         if prepared is not None:
-            try:
+            with contextlib.suppress(Exception):
                 prepared.close()
-            except Exception:
-                pass
 
 
 class LookaheadSource:

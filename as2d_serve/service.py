@@ -8,7 +8,6 @@ core's ``Pipeline`` (windows of at most 30 s at pauses), as ``as2d run`` does.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import itertools
 import queue
@@ -202,10 +201,9 @@ class Worker:
 @functools.cache
 def _malloc_trim():
     """glibc's ``malloc_trim``, or None on a C library without it (musl, macOS, Windows)."""
-    name = ctypes.util.find_library("c")
     try:
-        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
-    except OSError:
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)  # the symbols the process already has
+    except (OSError, TypeError):  # Windows has no "this process" handle
         return None
 
 

@@ -24,6 +24,7 @@ from .features import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, encoder_input, log_mel,
 from .runtime import TokenizerText, read_model_folder
 
 NAME = "whisper-tiny.en-ct2"
+_DEFAULTS = DecodeOptions()
 INSTALL_HINT = f"run `as2d models install {NAME}`"
 
 
@@ -105,7 +106,7 @@ class Ct2WhisperSource(TokenizerText):
         backend_device: str = "cpu",
         compute_type: str = "int8",
         preload_threads: Sequence[int] = (),
-        preload_nice: Sequence[int] = (DecodeOptions().drafter_nice, DecodeOptions().ahead_nice),
+        preload_nice: Sequence[int] = (_DEFAULTS.drafter_nice, _DEFAULTS.ahead_nice),
         first_call_tokens: int = 8,
         audio_margin_s: float | None = None,
     ):
