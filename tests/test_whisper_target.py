@@ -77,11 +77,16 @@ def test_greedy_equals_faster_whisper(target, faster_whisper_base, item_id):
     assert ours == reference, f"{item_id}: ours {text!r}"
 
 
-def test_language_detection(target):
+def test_language_detection(target, monkeypatch):
+    """German detected from the encoder output the transcription uses: one encoder pass, not two."""
+    executor = target._model.executor
+    encode, calls = executor.encode, []
+    monkeypatch.setattr(executor, "encode", lambda *args: calls.append(args[0]) or encode(*args))
     audio = speech_audio("fleurs_de_w00")
     session = target.prepare(Request("de", audio), threads=2)
     try:
         assert session.language == "de"
+        assert calls == [target._model.encoder_file]
     finally:
         session.close()
 

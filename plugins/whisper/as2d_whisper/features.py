@@ -75,6 +75,6 @@ def pad_or_trim(features: np.ndarray, frames: int = N_FRAMES) -> np.ndarray:
     return np.ascontiguousarray(features, dtype=np.float32)
 
 
-def encoder_input(audio: np.ndarray, n_mels: int = 80, keep_last_frame: bool = False) -> np.ndarray:
+def encoder_input(audio: np.ndarray, n_mels: int = 80) -> np.ndarray:
     """The first 30 s window of features as the encoder takes it: [1, n_mels, 3000]."""
-    return pad_or_trim(log_mel(audio, n_mels, keep_last_frame))[None]
+    return pad_or_trim(log_mel(audio, n_mels))[None]
