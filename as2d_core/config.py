@@ -34,8 +34,8 @@ Example::
     device = "cpu"
     threads = 1
     publication_size = 2
-    nice = 10                   # the drafter's threads yield the CPU to the target's (0..19; Linux, Android)
-    ahead_nice = 0              # ... except when drafting a long file's next window ahead
+    nice = 0                    # niceness added to the drafter's threads (0..19; Linux, Android)
+    guess_nice = 10             # ... on a request that names no language: a guess yields the CPU to the target
     process = false             # true: run the drafter in its own process (targets that hold the GIL)
     [device_profile]
     name = "this machine"
@@ -107,7 +107,7 @@ class SourceConfig:
     threads: int = _DEFAULT.drafter_threads
     publication_size: int = _DEFAULT.publication_size
     nice: int = _DEFAULT.drafter_nice
-    ahead_nice: int = _DEFAULT.ahead_nice
+    guess_nice: int = _DEFAULT.guess_nice
     process: bool = False  # run the drafter in its own process (targets whose runtime holds the GIL)
 
 

@@ -54,13 +54,14 @@ class DecodeOptions:
     shared_target_threads: int = _option(1, "target.shared_threads", "Target threads while the drafter runs.", 1)
     drafter_threads: int = _option(1, "source.threads", "Drafter threads.", 1)
     drafter_nice: int = _option(
-        10, "source.nice",
-        "Niceness added to the drafter's threads (Linux, Android): it drafts on the cycles the target leaves; "
-        "0: the same priority as the target.", 0, 19)
-    ahead_nice: int = _option(
-        0, "source.ahead_nice",
-        "The drafter's niceness on a file of several windows, where it drafts the next window ahead: the "
-        "target keeps the cores busy from window to window, so a niced drafter could not get ahead.", 0, 19)
+        0, "source.nice",
+        "Niceness added to the drafter's threads (Linux, Android) when it drafts the request's own language "
+        "or a file's next window ahead; 0: the target's priority.", 0, 19)
+    guess_nice: int = _option(
+        10, "source.guess_nice",
+        "The drafter's niceness on a single request that names no language, where it starts on its own "
+        "language before the target has detected one: it drafts on the cycles the target leaves, so a guess "
+        "the target rejects costs it little.", 0, 19)
     start: str = _option("arrival", "start",
                          "arrival: the drafter starts with the request, beside the target's audio encoding; "
                          "prepared: after both models are prepared (the paper's post-prefill set-up).",

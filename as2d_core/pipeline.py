@@ -231,9 +231,9 @@ class Pipeline:
         ahead = self.source if isinstance(self.source, LookaheadSource) and self._decode is None else None
         options = self.options.decode
         if ahead is not None and len(requests) > 1:
-            # measured on a 10-minute file (BENCHMARKS.md section 5): at the single-request niceness the
+            # measured on a 10-minute file (BENCHMARKS.md section 5): at the guessing niceness the
             # drafter gets too few cycles beside the target to draft the next window ahead
-            options = attrs.evolve(options, drafter_nice=options.ahead_nice)
+            options = attrs.evolve(options, guess_nice=options.drafter_nice)
         try:
             results = []
             for i, request in enumerate(requests):

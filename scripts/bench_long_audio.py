@@ -102,8 +102,8 @@ def main() -> None:
     parser.add_argument("--stream", action="store_true", help="a sustained stream per method instead of the file")
     parser.add_argument("--drafter-nice", type=int, default=DecodeOptions().drafter_nice,
                         help="niceness added to the drafter's threads (0: the target's priority)")
-    parser.add_argument("--ahead-nice", type=int, default=DecodeOptions().ahead_nice,
-                        help="the drafter's niceness while it drafts a file's next window ahead")
+    parser.add_argument("--guess-nice", type=int, default=DecodeOptions().guess_nice,
+                        help="the drafter's niceness on a single window whose language is not named")
     parser.add_argument("--block-s", type=float, default=4.0)
     parser.add_argument("--context-s", type=float, default=12.0)
     parser.add_argument("--pace", choices=("realtime", "fast"), default="realtime")
@@ -114,7 +114,7 @@ def main() -> None:
     decoded = read_audio(args.audio)
     samples = decoded.samples
     decode = DecodeOptions(target_threads=args.threads, drafter_nice=args.drafter_nice,
-                           ahead_nice=args.ahead_nice)
+                           guess_nice=args.guess_nice)
     options = PipelineOptions(language=args.language, decode=decode)
     target = build_part("target", args.target)
     source = build_source(args.source) if any(m == "as2d" or m.startswith("sd-k") for m in methods) else None

@@ -1,4 +1,4 @@
-"""The drafter's threads run nicer than the target's, as ``DecodeOptions.drafter_nice`` asks.
+"""The drafter's threads run nicer than the target's, as ``DecodeOptions.drafter_nice`` and ``guess_nice`` ask.
 
 Niceness is read back from the kernel (``/proc/self/task/TID/stat``), not from our own
 bookkeeping; on systems where it is not per thread the tests are skipped.
@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 
@@ -81,30 +82,37 @@ class RecordingSource(ScriptedSource):
 
 
 @pytest.mark.parametrize("start", ["arrival", "prepared"])
-@pytest.mark.parametrize("nice", [0, 7])
-def test_producer_drafts_at_the_asked_niceness_and_the_output_is_the_targets(tiny_request, start, nice):
+@pytest.mark.parametrize("named", [True, False])
+def test_producer_drafts_at_the_asked_niceness_and_the_output_is_the_targets(tiny_request, start, named):
+    """A named language drafts at ``drafter_nice``; a guess at ``guess_nice``, until the target confirms it."""
     request = tiny_request(5)
+    if not named:
+        request = attrs.evolve(request, language=None)
     target = SlowTarget(delay=0.001)
     ref = run_request(request, target, None, "target-only").tokens
     RecordingJob.seen = []
-    result = run_request(request, target, RecordingSource(ref), "as2d", DecodeOptions(drafter_nice=nice, start=start))
+    options = DecodeOptions(drafter_nice=4, guess_nice=7, start=start)
+    result = run_request(request, target, RecordingSource(ref), "as2d", options)
     assert result.tokens == ref and result.accepted > 0
+    guessed = start == "arrival" and not named  # a prepared start drafts the language the target detected
+    nice = options.guess_nice if guessed else options.drafter_nice
     assert RecordingJob.seen == [min(19, thread_niceness() + nice)]
     assert thread_niceness() == kernel_niceness(threading.get_native_id())  # the caller's own is untouched
 
 
 @pytest.mark.parametrize("seconds, windows", [(7.0, 4), (1.5, 1)])
-def test_a_file_drafted_ahead_runs_the_drafter_at_the_ahead_niceness(seconds, windows):
-    """Several windows: the drafter drafts the next one ahead at ``ahead_nice``; one window: ``drafter_nice``."""
+def test_a_file_drafted_ahead_runs_the_drafter_at_the_drafter_niceness_even_on_a_guess(seconds, windows):
+    """No language named. Several windows: the drafter drafts the next one ahead at ``drafter_nice``
+    (a niced drafter could not get ahead of the target); one window: a guess, at ``guess_nice``."""
     samples = np.random.default_rng(0).normal(0, 0.1, int(seconds * 16_000)).astype(np.float32)
     target = SlowTarget(delay=0.005)
     RecordingJob.seen = []
-    decode = DecodeOptions(drafter_nice=9, ahead_nice=3)
+    decode = DecodeOptions(drafter_nice=3, guess_nice=9)
     pipeline = Pipeline(target, RecordingSource(list(range(2, 30))),
-                        PipelineOptions(language="en", max_window_s=2.0, decode=decode), detector=None)
+                        PipelineOptions(language=None, max_window_s=2.0, decode=decode), detector=None)
     transcript = pipeline.transcribe(samples, request_id="f", check=True)
     assert len(transcript.windows) == windows and transcript.exact
-    nice = decode.ahead_nice if windows > 1 else decode.drafter_nice
+    nice = decode.drafter_nice if windows > 1 else decode.guess_nice
     assert RecordingJob.seen and set(RecordingJob.seen) == {min(19, thread_niceness() + nice)}
 
 

@@ -88,7 +88,7 @@ class Ct2WhisperSource(TokenizerText):
     thread that loaded it; a producer at a lower priority (``DecodeOptions.drafter_nice``)
     must get a model whose worker runs at that priority too. Models are built on first
     use, or at load time for ``preload_threads`` at each of ``preload_nice`` (the default
-    drafter niceness of a single request and of a file drafted ahead). ``first_call_tokens``:
+    drafter niceness on a named language and on a guessed one). ``first_call_tokens``:
     the length of the early first call (0: one call, the whole decode).
 
     ``audio_margin_s``: None encodes the 30 s window, as Whisper was trained; a number
@@ -106,7 +106,7 @@ class Ct2WhisperSource(TokenizerText):
         backend_device: str = "cpu",
         compute_type: str = "int8",
         preload_threads: Sequence[int] = (),
-        preload_nice: Sequence[int] = (_DEFAULTS.drafter_nice, _DEFAULTS.ahead_nice),
+        preload_nice: Sequence[int] = (_DEFAULTS.drafter_nice, _DEFAULTS.guess_nice),
         first_call_tokens: int = 8,
         audio_margin_s: float | None = None,
     ):
