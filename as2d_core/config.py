@@ -35,7 +35,7 @@ Example::
     threads = 1
     publication_size = 2
     nice = 0                    # niceness added to the drafter's threads (0..19; Linux, Android)
-    guess_nice = 10             # ... on a request that names no language: a guess yields the CPU to the target
+    guess_nice = 19             # ... on a request that names no language: a guess yields the CPU to the target
     process = false             # true: run the drafter in its own process (targets that hold the GIL)
     [device_profile]
     name = "this machine"

@@ -58,7 +58,7 @@ class DecodeOptions:
         "Niceness added to the drafter's threads (Linux, Android) when it drafts the request's own language "
         "or a file's next window ahead; 0: the target's priority.", 0, 19)
     guess_nice: int = _option(
-        10, "source.guess_nice",
+        19, "source.guess_nice",
         "The drafter's niceness on a single request that names no language, where it starts on its own "
         "language before the target has detected one: it drafts on the cycles the target leaves, so a guess "
         "the target rejects costs it little.", 0, 19)

@@ -75,6 +75,47 @@ def test_features_match_faster_whisper():
     assert not mel[0, :, reference.shape[1]:].any()  # padded with zeros in the log domain
 
 
+def test_the_log_mel_is_computed_once_for_the_target_and_the_drafter(monkeypatch):
+    """Two threads asking for one array's log-mel at once share one computation (read-only);
+    nothing is kept afterwards, so a later request (or the array refilled) is computed afresh."""
+    import threading
+
+    from as2d_whisper import features
+
+    calls = []
+
+    def counted(audio, n_mels=80, keep_last_frame=False):
+        calls.append(n_mels)
+        second_caller_waiting.wait(5)
+        return real(audio, n_mels)
+
+    real = features.log_mel
+    second_caller_waiting = threading.Event()
+    monkeypatch.setattr(features, "log_mel", counted)
+    audio = np.random.default_rng(1).normal(0, 0.1, 16_000 * 3).astype(np.float32)
+    out = []
+    first = threading.Thread(target=lambda: out.append(features.shared_log_mel(audio)))
+    first.start()
+    while not features._in_flight:
+        threading.Event().wait(0.001)
+    second = threading.Thread(target=lambda: out.append(features.shared_log_mel(audio)))
+    second.start()
+    future = next(iter(features._in_flight.values()))
+    for _ in range(5000):  # until the second caller waits on the first one's result
+        if future._condition._waiters:
+            break
+        threading.Event().wait(0.001)
+    second_caller_waiting.set()
+    first.join()
+    second.join()
+    assert len(calls) == 1 and out[0] is out[1] and np.array_equal(out[0], real(audio))
+    with pytest.raises(ValueError, match="read-only"):
+        out[0][0, 0] = 1.0
+    assert not features._in_flight
+    audio[:1600] = 0.0  # the same array, new samples: computed again
+    assert np.array_equal(features.shared_log_mel(audio), real(audio)) and len(calls) == 2
+
+
 def test_missing_package_names_pip_command(monkeypatch):
     import importlib.util
 

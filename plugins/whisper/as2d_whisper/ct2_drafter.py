@@ -20,7 +20,7 @@ from as2d_core.paths import models_dir as default_models_dir
 from as2d_core.priority import run_at_lower_priority, thread_niceness
 
 from .convert import CT2_FILES
-from .features import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, encoder_input, log_mel, pad_or_trim
+from .features import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, encoder_input, pad_or_trim, shared_log_mel
 from .runtime import TokenizerText, read_model_folder
 
 NAME = "whisper-tiny.en-ct2"
@@ -169,7 +169,7 @@ class Ct2WhisperSource(TokenizerText):
         if self.audio_margin_s is None:
             mel = encoder_input(request.audio, self.n_mels)
         else:
-            features = log_mel(request.audio, self.n_mels)
+            features = shared_log_mel(request.audio, self.n_mels)
             frames = features.shape[1] + int(self.audio_margin_s * SAMPLE_RATE / HOP_LENGTH)
             mel = pad_or_trim(features, min(N_FRAMES, frames + frames % 2))[None]  # the encoder halves it
             cap = 16 + int(8 * request.audio.size / request.sample_rate)

@@ -8,6 +8,8 @@ encoder sees the same features.
 from __future__ import annotations
 
 import functools
+import threading
+from concurrent.futures import Future
 
 import numpy as np
 
@@ -67,6 +69,38 @@ def log_mel(audio: np.ndarray, n_mels: int = 80, keep_last_frame: bool = False) 
     return log_spec if keep_last_frame else log_spec[:, :-1]
 
 
+_in_flight_lock = threading.Lock()
+_in_flight: dict[tuple[int, int], Future] = {}
+
+
+def shared_log_mel(audio: np.ndarray, n_mels: int = 80) -> np.ndarray:
+    """``log_mel``, computed once for callers that ask for the same array's at the same time.
+
+    The target and a drafter started with the request both want the request's log-mel at
+    arrival; the later caller waits for the first one's result (read-only) instead of
+    repeating it (in a niced drafter, that numpy work also held the GIL the target needed:
+    BENCHMARKS.md section 6). Nothing is kept after the computation, so a later request,
+    or the same array refilled, is computed afresh.
+    """
+    key = (id(audio), n_mels)  # the computing caller holds ``audio``, so its id stays unique meanwhile
+    with _in_flight_lock:
+        future = _in_flight.get(key)
+        owner = future is None
+        if owner:
+            future = _in_flight[key] = Future()
+    if owner:
+        try:
+            features = log_mel(audio, n_mels)
+            features.flags.writeable = False
+            future.set_result(features)
+        except BaseException as exc:
+            future.set_exception(exc)
+        finally:
+            with _in_flight_lock:
+                del _in_flight[key]
+    return future.result()
+
+
 def pad_or_trim(features: np.ndarray, frames: int = N_FRAMES) -> np.ndarray:
     """Cut or zero-pad (in the log-mel domain, as faster-whisper does) to ``frames``."""
     features = features[:, :frames]
@@ -77,4 +111,4 @@ def pad_or_trim(features: np.ndarray, frames: int = N_FRAMES) -> np.ndarray:
 
 def encoder_input(audio: np.ndarray, n_mels: int = 80) -> np.ndarray:
     """The first 30 s window of features as the encoder takes it: [1, n_mels, 3000]."""
-    return pad_or_trim(log_mel(audio, n_mels))[None]
+    return pad_or_trim(shared_log_mel(audio, n_mels))[None]
