@@ -469,7 +469,7 @@ def run_request(
         buffer = CandidateBuffer(request.request_id, source.name, f"{source.name}:arrival")
         producer = Producer(None, None, buffer, options.publication_size, events,
                             start_job=lambda: source.prepare(request, early, options.drafter_threads),
-                            niceness=options.drafter_nice if request.language else options.guess_nice)
+                            niceness=options.drafter_nice if request.language is not None else options.guess_nice)
         producer.start()
     # The target encodes and prefills on all its threads even beside a drafter that started at arrival:
     # measured on 2 cores, the oversubscribed encoder finishes sooner than on one thread of its own
