@@ -85,8 +85,8 @@ class Ct2WhisperSource(TokenizerText):
 
     One loaded model per thread count and niceness: CTranslate2 fixes its threads at
     load and decodes on a worker thread it starts then, which keeps the niceness of the
-    thread that loaded it; a producer at a lower priority (``DecodeOptions.drafter_nice`` or ``guess_nice``)
-    must get a model whose worker runs at that priority too. Models are built on first
+    thread that loaded it; a producer at a lower priority (``DecodeOptions.drafter_nice``
+    or ``guess_nice``) must get a model whose worker runs at that priority too. Models are built on first
     use, or at load time for ``preload_threads`` at each of ``preload_nice`` (the default
     drafter niceness on a named language and on a guessed one). ``first_call_tokens``:
     the length of the early first call (0: one call, the whole decode).
