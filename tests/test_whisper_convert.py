@@ -116,6 +116,21 @@ def test_the_log_mel_is_computed_once_for_the_target_and_the_drafter(monkeypatch
     assert np.array_equal(features.shared_log_mel(audio), real(audio)) and len(calls) == 2
 
 
+def test_quiet_cuts_split_evenly_at_the_quietest_frames():
+    from as2d_whisper.features import quiet_cuts
+
+    loud = np.zeros((80, 2500), dtype=np.float32)
+    loud[:, 1180:1200] = -1.0  # a pause 0.7 s from the even split at frame 1250
+    loud[:, 1500:1520] = -0.5  # a shallower one nearer the split loses to it
+    loud[:, 900:910] = -2.0  # the deepest, but 3.4 s from the split: out of reach
+    cuts = quiet_cuts(loud, chunk_frames=1300)
+    assert cuts[0] == 0 and cuts[-1] == 2500 and len(cuts) == 3
+    assert 1180 <= cuts[1] < 1200
+    assert quiet_cuts(loud, chunk_frames=2500) == [0, 2500]
+    three = quiet_cuts(np.zeros((80, 2999), dtype=np.float32), chunk_frames=1000)
+    assert three == sorted(three) and len(three) == 4 and all(b - a <= 1200 for a, b in zip(three, three[1:]))
+
+
 def test_missing_package_names_pip_command(monkeypatch):
     import importlib.util
 

@@ -44,8 +44,9 @@ def test_ct2_pieces_are_its_greedy_tokens(whisper_ct2_source, whisper_source):
     """An early piece of first_call_tokens, then the rest; the same tokens as the ONNX Runtime int8 drafter here."""
     from as2d_whisper.ct2_drafter import Ct2WhisperSource
 
-    registered = whisper_ct2_source  # registered defaults: encoder on the audio + 6 s, one call
+    registered = whisper_ct2_source  # registered defaults: encoder on the audio + 6 s (or 10 s chunks + 2 s), one call
     assert registered.first_call_tokens == 0 and registered.audio_margin_s == 6.0
+    assert (registered.chunk_s, registered.chunk_margin_s) == (10.0, 2.0)
     source = Ct2WhisperSource(registered.dir, first_call_tokens=8)  # padded 30 s as the ONNX drafter
     assert isinstance(source, Source) and source.languages == frozenset({"en"})
     assert source.vocabulary == whisper_source.vocabulary and source.eos_token == whisper_source.eos_token
@@ -84,6 +85,33 @@ def test_ct2_encoder_on_the_audio_plus_a_margin(whisper_ct2_source, whisper_targ
     assert "printing" in text and "arts and crafts" in text, text
     reference = run_request(request, whisper_target, None, "target-only")
     result = run_request(request, whisper_target, source, "as2d", options_that_draft(budget=7))
+    assert result.tokens == reference.tokens and result.accepted > 0
+
+
+def test_ct2_long_audio_is_drafted_in_quiet_chunks(whisper_ct2_source, whisper_target):
+    """The 26 s clip in three chunks cut in pauses, each encoded with 2 s of margin: one piece per chunk,
+    each chunk's text in order, and as2d stays exact."""
+    from as2d_whisper.features import HOP_LENGTH, log_mel
+
+    request = _example_request()
+    job = whisper_ct2_source.prepare(request, "en", threads=1)
+    try:
+        chunks = [mel for mel, _ in job._chunks]
+        pieces = list(job.pieces())
+    finally:
+        job.close()
+    frames = [mel.shape[2] for mel in chunks]
+    assert len(chunks) == 3 and all(f <= 1000 + 200 + 200 for f in frames)  # 10 s, the cut's reach, the margin
+    assert sum(frames) - 3 * 200 == pytest.approx(request.audio.size / HOP_LENGTH, abs=6)
+    features = log_mel(request.audio)
+    loudness = features.mean(axis=0)
+    cut = frames[0] - 200
+    assert loudness[cut - 5:cut + 5].mean() < loudness.mean()  # a pause, not a word
+    assert len(pieces) == 3 and job.ended_with_eos
+    texts = [whisper_ct2_source.decode_text(p.tokens).lower() for p in pieces]
+    assert "printing" in texts[0] and "arts and crafts" in " ".join(texts), texts
+    reference = run_request(request, whisper_target, None, "target-only")
+    result = run_request(request, whisper_target, whisper_ct2_source, "as2d", options_that_draft(budget=7))
     assert result.tokens == reference.tokens and result.accepted > 0
 
 

@@ -14,13 +14,15 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from as2d_core.contracts import DraftPiece, Request
 from as2d_core.options import DecodeOptions
 from as2d_core.paths import models_dir as default_models_dir
 from as2d_core.priority import run_at_lower_priority, thread_niceness
 
 from .convert import CT2_FILES
-from .features import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, encoder_input, pad_or_trim, shared_log_mel
+from .features import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, encoder_input, pad_or_trim, quiet_cuts, shared_log_mel
 from .runtime import TokenizerText, read_model_folder
 
 NAME = "whisper-tiny.en-ct2"
@@ -37,47 +39,57 @@ def _ctranslate2():
 
 
 class Ct2DraftJob:
-    """Greedy decoding of one request on CTranslate2, from its audio and its own history only."""
+    """Greedy decoding of one request on CTranslate2, chunk by chunk, from its audio and its own history only.
 
-    def __init__(self, model, features, source: "Ct2WhisperSource", max_new_tokens: int | None = None):
+    ``chunks``: the encoder inputs, each with its cap on drafted tokens. The first is encoded
+    by ``prepare`` (``encoded``); the others are encoded here when their turn comes, on the
+    producer's thread, so the first chunk's tokens are published before the rest is encoded.
+    """
+
+    def __init__(self, model, encoded, chunks: Sequence[tuple[np.ndarray, int]], source: "Ct2WhisperSource"):
         self._model = model
-        self._features = features
+        self._features = encoded
+        self._chunks = list(chunks)
         self._source = source
         self.prompt = [source.sot, source.no_timestamps]
-        self.max_new_tokens = min(max_new_tokens or source.max_length, source.max_length - len(self.prompt))
+        self.max_new_tokens = sum(cap for _, cap in self._chunks)
         self.ended_with_eos = False
 
-    def decode(self, max_new_tokens: int) -> list[int]:
-        """Greedy tokens after the prompt, at most ``max_new_tokens``, without the end token.
+    def decode(self, max_new_tokens: int, features=None) -> list[int]:
+        """Greedy tokens after the prompt (on the first chunk by default), at most ``max_new_tokens``, without the end token.
 
         CTranslate2 4.x stops a Whisper decode after ``max_length // 2`` tokens (measured
         with 4.8.5: the prompt does not count, the model's 448 positions cap it), hence the 2x.
         """
         result = self._model.generate(
-            self._features, [self.prompt], beam_size=1, max_length=2 * max_new_tokens,
-            suppress_blank=True, suppress_tokens=self._source.suppress_tokens)
+            self._features if features is None else features, [self.prompt], beam_size=1,
+            max_length=2 * max_new_tokens, suppress_blank=True, suppress_tokens=self._source.suppress_tokens)
         return [int(t) for t in result[0].sequences_ids[0]]
 
     def pieces(self) -> Iterator[DraftPiece]:
-        """Up to two pieces: the first call's tokens, then the rest of the whole decode.
+        """Per chunk, its whole decode; on the first chunk, an early piece of ``first_call_tokens`` before it.
 
-        Each piece is a boundary (publish now): its tokens were all ready at once.
-        CTranslate2 returns no end token; a whole decode shorter than its limit ended on it.
+        Each piece is a boundary (publish now): its tokens were all ready at once. Every
+        chunk's text starts a new transcription, so its tokens follow the previous chunk's
+        as they are. CTranslate2 returns no end token; a decode shorter than its cap ended on it.
         """
-        drafted: list[int] = []
         first = self._source.first_call_tokens
-        if 0 < first < self.max_new_tokens:
-            drafted = self.decode(first)
-            if drafted:
-                yield DraftPiece(tokens=tuple(drafted), boundary=True)
-        tokens = self.decode(self.max_new_tokens)
-        # One deterministic decode extends the other; should they ever differ, the target still verifies.
-        if tokens[len(drafted):]:
-            yield DraftPiece(tokens=tuple(tokens[len(drafted):]), boundary=True)
-        self.ended_with_eos = len(tokens) < self.max_new_tokens
+        for index, (mel, cap) in enumerate(self._chunks):
+            features = self._features if index == 0 else self._source.encode(self._model, mel)
+            drafted: list[int] = []
+            if index == 0 and 0 < first < cap:
+                drafted = self.decode(first, features)
+                if drafted:
+                    yield DraftPiece(tokens=tuple(drafted), boundary=True)
+            tokens = self.decode(cap, features)
+            # One deterministic decode extends the other; should they ever differ, the target still verifies.
+            if tokens[len(drafted):]:
+                yield DraftPiece(tokens=tuple(tokens[len(drafted):]), boundary=True)
+            self.ended_with_eos = len(tokens) < cap
 
     def close(self) -> None:
         self._features = None
+        self._chunks = []
 
 
 class Ct2WhisperSource(TokenizerText):
@@ -96,6 +108,12 @@ class Ct2WhisperSource(TokenizerText):
     so the encoder's cost follows the clip's length. Without enough margin tiny.en
     loops on short clips (seen with 0-2 s, not with 6 s on the English dev windows),
     so the drafted length is also capped at ``16 + 8 tokens/s`` of audio.
+
+    ``chunk_s`` (needs a margin): audio longer than this is drafted in balanced chunks cut
+    at their quietest moment (``quiet_cuts``), each encoded with ``chunk_margin_s`` of silence
+    and decoded on its own. The encoder's attention grows with the square of its input
+    (1 thread: 0.37 s for 30 s, 0.09 s for 15 s), so chunks cost the drafter less for about
+    the same text (BENCHMARKS.md section 5).
     """
 
     languages = frozenset({"en"})
@@ -109,6 +127,8 @@ class Ct2WhisperSource(TokenizerText):
         preload_nice: Sequence[int] = (_DEFAULTS.drafter_nice, _DEFAULTS.guess_nice),
         first_call_tokens: int = 8,
         audio_margin_s: float | None = None,
+        chunk_s: float | None = None,
+        chunk_margin_s: float = 2.0,
     ):
         self._ct2 = _ctranslate2()
         model_dir = default_models_dir() / NAME if model_dir is None else model_dir
@@ -129,6 +149,10 @@ class Ct2WhisperSource(TokenizerText):
         if audio_margin_s is not None and audio_margin_s < 0:
             raise ValueError(f"audio_margin_s must be 0 or more, got {audio_margin_s}")
         self.audio_margin_s = audio_margin_s
+        if chunk_s is not None and (audio_margin_s is None or chunk_s <= 0 or chunk_margin_s < 0):
+            raise ValueError(f"chunk_s must be more than 0 with an audio margin and chunk_margin_s 0 or more, "
+                             f"got chunk_s={chunk_s}, audio_margin_s={audio_margin_s}, chunk_margin_s={chunk_margin_s}")
+        self.chunk_s, self.chunk_margin_s = chunk_s, chunk_margin_s
         self._models: dict[tuple[int, int | None], object] = {}
         self._lock = threading.Lock()
         for threads in preload_threads:
@@ -161,17 +185,33 @@ class Ct2WhisperSource(TokenizerText):
         return [f"ctranslate2:{models[0].device}:{models[0].compute_type}"]
 
     def prepare(self, request: Request, language: str, threads: int) -> Ct2DraftJob:
-        """Encode the request's audio (the 30 s window, or the audio plus a margin) on the drafter's threads."""
+        """Encode the request's audio (the 30 s window, or its first chunk plus a margin) on the drafter's threads."""
         if language not in self.languages:
             raise ValueError(f"{self.name} drafts English only, not {language!r}")
         model = self.model(threads)
-        cap = None
         if self.audio_margin_s is None:
-            mel = encoder_input(request.audio, self.n_mels)
+            chunks = [(encoder_input(request.audio, self.n_mels), self.max_length - 2)]
         else:
-            features = shared_log_mel(request.audio, self.n_mels)
-            frames = features.shape[1] + int(self.audio_margin_s * SAMPLE_RATE / HOP_LENGTH)
-            mel = pad_or_trim(features, min(N_FRAMES, frames + frames % 2))[None]  # the encoder halves it
-            cap = 16 + int(8 * request.audio.size / request.sample_rate)
-        features = model.encode(self._ct2.StorageView.from_array(mel))
-        return Ct2DraftJob(model, features, self, max_new_tokens=cap)
+            chunks = self._chunks(request)
+        return Ct2DraftJob(model, self.encode(model, chunks[0][0]), chunks, self)
+
+    def encode(self, model, mel: np.ndarray):
+        """The encoder's output for one input of shape [1, n_mels, frames]."""
+        return model.encode(self._ct2.StorageView.from_array(mel))
+
+    def _chunks(self, request: Request) -> list[tuple[np.ndarray, int]]:
+        """Encoder inputs (a chunk of the log-mel plus its margin) with their caps on drafted tokens."""
+        features = shared_log_mel(request.audio, self.n_mels)
+        cuts = [0, features.shape[1]]
+        if self.chunk_s is not None:
+            cuts = quiet_cuts(features, int(self.chunk_s * SAMPLE_RATE / HOP_LENGTH))
+        margin_s = self.audio_margin_s if len(cuts) == 2 else self.chunk_margin_s
+        margin = int(margin_s * SAMPLE_RATE / HOP_LENGTH)
+        bounds = [cut * HOP_LENGTH for cut in cuts[:-1]] + [request.audio.size]
+        chunks = []
+        for (start, end), (first_sample, last_sample) in zip(zip(cuts, cuts[1:]), zip(bounds, bounds[1:])):
+            frames = min(N_FRAMES, end - start + margin)
+            mel = pad_or_trim(features[:, start:end], frames + frames % 2)[None]  # the encoder halves it
+            cap = 16 + int(8 * (last_sample - first_sample) / request.sample_rate)
+            chunks.append((mel, min(cap, self.max_length - 2)))
+        return chunks

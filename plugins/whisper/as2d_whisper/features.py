@@ -112,3 +112,23 @@ def pad_or_trim(features: np.ndarray, frames: int = N_FRAMES) -> np.ndarray:
 def encoder_input(audio: np.ndarray, n_mels: int = 80) -> np.ndarray:
     """The first 30 s window of features as the encoder takes it: [1, n_mels, 3000]."""
     return pad_or_trim(shared_log_mel(audio, n_mels))[None]
+
+
+def quiet_cuts(features: np.ndarray, chunk_frames: int, search_frames: int = 200, smooth_frames: int = 10) -> list[int]:
+    """Frame offsets splitting ``features`` into balanced chunks of about ``chunk_frames`` or fewer.
+
+    Each cut is the quietest moment (lowest mean log-mel over ``smooth_frames``) within
+    ``search_frames`` of an even split, so a drafter decoding chunk by chunk seldom cuts a
+    word. The offsets start with 0 and end with the frame count.
+    """
+    total = features.shape[1]
+    parts = -(-total // chunk_frames)
+    if parts <= 1:
+        return [0, total]
+    loudness = np.convolve(features.mean(axis=0), np.ones(smooth_frames) / smooth_frames, mode="same")
+    cuts = [0]
+    for part in range(1, parts):
+        even = part * total // parts
+        low, high = max(cuts[-1] + smooth_frames, even - search_frames), min(total - smooth_frames, even + search_frames)
+        cuts.append(low + int(np.argmin(loudness[low:high])) if high > low else even)
+    return cuts + [total]
