@@ -18,6 +18,10 @@ At each boundary, with root ``r`` (and ``p``, the committed token before it):
 5. otherwise the nearest single-token match within ``window``;
 6. otherwise nothing is offered and the target decodes alone, ``expected``
    moving one position per target token.
+After ``give_up`` verifications in a row that accepted nothing, only rules 1-3
+(a match) apply until one is accepted again: a drafter that lost the target's
+text (a target that skips a sentence the drafter kept) then costs single
+target steps, not a failed verification each.
 Frequent tokens (commas, " the") match far too easily on their own, which is
 why a distant match needs the two-token agreement of rule 2 to win over the
 substitution guess.
@@ -42,14 +46,17 @@ class Aligner:
     expected: int = 0
     floor: int = 0  # positions below were consumed by accepted candidates
     after_rejection: bool = False
+    give_up: int = attrs.field(default=2, validator=attrs.validators.ge(1))
+    misses: int = 0  # verifications in a row that accepted nothing
 
     def propose(self, tokens: Sequence[int], root: int, limit: int, previous: int | None = None) -> Proposal:
         """Choose up to ``limit`` published candidates to follow ``root`` (``previous`` committed before it)."""
         published = len(tokens)
         anchor, guessed = self._find(tokens, root, previous), False
-        if anchor is None and self.after_rejection and self.floor <= self.expected < published:
+        searching = self.misses < self.give_up
+        if anchor is None and searching and self.after_rejection and self.floor <= self.expected < published:
             anchor, guessed = self.expected, True
-        if anchor is None:
+        if anchor is None and searching:
             anchor = self._nearest(tokens, root, self.window)
         if anchor is None or limit <= 0:
             return Proposal(anchor, (), guessed)
@@ -83,6 +90,7 @@ class Aligner:
         # wrong match, and the right one can still lie behind it.
         if accepted:
             self.floor = max(self.floor, self.expected)
+        self.misses = 0 if accepted else self.misses + 1
         self.after_rejection = accepted < len(proposal.candidates)
 
     def stepped(self, proposal: Proposal) -> None:

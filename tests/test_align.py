@@ -48,6 +48,23 @@ def test_insertion_is_found_through_the_next_target_token():
     assert a.propose(tokens, root=11, limit=3) == Proposal(1, (12, 13))
 
 
+def test_after_two_empty_verifications_only_a_match_is_offered():
+    # drafter: A B C D E F G; target: A X Y Z ... (it left the drafter's text)
+    tokens = [10, 11, 12, 13, 14, 15, 16]
+    a = Aligner(window=4)
+    p = a.propose(tokens, root=10, limit=2)
+    a.verified(p, accepted=0)  # 11 rejected, correction X=50
+    p = a.propose(tokens, root=50, limit=2)
+    assert p.guessed
+    a.verified(p, accepted=0)  # the guess failed too: two misses
+    assert a.propose(tokens, root=51, limit=2) == Proposal(None, ())  # no guess
+    a.stepped(Proposal(None, ()))
+    assert a.propose(tokens, root=15, limit=2).anchor is None  # nor a single-token match 2 away
+    assert a.propose(tokens, root=13, limit=2) == Proposal(3, (14, 15))  # where expected: a match
+    a.verified(Proposal(3, (14, 15)), accepted=1)
+    assert a.misses == 0
+
+
 def test_repeated_tokens_take_the_nearest_match():
     a = Aligner(window=6, expected=3)
     assert a.propose([7, 8, 7, 9, 7, 8], root=7, limit=1) == Proposal(4, (8,))
