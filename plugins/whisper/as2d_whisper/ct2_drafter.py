@@ -3,9 +3,9 @@
 CTranslate2's ``Whisper.generate`` runs a whole greedy decode in C++ and has no
 single-step call and no per-token callback (4.x); a prompt prefix is not
 prefilled but re-decoded token by token, so resuming costs as much as starting
-over. A job therefore makes at most two calls on the request's encoded audio: a
-short one whose tokens reach the target early, then the whole decode, whose
-tokens past the first call's are new. The suppression lists are the ONNX
+over. A job therefore decodes each chunk of the request's audio in one call (the
+first chunk optionally in two: a short call whose tokens reach the target early,
+then the whole decode, whose tokens past the first call's are new). The suppression lists are the ONNX
 drafter's (from ``model.json``), so both drafters decode the same way.
 """
 from __future__ import annotations
