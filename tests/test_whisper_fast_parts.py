@@ -115,6 +115,15 @@ def test_ct2_long_audio_is_drafted_in_quiet_chunks(whisper_ct2_source, whisper_t
     assert result.tokens == reference.tokens and result.accepted > 0
 
 
+@pytest.mark.parametrize("options", [dict(chunk_s=10.0), dict(chunk_s=0.0, audio_margin_s=6.0),
+                                     dict(chunk_s=10.0, audio_margin_s=6.0, chunk_margin_s=-1.0)])
+def test_ct2_chunk_options_out_of_range_are_refused(whisper_ct2_source, options):
+    from as2d_whisper.ct2_drafter import Ct2WhisperSource
+
+    with pytest.raises(ValueError, match="chunk_s must be more than 0 with an audio margin"):
+        Ct2WhisperSource(whisper_ct2_source.dir, **options)
+
+
 def test_ct2_decode_stops_at_the_asked_length(whisper_ct2_source):
     """Guards the measured CTranslate2 rule (a Whisper decode stops after max_length // 2 tokens)."""
     job = whisper_ct2_source.prepare(_example_request(), "en", threads=1)

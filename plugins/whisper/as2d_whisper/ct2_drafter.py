@@ -5,8 +5,9 @@ single-step call and no per-token callback (4.x); a prompt prefix is not
 prefilled but re-decoded token by token, so resuming costs as much as starting
 over. A job therefore decodes each chunk of the request's audio in one call (the
 first chunk optionally in two: a short call whose tokens reach the target early,
-then the whole decode, whose tokens past the first call's are new). The suppression lists are the ONNX
-drafter's (from ``model.json``), so both drafters decode the same way.
+then the whole decode, whose tokens past the first call's are new). The
+suppression lists are the ONNX drafter's (from ``model.json``), so both drafters
+decode the same way.
 """
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ class Ct2WhisperSource(TokenizerText):
     at their quietest moment (``quiet_cuts``), each encoded with ``chunk_margin_s`` of silence
     and decoded on its own. The encoder's attention grows with the square of its input
     (1 thread: 0.37 s for 30 s, 0.09 s for 15 s), so chunks cost the drafter less for about
-    the same text (BENCHMARKS.md section 5).
+    the same text (BENCHMARKS.md section 6, fifth session).
     """
 
     languages = frozenset({"en"})

@@ -73,7 +73,7 @@ def _ct2_source(options: dict):
         # and one whole decode cost the target's own encoder least; the first tokens are ready before it is.
         first_call_tokens=options.get("first_call_tokens", 0),
         audio_margin_s=options.get("audio_margin_s", 6.0),
-        # Audio over 10 s in chunks with 2 s of margin each: about the same drafts for less encoder (section 5).
+        # Audio over 10 s in chunks with 2 s of margin each: about the same drafts for less encoder (section 6).
         chunk_s=options.get("chunk_s", 10.0),
         chunk_margin_s=options.get("chunk_margin_s", 2.0),
     )
