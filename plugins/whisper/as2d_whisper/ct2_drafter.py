@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +53,7 @@ class Ct2DraftJob:
         self._features = encoded
         self._chunks = list(chunks)
         self._source = source
-        self.prompt = [source.sot, source.no_timestamps]
+        self.prompt = list(source.prompt)
         self.max_new_tokens = sum(cap for _, cap in self._chunks)
         self.ended_with_eos = False
 
@@ -138,8 +139,10 @@ class Ct2WhisperSource(TokenizerText):
         self.vocabulary: str = self.meta["vocabulary"]
         special = self.meta["special"]
         self.sot, self.eot, self.no_timestamps = special["sot"], special["eot"], special["no_timestamps"]
+        self.prompt = (self.sot, self.no_timestamps)
         self.eos_token: int = self.eot
         self.max_length: int = self.meta["max_length"]
+        self.max_draft = self.max_length - len(self.prompt)  # tokens a decode can add after the prompt
         self.n_mels: int = self.meta["dims"]["n_mels"]
         self.suppress_tokens: list[int] = [int(t) for t in self.meta["suppress_tokens"]]
         self.device, self.compute_type = backend_device, compute_type
@@ -191,7 +194,7 @@ class Ct2WhisperSource(TokenizerText):
             raise ValueError(f"{self.name} drafts English only, not {language!r}")
         model = self.model(threads)
         if self.audio_margin_s is None:
-            chunks = [(encoder_input(request.audio, self.n_mels), self.max_length - 2)]
+            chunks = [(encoder_input(request.audio, self.n_mels), self.max_draft)]
         else:
             chunks = self._chunks(request)
         return Ct2DraftJob(model, self.encode(model, chunks[0][0]), chunks, self)
@@ -208,11 +211,11 @@ class Ct2WhisperSource(TokenizerText):
             cuts = quiet_cuts(features, int(self.chunk_s * SAMPLE_RATE / HOP_LENGTH))
         margin_s = self.audio_margin_s if len(cuts) == 2 else self.chunk_margin_s
         margin = int(margin_s * SAMPLE_RATE / HOP_LENGTH)
-        bounds = [cut * HOP_LENGTH for cut in cuts[:-1]] + [request.audio.size]
+        sample_cuts = [cut * HOP_LENGTH for cut in cuts[:-1]] + [request.audio.size]
         chunks = []
-        for (start, end), (first_sample, last_sample) in zip(zip(cuts, cuts[1:]), zip(bounds, bounds[1:])):
+        for (start, end), (first, last) in zip(pairwise(cuts), pairwise(sample_cuts)):
             frames = min(N_FRAMES, end - start + margin)
             mel = pad_or_trim(features[:, start:end], frames + frames % 2)[None]  # the encoder halves it
-            cap = 16 + int(8 * (last_sample - first_sample) / request.sample_rate)
-            chunks.append((mel, min(cap, self.max_length - 2)))
+            cap = 16 + int(8 * (last - first) / request.sample_rate)
+            chunks.append((mel, min(cap, self.max_draft)))
         return chunks
