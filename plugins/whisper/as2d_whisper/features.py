@@ -12,6 +12,7 @@ import threading
 from concurrent.futures import Future
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 SAMPLE_RATE = 16_000
 N_FFT = 400
@@ -52,6 +53,14 @@ def _power_spectrogram(audio: np.ndarray) -> np.ndarray:
     return (np.abs(spec[:-1]) ** 2).T  # [freq, frames]
 
 
+# numpy's BLAS pool (OpenBLAS) keeps its idle workers spinning after each product, and the
+# filterbank product is far too small to need them: on two cores the spinning worker took a
+# core from the target's encoder (its preparation took 0.53 s instead of 0.61 s, median of 28,
+# with one BLAS thread; BENCHMARKS.md section 6). The controller is built once (it scans the
+# loaded libraries); the limit is set around the product only, so no other numpy user is touched.
+_numpy_blas = ThreadpoolController()
+
+
 def log_mel(audio: np.ndarray, n_mels: int = 80, keep_last_frame: bool = False) -> np.ndarray:
     """Log-mel of the whole clip before padding to 30 s: [n_mels, frames].
 
@@ -62,7 +71,8 @@ def log_mel(audio: np.ndarray, n_mels: int = 80, keep_last_frame: bool = False) 
     audio = np.asarray(audio, dtype=np.float32).reshape(-1)
     audio = np.pad(audio, (0, HOP_LENGTH))
     power = _power_spectrogram(audio)
-    mel = mel_filters(n_mels) @ power
+    with _numpy_blas.limit(limits=1, user_api="blas"):
+        mel = mel_filters(n_mels) @ power
     log_spec = np.log10(np.clip(mel, 1e-10, None))
     log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
     log_spec = (log_spec + 4.0) / 4.0
