@@ -44,6 +44,9 @@ DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
 @option_flags
 @click.option("--limit", type=int, default=None, help="Only the first N windows.")
 @click.option("--languages", default=None, help="Only windows of these comma-separated languages.")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Rounds of every method on each window, interleaved; each method keeps its round of median "
+                   "end-to-end time (a single run of a short window scatters by a tenth or more).")
 @click.option("--warmup/--no-warmup", default=True, show_default=True, help="One untimed pass on the first window.")
 @click.option("--fresh", is_flag=True,
               help="Discard the results already in OUT instead of resuming (OUT keeps the windows it has; "
@@ -61,7 +64,7 @@ DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
               help="Requests name no language: every method detects it, as for a user who gives none "
                    "(the manifest's lang then only labels the rows).")
 def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, source_backend, source_name,
-          source_names, limit, languages, warmup, fresh, ray_address, workers, cpus_per_worker, pool_machines,
+          source_names, limit, languages, repeats, warmup, fresh, ray_address, workers, cpus_per_worker, pool_machines,
           fault, detect_language, **decode_options):
     """Run METHODS on every window of MANIFEST (JSONL: id, path, lang, text) and write results to OUT.
 
@@ -96,7 +99,7 @@ def bench(manifest, methods, out_dir, save_traces, target_name, target_backend, 
         if not windows:
             raise ValueError("no windows to run")
         spec = BenchSpec(tuple(chosen), target_name, tuple(names), options, target_backend, source_backend,
-                         save_traces, warmup, fault, detect_language)
+                         save_traces, warmup, fault, detect_language, repeats)
         spec.check_fault()
         spec.folder(out_dir).open(fresh)  # a different configuration in OUT fails here, before any model loads
         started = time.perf_counter()

@@ -135,6 +135,15 @@ def plot_timeline(traces: dict, window: str, methods: list[str], path: Path) -> 
         ax.set_xlabel(f"seconds from the request (window {window})")
 
 
+def _rounds_line(rows: list[dict]) -> list[str]:
+    """Say so when every window ran several rounds and each row is its method's median round."""
+    rounds = {len(r["e2e_s_rounds"]) for r in rows if r.get("e2e_s_rounds")}
+    if not rounds:
+        return []
+    return [f"Each window ran every method {' or '.join(map(str, sorted(rounds)))} times, interleaved; each row is "
+            "the round of median e2e time (`e2e_s_rounds` in results.jsonl holds them all)."]
+
+
 def write_report(out_dir: Path, rows: list[dict], summary: dict, traces: dict) -> Path:
     ran = [m for m, s in summary["methods"].items() if not _nothing_ran(s)]
     methods = [m for m in ran if not m.startswith("sd-k")] + [m for m in ran if m.startswith("sd-k")]
@@ -146,7 +155,7 @@ def write_report(out_dir: Path, rows: list[dict], summary: dict, traces: dict) -
              "slowdown counts). `exact`: tokens equal to target-only greedy decoding.",
              "A method run with a later source is named `METHOD@SOURCE`. First publish / all published: seconds "
              "from the start of the decode clock to the first non-empty published batch / the final one "
-             "(serial methods: the end of the first / last proposing drafting round).", "",
+             "(serial methods: the end of the first / last proposing drafting round).", *_rounds_line(rows), "",
              "## Summary, all windows", "", *_summary_table(summary["methods"]), "",
              *_eligible_section(summary),
              "## Time decomposition (Appendix D.2.7), all windows summed", "", *_decomposition_table(rows), ""]

@@ -265,6 +265,7 @@ class Bench:
     describe: dict = attrs.Factory(dict)
     # every method detects the language itself, as a user who names none (the manifest's lang only labels rows)
     detect_language: bool = False
+    repeats: int = attrs.field(default=1, validator=attrs.validators.ge(1))  # rounds per window (``median_round``)
     _warmed: bool = attrs.field(default=False, init=False)
 
     @property
@@ -280,7 +281,8 @@ class Bench:
     def folder(self) -> ResultsFolder:
         """The results folder of this configuration (building it checks the sources' names are distinct)."""
         config = run_config(self.methods, [s.name for s in self.sources], self.options,
-                            {"target": getattr(self.target, "name", type(self.target).__name__), **self.describe})
+                            {"target": getattr(self.target, "name", type(self.target).__name__), "repeats": self.repeats,
+                             **self.describe})
         return ResultsFolder(self.out_dir, config, [r.label for r in self.runs], self.save_traces)
 
     def run(self, windows: list[Window]) -> dict:
@@ -289,7 +291,7 @@ class Bench:
         done = {r["window"] for r in folder.open(self.fresh)}
         todo = [w for w in windows if w.id not in done]
         timelines = folder.timelines()
-        bar = _progress(len(todo) * len(self.runs), self.progress)
+        bar = _progress(len(todo) * len(self.runs) * self.repeats, self.progress)
         started = time.perf_counter()
         try:
             for window in todo:
@@ -303,24 +305,31 @@ class Bench:
                              self.pool_machines, {"run": run})
 
     def window_rows(self, window: Window, audio, bar=None) -> tuple[list[dict], list[dict]]:
-        """All methods back to back on one window: its rows (``sd`` means included) and traces."""
+        """All methods back to back on one window, ``repeats`` rounds: its rows (``sd`` means included) and traces.
+
+        With several rounds each method keeps its median round (``median_round``).
+        """
         bar = bar or _NoBar()
         if self.warmup and not self._warmed:
             self._warm(window, audio)
         request = Request(request_id=window.id, audio=audio, language=self._language(window))
-        rows, traces = [], []
-        reference = None
-        for run in self.runs:
-            bar.set_description(f"{window.id} {run.label}")
-            row = self._one(window, run, request, audio, reference)
-            if isinstance(row, DecodeResult):
-                result = row
-                if run.method == "target-only":
-                    reference = result
-                row = result_row(window, run.label, result, reference, run.source_name)
-                traces.append(build_trace(window.id, result, run.label))
-            rows.append(row)
-            bar.update(1)
+        rounds: dict[str, list[tuple[dict, dict | None]]] = {run.label: [] for run in self.runs}
+        for _ in range(self.repeats):
+            reference = None
+            for run in self.runs:
+                bar.set_description(f"{window.id} {run.label}")
+                row, trace = self._one(window, run, request, audio, reference), None
+                if isinstance(row, DecodeResult):
+                    result = row
+                    if run.method == "target-only":
+                        reference = result
+                    row = result_row(window, run.label, result, reference, run.source_name)
+                    trace = build_trace(window.id, result, run.label)
+                rounds[run.label].append((row, trace))
+                bar.update(1)
+        kept = [median_round(runs) if self.repeats > 1 else runs[0] for runs in rounds.values()]
+        rows = [row for row, _ in kept]
+        traces = [trace for _, trace in kept if trace is not None]
         rows += sd_mean_rows(window, rows)
         machine = bench_machine()
         for row in rows:
@@ -351,6 +360,24 @@ class Bench:
         request = Request(request_id=f"warmup-{window.id}", audio=audio, language=self._language(window))
         for run in self.runs:
             self._one(window, run, request, audio, None)
+
+
+def median_round(runs: list[tuple[dict, dict | None]]) -> tuple[dict, dict | None]:
+    """One method's rounds on one window as one row: the round of median ``e2e_s`` (the lower middle
+    for an even count), with every round's ``e2e_s`` in ``e2e_s_rounds``.
+
+    A single machine's timings of one window scatter by a tenth or more from run to run; the median
+    round of several is what a per-window comparison can rest on. ``exact`` holds only if it held
+    in every round, and a round that failed makes the row that round's error row: neither a
+    mismatch nor a failure is hidden behind a good round.
+    """
+    failed = next(((row, trace) for row, trace in runs if row.get("error")), None)
+    if failed is not None:
+        return failed
+    timed = sorted(runs, key=lambda run: run[0]["e2e_s"])
+    row, trace = timed[(len(timed) - 1) // 2]
+    row = dict(row, e2e_s_rounds=[r["e2e_s"] for r, _ in runs], exact=all(r["exact"] for r, _ in runs))
+    return row, trace
 
 
 def run_config(methods: list[str], source_names: list[str], options: DecodeOptions, describe: dict) -> dict:

@@ -29,6 +29,7 @@ class BenchSpec:
     warmup: bool = True
     fault: str | None = None  # break every drafter this way (as2d_core.faults); answers must stay exact
     detect_language: bool = False  # requests name no language: the target (and a peer) detects it
+    repeats: int = 1  # rounds of every method per window; each keeps its median round (``runner.median_round``)
 
     @property
     def source_names(self) -> list[str]:
@@ -38,7 +39,7 @@ class BenchSpec:
     @property
     def describe(self) -> dict:
         return {"target": self.target, "target_backend": self.target_backend, "source_backend": self.source_backend,
-                "fault": self.fault, "detect_language": self.detect_language}
+                "fault": self.fault, "detect_language": self.detect_language, "repeats": self.repeats}
 
     @property
     def cores(self) -> int:
@@ -82,4 +83,5 @@ class BenchSpec:
             sources = [FaultySource(s, self.fault, publish_as=target.vocabulary) for s in sources]
         peers = make_peers(list(self.methods), self.options.target_threads)
         return Bench(target, sources, self.options, list(self.methods), Path(out_dir), self.save_traces, peers,
-                     self.warmup, describe=self.describe, detect_language=self.detect_language, **bench_options)
+                     self.warmup, describe=self.describe, detect_language=self.detect_language, repeats=self.repeats,
+                     **bench_options)

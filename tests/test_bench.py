@@ -326,3 +326,39 @@ def test_bench_command_worker_options_need_ray(manifest, tmp_path):
 
     result = CliRunner().invoke(bench, [str(manifest), "--workers", "2", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and result.output == "Error: --workers and --cpus-per-worker need --ray\n"
+
+
+def test_median_round_keeps_the_middle_run_and_hides_no_mismatch_or_failure():
+    from as2d_bench.runner import median_round
+
+    runs = [(_row("a", "as2d", 10, 1.0, e2e_s=e2e, exact=exact), {"round": i})
+            for i, (e2e, exact) in enumerate([(3.0, True), (1.0, False), (2.0, True), (4.0, True)])]
+    row, trace = median_round(runs)
+    assert row["e2e_s"] == 2.0 and trace == {"round": 2}  # the lower middle of four
+    assert row["e2e_s_rounds"] == [3.0, 1.0, 2.0, 4.0]
+    assert row["exact"] is False  # the fastest round differed from target-only: the kept row says so
+    failed = {"window": "a", "method": "as2d", "error": "RuntimeError: drafter gone"}
+    assert median_round([runs[0], (failed, None), runs[2]]) == (failed, None)
+
+
+def test_bench_repeats_every_method_and_keeps_its_median_round(tmp_path, manifest):
+    from as2d_bench.cli import bench as bench_command
+
+    methods = expand_methods(["as2d", "sd-k5"])
+    source = PrefixSource(tokens=[3, 4, 5, 6], every=4, positional=True)
+    out = tmp_path / "o"
+    windows = read_manifest(manifest)[:2]
+    summary = Bench(MODEL, source, DecodeOptions(), methods, out, save_traces=True, progress=False,
+                    repeats=3).run(windows)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * len(methods)  # one row per window and method, not per round
+    for r in rows:
+        assert len(r["e2e_s_rounds"]) == 3 and r["e2e_s"] == sorted(r["e2e_s_rounds"])[1] and r["exact"]
+    assert len((out / "traces.jsonl").read_text().splitlines()) == 2 * len(methods)
+    assert json.loads((out / "run.json").read_text())["repeats"] == 3
+    assert summary["methods"]["as2d"]["windows"] == 2
+    assert "every method 3 times" in (out / "report.md").read_text()
+    with pytest.raises(ValueError):
+        Bench(MODEL, source, DecodeOptions(), methods, out, repeats=0)
+    result = CliRunner().invoke(bench_command, [str(manifest), "--repeats", "0", "--out", str(tmp_path / "p")])
+    assert result.exit_code == 2 and "--repeats" in result.output
