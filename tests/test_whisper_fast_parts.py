@@ -44,8 +44,8 @@ def test_ct2_pieces_are_its_greedy_tokens(whisper_ct2_source, whisper_source):
     """An early piece of first_call_tokens, then the rest; the same tokens as the ONNX Runtime int8 drafter here."""
     from as2d_whisper.ct2_drafter import Ct2WhisperSource
 
-    registered = whisper_ct2_source  # registered defaults: encoder on the audio + 6 s (or 10 s chunks + 2 s), one call
-    assert registered.first_call_tokens == 0 and registered.audio_margin_s == 6.0
+    registered = whisper_ct2_source  # registered defaults: encoder on the audio + 4 s (or 10 s chunks + 2 s), one call
+    assert registered.first_call_tokens == 0 and registered.audio_margin_s == 4.0
     assert (registered.chunk_s, registered.chunk_margin_s) == (10.0, 2.0)
     source = Ct2WhisperSource(registered.dir, first_call_tokens=8)  # padded 30 s as the ONNX drafter
     assert isinstance(source, Source) and source.languages == frozenset({"en"})

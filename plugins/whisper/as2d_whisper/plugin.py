@@ -69,10 +69,10 @@ def _ct2_source(options: dict):
         _model_dir(options, CT2_SOURCE),
         backend_device=options.get("device", "cpu"),
         preload_threads=options.get("preload_threads", (1,)),
-        # Measured with drafting from arrival (BENCHMARKS.md section 6): the encoder on the audio plus 6 s
+        # Measured with drafting from arrival (BENCHMARKS.md section 6): the encoder on the audio plus 4 s
         # and one whole decode cost the target's own encoder least; the first tokens are ready before it is.
         first_call_tokens=options.get("first_call_tokens", 0),
-        audio_margin_s=options.get("audio_margin_s", 6.0),
+        audio_margin_s=options.get("audio_margin_s", 4.0),
         # Audio over 10 s in chunks with 2 s of margin each: about the same drafts for less encoder (section 6).
         chunk_s=options.get("chunk_s", 10.0),
         chunk_margin_s=options.get("chunk_margin_s", 2.0),
