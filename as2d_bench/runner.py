@@ -376,8 +376,9 @@ def median_round(runs: list[tuple[dict, dict | None]]) -> tuple[dict, dict | Non
         return failed
     timed = sorted(runs, key=lambda run: run[0]["e2e_s"])
     row, trace = timed[(len(timed) - 1) // 2]
-    row = dict(row, e2e_s_rounds=[r["e2e_s"] for r, _ in runs], exact=all(r["exact"] for r, _ in runs))
-    return row, trace
+    verdicts = {r["exact"] for r, _ in runs}  # None: a peer run without a reference
+    exact = verdicts.pop() if len(verdicts) == 1 else False
+    return dict(row, e2e_s_rounds=[r["e2e_s"] for r, _ in runs], exact=exact), trace
 
 
 def run_config(methods: list[str], source_names: list[str], options: DecodeOptions, describe: dict) -> dict:
