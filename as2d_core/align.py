@@ -14,7 +14,9 @@ At each boundary, with root ``r`` (and ``p``, the committed token before it):
    a token the drafter had extra (deletion) or the target inserted (found one
    boundary later through the next target token);
 4. otherwise, right after a rejection, guess a substitution: ``r`` replaced the
-   rejected candidate and the tokens after it follow;
+   rejected candidate and the tokens after it follow. The first boundary counts as
+   one: the target's first token stands where the drafter's first one does (" in"
+   against " In"), and the draft after it is worth a verification;
 5. otherwise the nearest single-token match within ``window``;
 6. otherwise nothing is offered and the target decodes alone, ``expected``
    moving one position per target token.
@@ -45,7 +47,7 @@ class Aligner:
     window: int = attrs.field(default=8, validator=attrs.validators.ge(0))
     expected: int = 0
     floor: int = 0  # positions below were consumed by accepted candidates
-    after_rejection: bool = False
+    after_rejection: bool = True  # the last verification rejected a candidate; the first boundary counts as one
     give_up: int = attrs.field(default=2, validator=attrs.validators.ge(1))
     misses: int = 0  # verifications in a row that accepted nothing
 

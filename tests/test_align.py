@@ -83,8 +83,18 @@ def test_exhausted_record_offers_nothing():
 
 
 def test_window_bounds_the_search():
-    a = Aligner(window=1)
+    a = Aligner(window=1, after_rejection=False)
     assert a.propose([1, 2, 3, 4], root=4, limit=2) == Proposal(None, ())
+
+
+def test_the_first_token_may_replace_the_drafts_first():
+    # draft: " In 18 13 ." ; the target starts " in": the tokens after the drafter's first are offered
+    In, in_, eighteen, thirteen, stop = 1, 2, 3, 4, 5
+    a = Aligner(window=8)
+    assert a.propose([In, eighteen, thirteen, stop], root=in_, limit=3) == Proposal(0, (eighteen, thirteen, stop),
+                                                                                   guessed=True)
+    a.stepped(Proposal(None, ()))  # once the target has stepped alone, there is nothing to replace
+    assert a.propose([In, eighteen, thirteen, stop], root=7, limit=3) == Proposal(None, ())
 
 
 @pytest.mark.parametrize("edit", ["insertion", "deletion", "substitution", "repeat", "none"])
