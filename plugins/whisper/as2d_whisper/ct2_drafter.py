@@ -108,7 +108,7 @@ class Ct2WhisperSource(TokenizerText):
     ``audio_margin_s``: None encodes the 30 s window, as Whisper was trained; a number
     encodes only the audio plus that much silence (CTranslate2 takes shorter features),
     so the encoder's cost follows the clip's length. Without enough margin tiny.en
-    loops on short clips (on the 30 English clips under 10 s: three looped with 1 s, two
+    loops on short clips (of the 30 English clips under 10 s, four looped with 1 s, two
     with 3 s, one with 4 or 6 s; BENCHMARKS.md section 6), so the drafted length is also
     capped at ``16 + 8 tokens/s`` of audio.
 
