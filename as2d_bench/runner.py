@@ -280,9 +280,8 @@ class Bench:
 
     def folder(self) -> ResultsFolder:
         """The results folder of this configuration (building it checks the sources' names are distinct)."""
-        config = run_config(self.methods, [s.name for s in self.sources], self.options,
-                            {"target": getattr(self.target, "name", type(self.target).__name__), "repeats": self.repeats,
-                             **self.describe})
+        config = run_config(self.methods, [s.name for s in self.sources], self.options, self.repeats,
+                            {"target": getattr(self.target, "name", type(self.target).__name__), **self.describe})
         return ResultsFolder(self.out_dir, config, [r.label for r in self.runs], self.save_traces)
 
     def run(self, windows: list[Window]) -> dict:
@@ -381,10 +380,11 @@ def median_round(runs: list[tuple[dict, dict | None]]) -> tuple[dict, dict | Non
     return dict(row, e2e_s_rounds=[r["e2e_s"] for r, _ in runs], exact=exact), trace
 
 
-def run_config(methods: list[str], source_names: list[str], options: DecodeOptions, describe: dict) -> dict:
+def run_config(methods: list[str], source_names: list[str], options: DecodeOptions, repeats: int,
+               describe: dict) -> dict:
     """What ``run.json`` records: a resumed run must match it (the windows may differ)."""
     return {"methods": run_labels(methods, source_names), "sources": list(source_names),
-            "options": attrs.asdict(options), **describe}
+            "options": attrs.asdict(options), "repeats": repeats, **describe}
 
 
 def write_outputs(folder: ResultsFolder, options: DecodeOptions, source_names: list[str], windows: list[Window],

@@ -39,7 +39,7 @@ class BenchSpec:
     @property
     def describe(self) -> dict:
         return {"target": self.target, "target_backend": self.target_backend, "source_backend": self.source_backend,
-                "fault": self.fault, "detect_language": self.detect_language, "repeats": self.repeats}
+                "fault": self.fault, "detect_language": self.detect_language}
 
     @property
     def cores(self) -> int:
@@ -48,7 +48,7 @@ class BenchSpec:
         return max(o.target_threads, o.shared_target_threads + o.drafter_threads)
 
     def folder(self, out_dir: Path) -> ResultsFolder:
-        config = run_config(list(self.methods), self.source_names, self.options, self.describe)
+        config = run_config(list(self.methods), self.source_names, self.options, self.repeats, self.describe)
         return ResultsFolder(Path(out_dir), config, run_labels(self.methods, self.source_names), self.save_traces)
 
     def check_fault(self) -> None:
