@@ -154,6 +154,18 @@ class DraftJob(Protocol):
 
 
 @runtime_checkable
+class CancellableJob(Protocol):
+    """Optional for a draft job: stop drafting soon, from another thread, while ``pieces`` runs.
+
+    The engine calls it when the target is done (or failed), so a job that waits or loops between
+    runtime calls ends at once; a runtime call already under way still finishes first.
+    """
+
+    def cancel(self) -> None:
+        """Make ``pieces`` end as soon as it can; never raises."""
+
+
+@runtime_checkable
 class Source(Protocol):
     name: str
     vocabulary: str

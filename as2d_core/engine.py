@@ -20,7 +20,8 @@ import attrs
 from .align import Aligner
 from .buffer import CandidateBuffer
 from .catalog import bridge_for
-from .contracts import Bridge, DraftJob, DraftPiece, KnownVocabulary, PublishedBatch, Request, Source, Target, TargetSession, serves_language
+from . import drafter_threads
+from .contracts import Bridge, CancellableJob, DraftJob, DraftPiece, KnownVocabulary, PublishedBatch, Request, Source, Target, TargetSession, serves_language
 from .events import Decomposition, Event, EventLog, decompose
 from .options import MAX_BUDGET, STARTS, DecodeOptions  # noqa: F401  (the engine's options, declared once)
 from .priority import lower_thread_priority
@@ -144,6 +145,17 @@ class Producer(threading.Thread):
         self._tokens: list[int] = []
         self._confidences: list[float] | None = []
         self._drafted = 0
+        drafter_threads.track(self)  # joined at exit if a request ever returns before it ends
+
+    def stop(self) -> None:
+        """Stop drafting: no further piece is taken, and a job that can cancel its work is told at once."""
+        self.stop_requested.set()
+        job = self.job
+        if isinstance(job, CancellableJob):
+            try:
+                job.cancel()
+            except Exception:  # a drafter's fault never reaches the target's thread
+                pass
 
     def attach_bridge(self, bridge: Bridge) -> None:
         """The target is prepared: its bridge converts everything drafted so far and from now on."""
@@ -229,6 +241,21 @@ class Producer(threading.Thread):
         batch = self.buffer.publish(tokens, confidences if confidences else None, span_s, final=final)
         if batch is not None:
             self.events.add("publish", start, batch.published_at, tokens=len(batch.tokens))
+
+
+def stop_and_join(producers: Sequence[Producer], timeout_s: float) -> list[Producer]:
+    """Stop every producer and wait for them together, at most ``timeout_s``; those still running.
+
+    A drafter inside a runtime call finishes that call first; one still running after the wait is
+    left to ``drafter_threads``, which joins it before the process exits.
+    """
+    deadline = time.perf_counter() + timeout_s
+    for producer in producers:
+        producer.stop()
+    for producer in producers:
+        if producer.ident is not None:
+            producer.join(max(0.0, deadline - time.perf_counter()))
+    return [p for p in producers if p.is_alive()]
 
 
 @attrs.define
@@ -480,7 +507,7 @@ def run_request(
             session.use_threads(options.shared_target_threads)
     except BaseException:
         if producer is not None:  # the request fails (bad audio, unknown language): so do its drafts
-            producer.stop_requested.set()
+            stop_and_join([producer], options.drain_timeout_s)
         raise
     if speculative and not serves_language(source, session.language):
         note = (
@@ -490,7 +517,7 @@ def run_request(
         speculative = False
     if producer is not None and (not speculative or session.language != early):
         # started on a language the target did not confirm: stop it (it is drained below) and go on without it
-        producer.stop_requested.set()
+        producer.stop()
         if not speculative:
             session.use_threads(options.target_threads)
         wasted, buffer, producer = producer, None, None
@@ -509,28 +536,27 @@ def run_request(
 
     counters = Counters()
     trace: list[dict] = []
+    drafters = [p for p in (producer, wasted) if p is not None]
     try:
         clock_start = time.perf_counter()
-        if producer is not None and not producer.is_alive() and producer.ident is None:
+        if producer is not None and producer.ident is None:
             producer.start()
         proposer = PublishedProposer(buffer, session, options, events) if buffer is not None else TargetOnly()
         tokens = target_loop(session, proposer, events, counters, trace)
         clock_end = time.perf_counter()
-        drain_s = 0.0
-        if wasted is not None:
-            wasted.join(options.drain_timeout_s)
-        if producer is not None:
-            producer.stop_requested.set()
-            producer.join(options.drain_timeout_s)
-            drain_s = time.perf_counter() - clock_end
-            events.add("drain", clock_end)
-            if producer.is_alive():
-                note = (note + "; " if note else "") + "producer did not stop in time and was left behind"
         text = session.decode_text(tokens)
     finally:
-        if producer is not None:
-            producer.stop_requested.set()  # a target that failed or was cancelled stops the drafting too
+        # The request's drafting ends with it, also when the target failed or was interrupted.
+        left_behind = stop_and_join(drafters, options.drain_timeout_s)
         session.close()
+    drain_s = 0.0
+    if drafters:
+        drain_s = time.perf_counter() - clock_end
+        events.add("drain", clock_end)
+    if left_behind:
+        note = (note + "; " if note else "") + (
+            f"the drafter was still in a runtime call {options.drain_timeout_s:g} s after the last token; "
+            "it finishes in the background and the process waits for it before exiting")
     return build_result(
         request, method, session, tokens, text, (clock_start, clock_end), prepare_s, counters, events, trace,
         source=source.name if speculative else None,

@@ -16,7 +16,8 @@ import queue
 import threading
 from collections.abc import Iterator, Sequence
 
-from .contracts import DraftJob, DraftPiece, Request, Source
+from . import drafter_threads
+from .contracts import CancellableJob, DraftJob, DraftPiece, Request, Source
 
 _POLL_S = 0.05
 _END = object()
@@ -37,6 +38,7 @@ class _AheadJob:
         self._prepared = prepared
         self._start_lock = threading.Lock()
         self._started = False
+        self._running: DraftJob | None = None  # the inner job while it drafts, to cancel it
         self._run_args = (source, request, language, threads)
 
     def start(self) -> None:
@@ -47,13 +49,14 @@ class _AheadJob:
             if not self._started:
                 self._started = True
                 args, self._run_args = self._run_args, None
-                threading.Thread(target=self._draft, args=args, name=f"as2d-lookahead-{self.request_id}",
-                                 daemon=True).start()
+                drafter_threads.start(self._draft, f"as2d-lookahead-{self.request_id}", *args)
 
     def _draft(self, source: Source, request: Request, language: str, threads: int) -> None:
         job = self._prepared
         try:
-            job = job or source.prepare(request, language, threads)
+            job = self._running = job or source.prepare(request, language, threads)
+            if self._stop.is_set():  # closed while it was being prepared
+                return
             for piece in job.pieces():
                 if self._stop.is_set():
                     break
@@ -64,6 +67,7 @@ class _AheadJob:
         except Exception as exc:  # handed to the consumer, which is the engine's producer thread
             self._queue.put(exc.with_traceback(None))  # a traceback would tie this frame to the queue: a cycle
         finally:
+            self._running = None
             if job is not None:
                 with contextlib.suppress(Exception):
                     job.close()
@@ -86,8 +90,16 @@ class _AheadJob:
                     item = None  # else its traceback holds this frame and the frame holds it: a cycle
             yield item
 
-    def close(self) -> None:
+    def cancel(self) -> None:
+        """Stop drafting: the wrapped job is cancelled too, if it can be."""
         self._stop.set()
+        running = self._running
+        if isinstance(running, CancellableJob):
+            with contextlib.suppress(Exception):
+                running.cancel()
+
+    def close(self) -> None:
+        self.cancel()
         with self._start_lock:  # never started: nothing else will release what prepare made
             prepared = None
             if not self._started:

@@ -56,6 +56,7 @@ class Ct2DraftJob:
         self.prompt = list(source.prompt)
         self.max_new_tokens = sum(cap for _, cap in self._chunks)
         self.ended_with_eos = False
+        self._cancelled = threading.Event()
 
     def decode(self, max_new_tokens: int, features=None) -> list[int]:
         """Greedy tokens after the prompt (on the first chunk by default), at most ``max_new_tokens``, without the end token.
@@ -77,17 +78,25 @@ class Ct2DraftJob:
         """
         first = self._source.first_call_tokens
         for index, (mel, cap) in enumerate(self._chunks):
+            if self._cancelled.is_set():
+                return
             features = self._features if index == 0 else self._source.encode(self._model, mel)
             drafted: list[int] = []
             if index == 0 and 0 < first < cap:
                 drafted = self.decode(first, features)
                 if drafted:
                     yield DraftPiece(tokens=tuple(drafted), boundary=True)
+                if self._cancelled.is_set():
+                    return
             tokens = self.decode(cap, features)
             # One deterministic decode extends the other; should they ever differ, the target still verifies.
             if tokens[len(drafted):]:
                 yield DraftPiece(tokens=tuple(tokens[len(drafted):]), boundary=True)
             self.ended_with_eos = len(tokens) < cap
+
+    def cancel(self) -> None:
+        """No further CTranslate2 call (the one under way cannot be interrupted, so it finishes)."""
+        self._cancelled.set()
 
     def close(self) -> None:
         self._features = None

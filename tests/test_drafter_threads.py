@@ -1,0 +1,81 @@
+"""A process exits cleanly after a correct answer, even with its drafter still inside a runtime call.
+
+The crash this guards against: a request returned while its drafter was in a CTranslate2 call
+(the target finished first; on a busy machine a niced drafter is slow), the process exited, the
+interpreter tore CTranslate2 down under the call, and the process died after printing a correct
+answer (SIGABRT, "terminate called without an active exception"). Here the drafter keeps its
+runtime busy on purpose until it is stopped, and the engine is told not to wait for it at all
+(``drain_timeout_s=0``), so the request returns while a CTranslate2 call runs: before
+``drafter_threads`` joined such threads at exit, every such process died with status 134.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+from as2d_core import drafter_threads
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
+
+BUSY_DRAFTER = textwrap.dedent(f"""
+    import threading
+    from as2d_core import Request, load_audio, run_request
+    from as2d_core.build import build_part, build_source
+    from as2d_core.options import DecodeOptions
+
+    class BusyJob:
+        '''The real drafter's pieces, then the real runtime kept busy (whole decodes) until cancelled.'''
+        def __init__(self, inner):
+            self.inner, self.ended_with_eos, self.cancelled = inner, False, threading.Event()
+        def pieces(self):
+            yield from self.inner.pieces()
+            while not self.cancelled.is_set():
+                self.inner.decode(self.inner.max_new_tokens)
+        def cancel(self):
+            self.cancelled.set()
+        def close(self):
+            self.inner.close()
+
+    class BusySource:
+        def __init__(self, inner):
+            self.inner = inner
+            self.name, self.vocabulary, self.languages, self.eos_token = (
+                inner.name, inner.vocabulary, inner.languages, inner.eos_token)
+        def decode_text(self, tokens):
+            return self.inner.decode_text(tokens)
+        def prepare(self, request, language, threads):
+            return BusyJob(self.inner.prepare(request, language, threads))
+
+    target, source = build_part("target", "whisper-base"), build_source("whisper-tiny.en-ct2")
+    request = Request("busy", load_audio({str(EXAMPLE)!r}), language="en")
+    options = DecodeOptions(drain_timeout_s=0.0)
+    reference = run_request(request, target, None, "target-only", options)
+    result = run_request(request, target, BusySource(source), "as2d", options)
+    assert result.tokens == reference.tokens
+    print("EXACT", "left behind" in (result.note or "") or "runtime call" in (result.note or ""), flush=True)
+""")
+
+
+def test_exit_waits_for_a_drafter_inside_a_runtime_call(whisper_target, whisper_ct2_source):
+    """Three processes return while their drafter is in a CTranslate2 call; each exits 0 after the answer."""
+    for attempt in range(3):
+        done = subprocess.run([sys.executable, "-c", BUSY_DRAFTER], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (attempt, done.returncode, done.stderr[-2000:])
+        assert done.stdout.startswith("EXACT"), done.stdout
+
+
+def test_join_all_waits_for_tracked_threads_only():
+    release = threading.Event()
+    tracked = drafter_threads.start(release.wait, "as2d-test-tracked", 30)
+    untracked = threading.Thread(target=release.wait, args=(30,), daemon=True)
+    untracked.start()
+    assert drafter_threads.join_all(0.05) == ["as2d-test-tracked"]
+    release.set()
+    started = time.monotonic()
+    assert drafter_threads.join_all(5) == []
+    assert time.monotonic() - started < 5 and not tracked.is_alive()
+    untracked.join(5)
