@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
 import click
 
-from . import catalog
+from . import catalog, drafter_threads
 from .audio import AudioError, read_audio
 from .cli_shared import fail, model_flags, pipeline_from_flags
 from .config import check_file
@@ -279,9 +281,47 @@ def config_check(files, here, as_json):
     sys.exit(1 if failed else 0)
 
 
+class Stopped(BaseException):
+    """SIGINT or SIGTERM: unwinds like an exception (not one that ``except Exception`` swallows), so every
+    request on the way out stops and joins its drafter, and a bench finishes the window it writes."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+_signalled: list[int] = []  # the stop signal received, if any: whatever unwinds after it is its consequence
+
+
+def _stop(signum, frame) -> None:
+    _signalled.append(signum)
+    # A second signal while the first unwinds leaves at once.
+    for other in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(other, lambda number, _frame: os._exit(128 + number))
+    raise Stopped(signum)
+
+
 def main() -> None:
+    """Run the command; exit with its status once every drafter thread has ended (``drafter_threads``)."""
     register_commands(cli)
-    cli()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, _stop)
+    try:
+        cli()
+        status = 0
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if isinstance(exc.code, str):
+            click.echo(exc.code, err=True)
+    except BaseException:
+        # Stopped, or what a native module made of it (a signal during an extension's import becomes
+        # an ImportError): reported as the stop it is; anything else keeps its traceback.
+        if not _signalled:
+            raise
+    if _signalled:
+        click.echo(f"as2d: stopped by {signal.Signals(_signalled[0]).name}", err=True)
+        status = 128 + _signalled[0]
+    sys.exit(drafter_threads.exit_status(status))
 
 
 if __name__ == "__main__":
