@@ -12,6 +12,11 @@ uses only the ``Source``/``DraftJob`` contracts, so any drafter can be broken:
 - ``garbage-out``: ids outside every vocabulary, published as if the drafter
   shared the target's tokenizer, so they reach the engine unconverted;
 - ``flood``: publishes real-looking ids as fast as it can, without end.
+
+A fault that never hits proves nothing, and on a busy machine the target can finish
+before a drafter reaches its fault. ``FaultLandingTarget`` makes the target's first
+step wait until the request's fault has taken effect, so every injected fault lands
+mid-request, whatever the load (``as2d serve --fault`` uses it).
 """
 from __future__ import annotations
 
@@ -21,12 +26,13 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 
-from .contracts import DraftPiece, Request, Source
+from .contracts import CancellableJob, DraftPiece, KnownVocabulary, Request, Source, Target, TargetSession
 
 FAULTS = ("raise", "stall", "slow", "garbage-in", "garbage-out", "flood")
 REAL_PIECES_FIRST = 3  # raise and stall draft this many real pieces first, so the fault hits mid-request
 SLOWDOWN = 10
 FLOOD_LIMIT = 200_000  # tokens; a flood is endless in spirit, bounded so a forgotten one cannot fill memory
+LANDING_WAIT_S = 30.0  # the longest a target waits for its request's fault to take effect
 
 
 class InjectedFault(RuntimeError):
@@ -53,25 +59,50 @@ class FaultySource:
         self.vocabulary = publish_as if kind == "garbage-out" and publish_as else inner.vocabulary
         self.stall_s = stall_s
         self._random = random.Random(seed)
+        self._landed: dict[str, threading.Event] = {}  # request id -> set once its fault has taken effect
+        self._waited: set[str] = set()  # requests whose target has waited for the fault already
+        self._lock = threading.Lock()
 
     def decode_text(self, tokens: Sequence[int]) -> str:
         return self.inner.decode_text(tokens)
 
+    def landed(self, request_id: str) -> threading.Event:
+        """Set once the fault of ``request_id`` has taken effect (or its drafting ended without reaching it)."""
+        with self._lock:
+            return self._landed.setdefault(request_id, threading.Event())
+
     def prepare(self, request: Request, language: str, threads: int) -> "FaultyJob":
-        return FaultyJob(self, self.inner.prepare(request, language, threads), self._random.randrange(1 << 30))
+        return FaultyJob(self, self.inner.prepare(request, language, threads), self._random.randrange(1 << 30),
+                         self.landed(request.request_id))
+
+    def wait_until_landed(self, request_id: str, timeout_s: float) -> None:
+        """Block until the fault of ``request_id`` has taken effect, once per request (a target-only
+        check of the same request that follows drafts nothing, so it must not wait)."""
+        with self._lock:
+            if request_id in self._waited:
+                return
+            self._waited.add(request_id)
+        self.landed(request_id).wait(timeout_s)
 
 
 class FaultyJob:
     """One request's drafting with the source's fault."""
 
-    def __init__(self, source: FaultySource, inner_job, seed: int) -> None:
+    def __init__(self, source: FaultySource, inner_job, seed: int, landed: threading.Event) -> None:
         self.source = source
         self.inner = inner_job
         self.random = random.Random(seed)
         self.ended_with_eos = False
+        self.landed = landed
         self._closed = threading.Event()
 
     def pieces(self) -> Iterator[DraftPiece]:
+        try:
+            yield from self._faulty_pieces()
+        finally:
+            self.landed.set()  # a drafter that ended before its fault holds no target back
+
+    def _faulty_pieces(self) -> Iterator[DraftPiece]:
         kind = self.source.fault
         real = iter(self.inner.pieces())
         if kind == "slow":
@@ -85,6 +116,7 @@ class FaultyJob:
             return
         for piece in itertools.islice(real, REAL_PIECES_FIRST):
             yield piece
+        self.landed.set()
         if kind == "raise":
             raise InjectedFault("injected drafter fault: raise")
         self._closed.wait(self.source.stall_s)  # stall: no pieces, no end, no error
@@ -97,6 +129,7 @@ class FaultyJob:
             if piece is None:
                 self.ended_with_eos = bool(getattr(self.inner, "ended_with_eos", False))
                 return
+            self.landed.set()
             self._closed.wait((SLOWDOWN - 1) * (time.perf_counter() - start))
             yield piece
 
@@ -109,12 +142,72 @@ class FaultyJob:
                 tokens = tuple(self.random.choice((-1 - self.random.randrange(1 << 20), eos + (1 << 24)))
                                for _ in piece.tokens)
             yield DraftPiece(tokens=tokens, boundary=piece.boundary, span_s=piece.span_s)
+            self.landed.set()  # the producer has taken the piece
 
     def _flood(self, real: Iterator[DraftPiece]) -> Iterator[DraftPiece]:
         seen = [t for piece in itertools.islice(real, REAL_PIECES_FIRST) for t in piece.tokens] or [0]
         for _ in range(FLOOD_LIMIT // 8):
             yield DraftPiece(tokens=tuple(self.random.choice(seen) for _ in range(8)), boundary=True)
+            self.landed.set()
+
+    def cancel(self) -> None:
+        """A stall or a slowdown ends at once (the drafter was stopped); the real job is told too."""
+        self._closed.set()
+        if isinstance(self.inner, CancellableJob):
+            self.inner.cancel()
 
     def close(self) -> None:
         self._closed.set()
         self.inner.close()
+
+
+class FaultLandingTarget:
+    """A target whose first step in each request waits until that request's fault has taken effect
+    (at most ``wait_s``): the fault then always lands while the target decodes.
+
+    For drafters that start with the request (``start="arrival"``, the default): a prepared start
+    calls ``first_token`` once before its drafter runs.
+    """
+
+    def __init__(self, target: Target, source: FaultySource, wait_s: float = LANDING_WAIT_S) -> None:
+        self.target, self.source, self.wait_s = target, source, wait_s
+        self.name, self.vocabulary, self.device_in_use = target.name, target.vocabulary, target.device_in_use
+
+    def prepare(self, request: Request, threads: int) -> TargetSession:
+        return _LandingSession(self.target.prepare(request, threads), self.source, request.request_id, self.wait_s)
+
+
+class _LandingSession:
+    """A target session whose ``first_token`` waits for the fault; every other call is the session's own."""
+
+    def __init__(self, session: TargetSession, source: FaultySource, request_id: str, wait_s: float) -> None:
+        self.session, self._source, self._request_id, self._wait_s = session, source, request_id, wait_s
+        self.language, self.eos_token, self.max_new_tokens = session.language, session.eos_token, session.max_new_tokens
+        if isinstance(session, KnownVocabulary):
+            self.vocab_size = session.vocab_size
+
+    @property
+    def cache_length(self) -> int:
+        return self.session.cache_length
+
+    def first_token(self) -> int:
+        self._source.wait_until_landed(self._request_id, self._wait_s)
+        return self.session.first_token()
+
+    def verify(self, root: int, candidates: Sequence[int]) -> list[int]:
+        return self.session.verify(root, candidates)
+
+    def truncate(self, cache_length: int) -> None:
+        self.session.truncate(cache_length)
+
+    def use_threads(self, threads: int) -> None:
+        self.session.use_threads(threads)
+
+    def decode_text(self, tokens: Sequence[int]) -> str:
+        return self.session.decode_text(tokens)
+
+    def encode_text(self, text: str) -> list[int]:
+        return self.session.encode_text(text)
+
+    def close(self) -> None:
+        self.session.close()
