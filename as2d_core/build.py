@@ -1,14 +1,19 @@
 """Building targets and sources by their registered names, from options or a task configuration.
 
 The CLI, the benchmark, the tuning commands and the server all build parts the same way, so this
-lives beside the registry rather than in any one command.
+lives beside the registry rather than in any one command. So does the one way a command's
+configuration (a file, the command line or both) becomes pipeline options: ``resolve_config``
+then ``pipeline_options``, shared by ``run``, ``stream``, ``serve`` and ``bench``, so no command
+can drop a key another one honours.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from .config import Config, Report, check_file
+from .config import Config, Report, check_file, parse, set_values
 from .paths import models_dir
+from .pipeline import PipelineOptions
 from .plugins import load_registry
 from .process_source import ProcessSource
 
@@ -40,22 +45,63 @@ def build_source(spec: str, **options):
     return ProcessSource.from_registry(name, options, name=spec)
 
 
+def resolve_config(path: Path | None, given: dict[str, Any], defaults: dict[str, Any]) -> tuple[Config, Report | None]:
+    """The configuration a command runs with; every key is a dotted configuration key (``"target.model"``).
+
+    With a file: the file with the values ``given`` on the command line on top, checked as
+    ``as2d config check --here`` does (its report comes back too). Without one: the command's
+    ``defaults`` with ``given`` on top, checked for structure only (parts are looked up when built).
+    Raises :class:`ConfigProblem` naming every problem.
+    """
+    if path is not None:
+        report: Report = check_file(path, overrides=given)
+        if not report.runnable:
+            problems = report.errors + [f"cannot run here: {m}" for m in report.missing]
+            raise ConfigProblem("\n".join(f"{path}: {p}" for p in problems))
+        return report.config, report
+    values = {key: value for key, value in {**defaults, **given}.items() if value is not None}
+    config, errors = parse(set_values({}, values), Path("<command line>"))
+    if config is None:
+        raise ConfigProblem("\n".join(errors))
+    return config, None
+
+
+def pipeline_options(config: Config, **fields) -> PipelineOptions:
+    """What ``config`` asks the pipeline for: method, language, task, instruction and every decoding option.
+
+    The only mapping from a configuration to options (``fields``: other ``PipelineOptions``).
+    """
+    return PipelineOptions(method=config.method, language=config.language, task=config.task,
+                           instruction=config.instruction, decode=config.decode_options(), **fields)
+
+
+def source_spec(config: Config) -> str | None:
+    """The name ``build_source`` takes for the configuration's source (``NAME+process`` with ``process = true``)."""
+    if config.source is None:
+        return None
+    return config.source.name + (PROCESS_SUFFIX if config.source.process else "")
+
+
+def build_parts(config: Config, report: Report | None = None, with_source: bool | None = None):
+    """The target and source ``config`` names, on the devices its ``report`` found usable here.
+
+    ``with_source`` defaults to the configuration's own method (a source only for as2d).
+    """
+    devices = report.devices if report is not None else {}
+    target = build_part("target", config.target.model, backend=config.target.backend,
+                        device=devices.get("target", config.target.device), threads=config.target.threads)
+    source = None
+    if config.source is not None and (with_source if with_source is not None else config.method == "as2d"):
+        source = build_source(source_spec(config), backend=config.source.backend,
+                              device=devices.get("source", config.source.device), threads=config.source.threads)
+    return target, source
+
+
 def parts_from_config(path: Path, overrides: dict | None = None, with_source: bool | None = None):
-    """Validate a task configuration and build its target and source.
+    """Validate a task configuration file and build its target and source.
 
     Returns ``(config, report, target, source)``; raises :class:`ConfigProblem` naming every
     problem. ``with_source`` defaults to the configuration's own method (a source only for as2d).
     """
-    report: Report = check_file(path, overrides=overrides or {})
-    if not report.runnable:
-        problems = report.errors + [f"cannot run here: {m}" for m in report.missing]
-        raise ConfigProblem("\n".join(f"{path}: {p}" for p in problems))
-    config: Config = report.config
-    target = build_part("target", config.target.model, backend=config.target.backend,
-                        device=report.devices["target"], threads=config.target.threads)
-    source = None
-    if config.source is not None and (with_source if with_source is not None else config.method == "as2d"):
-        spec = config.source.name + (PROCESS_SUFFIX if config.source.process else "")
-        source = build_source(spec, backend=config.source.backend,
-                              device=report.devices.get("source", config.source.device), threads=config.source.threads)
-    return config, report, target, source
+    config, report = resolve_config(Path(path), overrides or {}, {})
+    return (config, report, *build_parts(config, report, with_source))

@@ -1,4 +1,8 @@
-"""What ``as2d run`` and ``as2d stream`` share: the error exit, the model flags and building the pipeline."""
+"""What the commands that decode share: the error exit, the model flags, one configuration from ``--config`` and flags.
+
+``run``, ``stream``, ``serve`` and ``bench`` all turn their ``--config`` file and flags into one checked
+configuration with :func:`command_config`, and that into pipeline options with ``build.pipeline_options``.
+"""
 from __future__ import annotations
 
 import sys
@@ -6,9 +10,10 @@ from pathlib import Path
 
 import click
 
-from .build import DEFAULT_SOURCE, DEFAULT_TARGET, build_part, build_source, parts_from_config
-from .options import config_keys, option_flags, options_from_params
-from .pipeline import Pipeline, PipelineOptions
+from .build import DEFAULT_SOURCE, DEFAULT_TARGET, build_parts, pipeline_options, resolve_config
+from .config import Config, Report
+from .options import config_keys, option_flags
+from .pipeline import Pipeline
 from .plugins import UnknownPart
 
 
@@ -18,8 +23,8 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
-# command-line parameter -> the dotted configuration key it overrides when given with --config
-CONFIG_OVERRIDES = {
+# command-line parameter of ``model_flags`` -> the dotted configuration key it sets (over --config's value)
+MODEL_KEYS = {
     "language": "language",
     "target_name": "target.model",
     "source_name": "source.name",
@@ -28,11 +33,16 @@ CONFIG_OVERRIDES = {
 }
 
 
+def config_option(command):
+    """--config: a per-task TOML file, under the flags given beside it."""
+    return click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                        help="Per-task TOML file; options given on the command line override it.")(command)
+
+
 def model_flags(command):
     """--config, --language, --target, --source, --device and every decoding option."""
     for decorator in reversed((
-        click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="Per-task TOML file; options given on the command line override it."),
+        config_option,
         click.option("--language", default=None, help="Language code; without it the target detects the language."),
         click.option("--target", "target_name", default=DEFAULT_TARGET, show_default=True),
         click.option("--source", "source_name", default=DEFAULT_SOURCE, show_default=True,
@@ -44,28 +54,38 @@ def model_flags(command):
     return command
 
 
+def given(ctx: click.Context, name: str) -> bool:
+    """Whether parameter ``name`` was given on the command line (not left at its default)."""
+    return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+
+def command_config(ctx: click.Context, keys: dict[str, str], method: str | None = None) -> tuple[Config, Report | None]:
+    """The command's configuration: ``--config`` with the flags given on top, or the flags alone.
+
+    ``keys``: the command's parameters -> dotted configuration keys; ``method``: one asked for on
+    the command line (None: the configuration's own). A problem ends the command in one line.
+    """
+    params = ctx.params
+    on_line = {key: params[name] for name, key in keys.items() if given(ctx, name)}
+    if method is not None:
+        on_line["method"] = method
+    try:
+        defaults = {key: params[name] for name, key in keys.items()}
+        config, report = resolve_config(params["config_path"], on_line, defaults)
+    except ValueError as exc:
+        fail(str(exc))
+    for warning in report.warnings if report is not None else ():
+        click.echo(f"warning: {report.path}: {warning}", err=True)
+    return config, report
+
+
 def pipeline_from_flags(ctx: click.Context, method: str, method_given: bool):
     """The resident models a command decodes with: from ``--config`` (flags on top) or from the flags alone.
 
     ``method_given``: ``method`` overrides the configuration's own (it was asked for explicitly).
     """
-    params = ctx.params
-    report = None
+    config, report = command_config(ctx, MODEL_KEYS, method if method_given else None)
     try:
-        if params["config_path"] is not None:
-            overrides = {key: params[name] for name, key in CONFIG_OVERRIDES.items()
-                         if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
-            if method_given:
-                overrides["method"] = method
-            config, report, target, source = parts_from_config(params["config_path"], overrides)
-            for warning in report.warnings:
-                click.echo(f"warning: {params['config_path']}: {warning}", err=True)
-            options = PipelineOptions(method=config.method, language=config.language, task=config.task,
-                                      instruction=config.instruction, decode=config.decode_options())
-        else:
-            options = PipelineOptions(method=method, language=params["language"], decode=options_from_params(params))
-            target = build_part("target", params["target_name"], device=params["device"])
-            source = build_source(params["source_name"]) if method == "as2d" else None
-        return Pipeline(target, source, options), report
+        return Pipeline(*build_parts(config, report), pipeline_options(config)), report
     except (UnknownPart, ValueError, FileNotFoundError, RuntimeError) as exc:
         fail(str(exc))

@@ -376,7 +376,12 @@ def check_file(path: Path | str, registry: Registry | None = None, overrides: di
         data = read(path)
     except ConfigError as exc:
         return Report(path=path, errors=exc.problems)
-    for dotted, value in (overrides or {}).items():
+    return check_data(set_values(data, overrides or {}), path, registry)
+
+
+def set_values(data: dict, values: dict[str, Any]) -> dict:
+    """``data`` (parsed TOML) with each dotted key of ``values`` (``"target.device"``) set."""
+    for dotted, value in values.items():
         table, _, key = dotted.rpartition(".")
         (data.setdefault(table, {}) if table else data)[key] = value
-    return check_data(data, path, registry)
+    return data

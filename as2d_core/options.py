@@ -116,11 +116,6 @@ def option_flags(command: Callable) -> Callable:
     return command
 
 
-def options_from_params(params: dict[str, Any], **fixed: Any) -> DecodeOptions:
-    """DecodeOptions from a click command's parameters (``option_flags``), plus ``fixed`` fields."""
-    return DecodeOptions.from_values({**{f.name: params.get(f.name) for f in user_fields()}, **fixed})
-
-
 def parse_budgets(text: str | None) -> list[int] | None:
     """``"1-16"``, ``"3,7,9-11"`` -> sorted budgets, each within 1..MAX_BUDGET."""
     if not text:

@@ -178,12 +178,10 @@ class Pipeline:
     @classmethod
     def from_config(cls, path: str | Path, overrides: dict | None = None, **fields) -> "Pipeline":
         """Build the target and source a task configuration names (``fields``: other ``PipelineOptions``)."""
-        from .build import parts_from_config
+        from .build import parts_from_config, pipeline_options
 
         config, _report, target, source = parts_from_config(Path(path), overrides)
-        options = PipelineOptions(method=config.method, language=config.language, task=config.task,
-                                  instruction=config.instruction, decode=config.decode_options(), **fields)
-        return cls(target, source, options)
+        return cls(target, source, pipeline_options(config, **fields))
 
     @property
     def detector(self) -> SpeechDetector | None:

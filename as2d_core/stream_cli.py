@@ -10,7 +10,7 @@ import attrs
 import click
 
 from .audio import AudioError, read_audio
-from .cli_shared import fail, model_flags, pipeline_from_flags
+from .cli_shared import fail, given, model_flags, pipeline_from_flags
 from .contracts import SAMPLE_RATE
 from .engine import METHODS
 
@@ -34,7 +34,8 @@ def _methods(value: str) -> list[str]:
 @click.option("--pace", type=click.Choice(PACES), default="realtime", show_default=True,
               help="realtime: each block arrives at its real time; fast: back to back.")
 @click.option("--method", "methods", default="as2d", show_default=True,
-              help="as2d, target-only, or both comma-separated (the same stream once per method).")
+              help="as2d, target-only, or both comma-separated (the same stream once per method); "
+                   "default with --config: its method.")
 @model_flags
 @click.option("--check", is_flag=True, help="Also decode every block's view target-only (after the stream) and report exact.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per block, then one summary line per method.")
@@ -52,8 +53,9 @@ def stream(ctx, audio, block_s, context_s, pace, methods, check, as_json, plot_p
         fail(str(exc))
     for note in decoded.info.warnings:
         click.echo(f"warning: {note}", err=True)
-    speculative = "as2d" in methods
-    base, _ = pipeline_from_flags(ctx, "as2d" if speculative else "target-only", method_given=True)
+    method_given = given(ctx, "methods")
+    base, _ = pipeline_from_flags(ctx, "as2d" if "as2d" in methods else "target-only", method_given)
+    methods = methods if method_given else [base.options.method]  # else the configuration's method
     summaries, sessions = [], {}
     for method in methods:
         pipeline = Pipeline(base.target, base.source if method == "as2d" else None,

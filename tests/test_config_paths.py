@@ -1,0 +1,186 @@
+"""Every key of a task configuration reaches the pipeline options of ``run``, ``stream``, ``serve`` and ``bench``.
+
+Each command runs through its real click code path with ``--config`` naming a file that sets every
+key to a value other than its default; the commands stop where decoding would start (a pipeline's
+``transcribe`` or ``stream``, the bench's ``run``, the server's app), and what they would decode
+with is compared with the file. The parts are registered test doubles, so no model loads.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import wave
+
+import attrs
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from as2d_core import catalog, plugins
+from as2d_core.engine import DecodeOptions
+from as2d_core.options import user_fields
+from as2d_core.pipeline import Pipeline, PipelineOptions
+from tiny_lm import ScriptedSource, TinyLM
+
+TARGET, SOURCE = "config-test-target", "config-test-source"
+LANGUAGE, TASK, INSTRUCTION = "de", "qa", "Answer the question the passage ends with."
+
+
+class Arrived(Exception):
+    """Raised where a command would start decoding: what it decodes with has arrived."""
+
+
+def _other_values() -> dict[str, object]:
+    """Every decoding option's configuration key -> a valid value that is not its default, each int distinct."""
+    values, used = {}, set()
+    for field in user_fields():
+        low, high, choices = field.metadata["low"], field.metadata["high"], field.metadata["choices"]
+        if choices:
+            value = next(c for c in choices if c != field.default)
+        else:
+            value = next(x for x in itertools.count(low or 0) if x != field.default and x not in used)
+            assert high is None or value <= high, field.name
+            used.add(value)
+        values[field.metadata["config"]] = value
+    return values
+
+
+def _toml(values: dict[str, object]) -> str:
+    """Dotted keys -> a TOML file (top-level keys first, then one table per prefix)."""
+    tables: dict[str, dict] = {}
+    for dotted, value in values.items():
+        table, _, key = dotted.rpartition(".")
+        tables.setdefault(table, {})[key] = value
+    lines = []
+    for table in sorted(tables, key=bool):
+        lines += [f"[{table}]"] if table else []
+        lines += [f"{key} = {json.dumps(value)}" for key, value in tables[table].items()]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def built(monkeypatch):
+    """Only the built-in parts plus a test target and source; returns what was built (kind, name, options)."""
+    monkeypatch.setenv(plugins.ENV_ALLOWLIST, "")
+    catalog._PROBES.clear()
+    registry = plugins.load_registry(refresh=True)
+    parts = []
+
+    def target(options):
+        parts.append(("target", TARGET, options))
+        model = TinyLM()
+        model.name = TARGET
+        return model
+
+    def source(options):
+        parts.append(("source", SOURCE, options))
+        return ScriptedSource([3, 4, 5], name=SOURCE)
+
+    registry.add("target", "test", TARGET, target, {"vocabulary": "tiny"})
+    registry.add("source", "test", SOURCE, source, {"vocabulary": "tiny"})
+    yield parts
+    plugins._REGISTRY = None
+    catalog._PROBES.clear()
+
+
+@pytest.fixture
+def arrived(monkeypatch):
+    """Stops every command where it would decode, keeping what it would decode with."""
+    import as2d_serve.app
+    from as2d_bench.runner import Bench
+
+    seen = {}
+
+    def keep(key):
+        def stop(self, *args, **kwargs):
+            seen[key], seen["args"] = self, args
+            raise Arrived
+        return stop
+
+    monkeypatch.setattr(Pipeline, "transcribe", keep("pipeline"))
+    monkeypatch.setattr(Pipeline, "stream", keep("pipeline"))
+    monkeypatch.setattr(Bench, "run", keep("bench"))
+    monkeypatch.setattr(as2d_serve.app, "create_app", lambda service, limits: keep("service")(service))
+    return seen
+
+
+@pytest.fixture
+def files(tmp_path):
+    """A short WAV and a manifest with one window in the configuration's language and one in another."""
+    audio = tmp_path / "a.wav"
+    with wave.open(str(audio), "wb") as f:
+        f.setnchannels(1), f.setsampwidth(2), f.setframerate(16_000)
+        f.writeframes((np.sin(np.arange(8000) / 9.0) * 8000).astype(np.int16).tobytes())
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps({"id": f"w-{lang}", "path": audio.name, "lang": lang}) + "\n"
+                                for lang in ("en", LANGUAGE)))
+    return audio, manifest
+
+
+def _config(tmp_path, method: str) -> tuple:
+    """A file that sets every key to a value other than its default, and the pipeline options it asks for."""
+    decode = _other_values()
+    path = tmp_path / "every-key.toml"
+    path.write_text(_toml({"method": method, "language": LANGUAGE, "task": TASK, "instruction": INSTRUCTION,
+                           "target.model": TARGET, "source.name": SOURCE, **decode}))
+    options = PipelineOptions(method=method, language=LANGUAGE, task=TASK, instruction=INSTRUCTION,
+                              decode=DecodeOptions(**{f.name: decode[f.metadata["config"]] for f in user_fields()}))
+    assert options.decode != DecodeOptions() and all(
+        getattr(options.decode, f.name) != f.default for f in user_fields())
+    return path, options
+
+
+def _invoke(command: str, path, files, tmp_path, *flags: str) -> None:
+    """``command --config path`` with ``flags``, run until it would decode."""
+    from as2d_bench.cli import bench
+    from as2d_core.cli import run
+    from as2d_core.stream_cli import stream
+    from as2d_serve.plugin import serve
+
+    audio, manifest = files
+    cli, args = {
+        "run": (run, [audio]),
+        "stream": (stream, [audio]),
+        "serve": (serve, ["--decodes", "1"]),
+        "bench": (bench, [manifest, "--out", tmp_path / "out", "--no-warmup"]),
+    }[command]
+    result = CliRunner().invoke(cli, [str(a) for a in (*args, "--config", path, *flags)])
+    assert isinstance(result.exception, Arrived), result.output
+
+
+def _arrived(command: str, seen: dict) -> tuple[PipelineOptions, list[str]]:
+    """The pipeline options the command would decode with, and the names of the models it would use."""
+    if command == "serve":  # a request that names nothing: the server's configured defaults
+        from as2d_serve.service import Ask, Cancel
+
+        with pytest.raises(Arrived):
+            seen["service"].transcribe(Ask(np.zeros(16_000, np.float32), method=None), Cancel())
+    if command == "bench":
+        bench, (windows,) = seen["bench"], seen["args"]
+        (language,) = {w.lang for w in windows}
+        options = PipelineOptions(method=bench.methods[-1], language=language, task=bench.task,
+                                  instruction=bench.instruction, decode=bench.options)
+        return options, [bench.target.name, *(s.name for s in bench.sources)]
+    pipeline = seen["pipeline"]
+    return pipeline.options, [pipeline.target.name, *([pipeline.source.name] if pipeline.source else [])]
+
+
+COMMANDS = ("run", "stream", "serve", "bench")
+
+
+@pytest.mark.parametrize("method", ["target-only", "as2d"])
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_configuration_key_arrives(command, method, built, arrived, files, tmp_path):
+    path, expected = _config(tmp_path, method)
+    _invoke(command, path, files, tmp_path)
+    options, models = _arrived(command, arrived)
+    assert options == expected
+    assert models[0] == TARGET and ([SOURCE] if method == "as2d" else []) == models[1:]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_flags_given_override_the_file(command, built, arrived, files, tmp_path):
+    path, expected = _config(tmp_path, "as2d")
+    _invoke(command, path, files, tmp_path, "--budget", "5", "--start", "arrival")
+    options, _ = _arrived(command, arrived)
+    assert options == attrs.evolve(expected, decode=attrs.evolve(expected.decode, budget=5, start="arrival"))
