@@ -6,6 +6,10 @@ time and at most ``queue_size`` wait; more are answered 429 with Retry-After.
 Each request has a deadline from its arrival; when it passes, or when the
 client goes away, the request's ``Cancel`` flag stops its target before the
 next call and the engine stops its drafter, so the slot is free again.
+
+After SIGINT or SIGTERM (``Drain``), new and waiting requests are answered 503
+with Retry-After, decodes under way get ``grace_s`` to finish and are then
+stopped the same way and answered 503; the server closes once nothing is left.
 """
 from __future__ import annotations
 
@@ -29,6 +33,9 @@ from .service import Ask, Cancel, Cancelled, InputError, TranscriptionService
 from .upload import decode_upload
 
 POLL_S = 0.05  # how often a running request looks at its deadline and its client
+# After a stop signal the socket closes once no request has come or gone for this long: less than any
+# Retry-After, so a client that honours one finds the socket closed (refused), not reset.
+QUIET_S = 0.3
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
 # OpenAI clients name a model; these names mean "the model this server runs".
 MODEL_ALIASES = ("whisper-1",)
@@ -40,6 +47,7 @@ class Limits:
     max_upload_bytes: int = 25 * 1024 * 1024  # OpenAI's own limit
     deadline_s: float = 120.0  # from arrival to answer
     api_key: str | None = None
+    grace_s: float = 20.0  # after a stop signal, for decodes under way (Kubernetes allows 30 s in all)
 
 
 class QueueFull(Exception):
@@ -77,6 +85,48 @@ class Admission:
         self.active -= 1
         self.metrics.active.set(self.active)
         self._semaphore.release()
+
+
+class Drain:
+    """A stop signal's grace period, as the requests see it; the event loop is its only thread."""
+
+    def __init__(self, grace_s: float):
+        self.grace_s = grace_s
+        self.deadline: float | None = None
+        self.in_flight = 0
+        self.last_seen = time.monotonic()  # a request's arrival or its answer
+
+    def begin(self) -> None:
+        """The first signal starts the grace period; another ends it at once."""
+        now = time.monotonic()
+        self.deadline = now + self.grace_s if self.deadline is None else min(self.deadline, now)
+
+    @property
+    def started(self) -> bool:
+        return self.deadline is not None
+
+    def overdue(self) -> bool:
+        return self.started and time.monotonic() >= self.deadline
+
+    def retry_after_s(self) -> int:
+        """Until this server is gone; a replacement may be up by then."""
+        return max(1, math.ceil(self.deadline - time.monotonic()))
+
+    def done(self) -> bool:
+        """Whether the server may close: nothing in flight and quiet for QUIET_S, or the grace period over."""
+        quiet = self.in_flight == 0 and time.monotonic() - self.last_seen >= QUIET_S
+        return self.started and (quiet or self.overdue())
+
+    @contextlib.contextmanager
+    def serving(self):
+        """Around each transcription request, so that the server closes only when none is left."""
+        self.in_flight += 1
+        self.last_seen = time.monotonic()
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            self.last_seen = time.monotonic()
 
 
 def error(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
@@ -147,6 +197,7 @@ def _flag(value: str | None, name: str) -> bool:
 def create_app(service: TranscriptionService, limits: Limits = Limits()) -> FastAPI:
     metrics = Metrics()
     admission = Admission(service.settings.decodes, limits.queue_size, metrics)
+    drain = Drain(limits.grace_s)
     executor = ThreadPoolExecutor(max_workers=service.settings.decodes, thread_name_prefix="as2d-decode")
 
     @contextlib.asynccontextmanager
@@ -156,6 +207,7 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
 
     app = FastAPI(title="as2d", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.metrics = metrics
+    app.state.drain = drain  # started by the server on a stop signal (``server``)
     app.add_middleware(UploadLimit, max_bytes=limits.max_upload_bytes)
 
     @app.exception_handler(HTTPException)
@@ -178,8 +230,10 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "target": service.target_name, "source": service.default_source,
-                "method": service.method, "decodes": service.settings.decodes, "active": admission.active, "waiting": admission.waiting}
+        state = {"status": "stopping" if drain.started else "ok", "target": service.target_name,
+                 "source": service.default_source, "method": service.method, "decodes": service.settings.decodes,
+                 "active": admission.active, "waiting": admission.waiting}
+        return JSONResponse(state, status_code=503 if drain.started else 200)
 
     @app.get("/v1/models")
     async def models(request: Request):
@@ -202,7 +256,8 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
             metrics.requests.labels("401").inc()
             return unauthorized()
         try:
-            response = await _transcribe(request)
+            with drain.serving():
+                response = await _transcribe(request)
         except Exception as exc:  # a server fault, not the request's: answered, counted, and the server goes on
             response = error(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error")
         metrics.requests.labels(str(response.status_code)).inc()
@@ -214,6 +269,8 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
             ask, response_format = await _read_ask(request)
         except InputError as exc:
             return error(400, str(exc))
+        if drain.started:  # checked after the upload is read: answering mid-upload would reset the connection
+            return _cancelled("shutdown")
         cancel = Cancel()
         entering = asyncio.ensure_future(admission.enter())
         try:
@@ -260,8 +317,13 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
                 cancel.set("client disconnected")
             elif time.monotonic() - arrived > limits.deadline_s:
                 cancel.set("deadline")
+            elif drain.overdue() or (drain.started and isinstance(future, asyncio.Task)):
+                cancel.set("shutdown")  # a waiting request at once, a decode once the grace period is over
 
     def _cancelled(reason: str | None) -> Response:
+        if reason == "shutdown":
+            return error(503, "the server is shutting down; retry later", kind="server_shutting_down",
+                         headers={"Retry-After": str(drain.retry_after_s())})
         if reason == "deadline":
             return error(504, f"the request did not finish within the server's deadline of {limits.deadline_s:g} s",
                          kind="timeout_error")

@@ -13,16 +13,16 @@ import itertools
 import queue
 import threading
 import time
-from pathlib import Path
 
 import attrs
 import numpy as np
 
-from as2d_core.build import DEFAULT_SOURCE, DEFAULT_TARGET, PROCESS_SUFFIX, build_part, build_source, parts_from_config
+from as2d_core.build import PROCESS_SUFFIX, build_parts, build_source, pipeline_options, source_spec
+from as2d_core.config import Config, Report
 from as2d_core.contracts import SAMPLE_RATE, Request
 from as2d_core.engine import METHODS, DecodeOptions
-from as2d_core.faults import FaultySource, check_fault
-from as2d_core.pipeline import Pipeline, PipelineOptions, Transcript, default_detector
+from as2d_core.faults import FaultLandingTarget, FaultySource, check_fault
+from as2d_core.pipeline import Pipeline, Transcript, default_detector
 from as2d_core.plugins import load_registry
 
 
@@ -128,12 +128,10 @@ class Transcription:
 
 @attrs.define
 class ServeSettings:
-    target: str = DEFAULT_TARGET
-    source: str = DEFAULT_SOURCE
-    method: str = "as2d"
-    config_path: Path | None = None
-    options: DecodeOptions = attrs.Factory(DecodeOptions)
-    language: str | None = None
+    # target, default source, method, language, task, instruction and decoding: --config and the flags
+    # (``cli_shared.command_config``); ``report``: the file's check, with the devices its parts use here
+    config: Config
+    report: Report | None = None
     decodes: int = 1  # transcriptions at a time, each with its own copy of the models
     faults: tuple[str, ...] = ()  # drafter faults to inject, in turn
     fault_every: int = 1  # inject on every n-th request
@@ -147,18 +145,11 @@ class Worker:
         self.settings = settings
         self.sources: dict[str, object] = {}
         self.detector = default_detector()  # voice activity, to cut audio over 30 s at pauses
-        if settings.config_path is not None:
-            config, _, self.target, source = parts_from_config(settings.config_path, with_source=True)
-            self.method, self.language, self.options = config.method, config.language, config.decode_options()
-            self.default_source = config.source.name + (PROCESS_SUFFIX if config.source.process else "") \
-                if config.source else None
-            if source is not None:
-                self.sources[self.default_source] = source
-        else:
-            self.target = build_part("target", settings.target)
-            self.method, self.language, self.options = settings.method, settings.language, settings.options
-            self.default_source = settings.source
-            self.sources[settings.source] = build_source(settings.source)
+        self.options = pipeline_options(settings.config)
+        self.target, source = build_parts(settings.config, settings.report, with_source=True)
+        self.default_source = source_spec(settings.config)
+        if source is not None:
+            self.sources[self.default_source] = source
 
     def source(self, name: str):
         if name not in self.sources:
@@ -175,8 +166,8 @@ class Worker:
                 pass
 
     def transcribe(self, ask: Ask, cancel: Cancel, fault: str | None) -> Transcription:
-        method = ask.method or self.method
-        options = self.options if ask.budget is None else attrs.evolve(self.options, budget=ask.budget)
+        method = ask.method or self.options.method
+        decode = self.options.decode if ask.budget is None else attrs.evolve(self.options.decode, budget=ask.budget)
         target = _CancellableTarget(self.target, cancel)
         source = source_name = None
         if method == "as2d":
@@ -184,10 +175,13 @@ class Worker:
             if source_name is None:
                 raise InputError("method 'as2d' needs a source and this server has none configured")
             source = self.source(source_name)
-            if fault is not None:
+            if fault is not None:  # injected so that it always lands mid-request (faults.FaultLandingTarget)
                 source = FaultySource(source, fault, publish_as=self.target.vocabulary, stall_s=self.settings.stall_s)
-        pipeline = Pipeline(target, source, PipelineOptions(method=method, language=ask.language or self.language,
-                                                            decode=options), detector=self.detector)
+                if decode.start == "arrival":
+                    target = _CancellableTarget(FaultLandingTarget(self.target, source), cancel)
+        options = attrs.evolve(self.options, method=method, language=ask.language or self.options.language,
+                               decode=decode)
+        pipeline = Pipeline(target, source, options, detector=self.detector)
         transcript = pipeline.transcribe(ask.samples, request_id=f"serve-{id(cancel):x}", check=ask.check)
         outcome = Transcription(transcript, ask.duration_s)
         drafted = any(r.source for r in outcome.results)
@@ -233,7 +227,7 @@ class TranscriptionService:
         first = self.workers.queue[0]
         self.target_name = first.target.name
         self.default_source = first.default_source
-        self.method = first.method
+        self.method = first.options.method
         self._requests = itertools.count(1)
         self._count_lock = threading.Lock()
 
