@@ -4,10 +4,19 @@ Each finished window's rows (and traces) are appended and flushed together, so a
 loses at most the window in progress. Running the same command again keeps every complete window
 (one row per run label) and drops a torn tail; ``run.json`` records the configuration, and a
 different one is refused rather than mixed into the same rows (unless the caller starts afresh).
+
+A SIGINT or SIGTERM that arrives while a window is written takes effect right after, so the files stay
+whole; ``says_how_to_resume`` tells the user who stopped a command how to go on.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import os
+import signal
+import sys
+import threading
 from pathlib import Path
 
 import attrs
@@ -16,10 +25,47 @@ RUN_FILE = "run.json"
 RESULTS = "results.jsonl"
 TRACES = "traces.jsonl"
 FORMAT = "as2d-bench-run/1"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class ConfigMismatch(ValueError):
     """The folder holds rows of a run configured differently."""
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold SIGINT and SIGTERM while a window is written; the handler they find (``as2d``'s, which stops
+    the command, or Python's) acts on them as soon as the write is whole."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    held: list[int] = []
+    previous = {number: signal.signal(number, lambda n, _frame: held.append(n)) for number in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if held:
+            signal.raise_signal(held[0])
+
+
+def says_how_to_resume(command):
+    """Wrap a command that fills a ``ResultsFolder`` at ``out_dir``: when a signal (or Ctrl-C) stops it,
+    it says on the way out that the same command resumes."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except BaseException as exc:
+            if not isinstance(exc, (Exception, SystemExit)):  # Ctrl-C, or the stop ``as2d`` raises on a signal
+                out = kwargs.get("out_dir")
+                print(f"{out / RESULTS if out else RESULTS} keeps every finished window; "
+                      "run the same command again to resume.", file=sys.stderr)
+            raise
+
+    return wrapper
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -39,6 +85,13 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     tmp.replace(path)
+
+
+def _append_durably(path: Path, text: str) -> None:
+    with path.open("a") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _flat(config: dict, prefix: str = "") -> dict:
@@ -110,14 +163,11 @@ class ResultsFolder:
         return {w for w, labels in seen.items() if wanted <= labels}
 
     def append(self, rows: list[dict], traces: list[dict]) -> None:
-        """One finished window: its rows (and traces) written and flushed together."""
-        if self.save_traces and traces:
-            with self.traces.open("a") as f:
-                f.write("".join(json.dumps(t) + "\n" for t in traces))
-                f.flush()
-        with self.results.open("a") as f:
-            f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-            f.flush()
+        """One finished window: its traces, then its rows, each in one write, on disk before a stop signal acts."""
+        with _signals_held():
+            if self.save_traces and traces:
+                _append_durably(self.traces, "".join(json.dumps(t) + "\n" for t in traces))
+            _append_durably(self.results, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
     def rows(self) -> list[dict]:
         return read_jsonl(self.results)

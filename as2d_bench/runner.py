@@ -6,7 +6,9 @@ always runs first on each window: it is the reference for ``exact`` and for
 slowdown counts.
 
 Several sources: every source-dependent method (``as2d``, ``as2d-no-bc`` and
-the serial ``sd-k*``, ``asp``, ``as2d-no-td``) runs once per source. Its name
+the serial ``sd-k*``, ``asp``, ``as2d-no-td``) runs once per source of its
+kind: the serial methods may draft with other sources than the as2d methods
+(``Bench.serial_source``), as ``as2d bench`` does by default. Its name
 in ``results.jsonl``, ``summary.json`` and ``report.md`` is the plain method
 name for the first source and ``METHOD@SOURCE`` for every later one (so a
 single-source run looks as before); ``target-only`` and the peers run once.
@@ -14,7 +16,7 @@ Every row carries ``source``: the source the method was run with (null for
 target-only and peers). A window whose language the source does not serve
 runs target-only, as the engine does, and its row's ``note`` says so. Serial
 methods need ``contracts.PrefixDrafting``; on a source without one each window
-gets an error row instead of a run.
+gets an error row instead of a run (``as2d bench`` refuses such a source before it starts).
 
 Every row also carries ``first_publish_s`` (seconds from the start of the
 decode clock to the first non-empty published batch, or for serial methods
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from statistics import mean
 
@@ -56,8 +58,8 @@ from .traces import build_trace
 METHODS = ("target-only", *SD_PARTS, "sd", "asp", "as2d", "as2d-prepared", "as2d-no-td", "as2d-no-bc")
 NO_BC_THRESHOLD = 0.4
 NO_BC_CAP = 24
-SERIAL = (*SD_PARTS, "asp", "as2d-no-td")
-SOURCE_METHODS = ("as2d", "as2d-prepared", "as2d-no-bc", *SERIAL)  # run once per source
+SERIAL = (*SD_PARTS, "asp", "as2d-no-td")  # draft on demand from the target's prefix (``baselines``)
+DECOUPLED = ("as2d", "as2d-prepared", "as2d-no-bc")
 
 
 def method_label(method: str, source_name: str | None, first: bool = True) -> str:
@@ -78,15 +80,31 @@ class Run:
         return None if self.source is None else self.source.name
 
 
-def plan_runs(methods: Iterable[str], sources: list) -> list[Run]:
-    """Each source-dependent method once per source, the others once; method-major order."""
-    names = [s.name for s in sources]
-    if len(set(names)) != len(names):
-        raise ValueError(f"sources must have distinct names, got {names}")
+def drafters(methods: Iterable[str], sources: Sequence, serial_sources: Sequence | None = None) -> tuple[list, list]:
+    """The sources (or their names) that the as2d methods and the serial methods among ``methods`` draft with.
+
+    Serial methods draft with ``serial_sources``, or with ``sources`` when it is None; a kind of
+    method that is not run uses none, so a run records only the sources it uses.
+    """
+    methods = list(methods)
+    serial = sources if serial_sources is None else serial_sources
+    return ([*sources] if any(m in DECOUPLED for m in methods) else [],
+            [*serial] if any(m in SERIAL for m in methods) else [])
+
+
+def plan_runs(methods: Iterable[str], sources: Sequence, serial_sources: Sequence | None = None) -> list[Run]:
+    """Each source-dependent method once per source of its kind (``drafters``), the others once; method-major order."""
+    methods = list(methods)
+    decoupled, serial = drafters(methods, sources, serial_sources)
+    for group in (decoupled, serial):
+        names = [s.name for s in group]
+        if len(set(names)) != len(names):
+            raise ValueError(f"sources must have distinct names, got {names}")
     runs = []
     for method in methods:
-        if method in SOURCE_METHODS and sources:
-            runs += [Run(method_label(method, s.name, i == 0), method, s) for i, s in enumerate(sources)]
+        group = serial if method in SERIAL else decoupled if method in DECOUPLED else []
+        if group:
+            runs += [Run(method_label(method, s.name, i == 0), method, s) for i, s in enumerate(group)]
         else:
             runs.append(Run(method, method))
     return runs
@@ -231,9 +249,10 @@ def timed_peer(peer: Peer, window: Window, method: str, audio, reference, detect
     return row
 
 
-def run_labels(methods: Iterable[str], source_names: list[str]) -> list[str]:
+def run_labels(methods: Iterable[str], source_names: list[str], serial_names: list[str] | None = None) -> list[str]:
     """The bench labels of ``methods`` over sources of these names (what every complete window has a row for)."""
-    return [run.label for run in plan_runs(methods, [_Named(n) for n in source_names])]
+    serial = None if serial_names is None else [_Named(n) for n in serial_names]
+    return [run.label for run in plan_runs(methods, [_Named(n) for n in source_names], serial)]
 
 
 @attrs.frozen
@@ -246,7 +265,8 @@ class Bench:
     """Everything one ``as2d bench`` run needs: models, options, methods and where to write.
 
     ``source`` is one source, a list of sources (source-dependent methods run once per source,
-    see the module docstring) or None. ``run`` resumes: windows already complete in ``out_dir``
+    see the module docstring) or None; ``serial_source`` likewise for the serial methods (None: ``source``).
+    ``task`` and ``instruction`` go into every request. ``run`` resumes: windows already complete in ``out_dir``
     are skipped (see ``folder``); ``fresh`` discards them instead. ``describe`` adds what the
     models' objects do not tell (target name, backends) to the configuration recorded in ``run.json``.
     """
@@ -266,21 +286,32 @@ class Bench:
     # every method detects the language itself, as a user who names none (the manifest's lang only labels rows)
     detect_language: bool = False
     repeats: int = attrs.field(default=1, validator=attrs.validators.ge(1))  # rounds per window (``median_round``)
+    serial_source: object = None
+    task: str = "asr"
+    instruction: str | None = None
     _warmed: bool = attrs.field(default=False, init=False)
 
     @property
     def sources(self) -> list:
-        if self.source is None:
-            return []
-        return list(self.source) if isinstance(self.source, (list, tuple)) else [self.source]
+        return _listed(self.source)
+
+    @property
+    def serial_sources(self) -> list:
+        return self.sources if self.serial_source is None else _listed(self.serial_source)
 
     @property
     def runs(self) -> list[Run]:
-        return plan_runs(self.methods, self.sources)
+        return plan_runs(self.methods, self.sources, self.serial_sources)
+
+    @property
+    def source_names(self) -> list[str]:
+        """Every source a run of this bench drafts with, once."""
+        return list(dict.fromkeys(run.source_name for run in self.runs if run.source is not None))
 
     def folder(self) -> ResultsFolder:
         """The results folder of this configuration (building it checks the sources' names are distinct)."""
-        config = run_config(self.methods, [s.name for s in self.sources], self.options, self.repeats,
+        config = run_config(self.methods, [s.name for s in self.sources], [s.name for s in self.serial_sources],
+                            self.options, self.repeats,
                             {"target": getattr(self.target, "name", type(self.target).__name__), **self.describe})
         return ResultsFolder(self.out_dir, config, [r.label for r in self.runs], self.save_traces)
 
@@ -300,7 +331,7 @@ class Bench:
         finally:
             bar.close()
         run = {"executor": "local", "windows_run": len(todo), "wall_s": time.perf_counter() - started}
-        return write_outputs(folder, self.options, [s.name for s in self.sources], windows, timelines,
+        return write_outputs(folder, self.options, self.source_names, windows, timelines,
                              self.pool_machines, {"run": run})
 
     def window_rows(self, window: Window, audio, bar=None) -> tuple[list[dict], list[dict]]:
@@ -311,7 +342,7 @@ class Bench:
         bar = bar or _NoBar()
         if self.warmup and not self._warmed:
             self._warm(window, audio)
-        request = Request(request_id=window.id, audio=audio, language=self._language(window))
+        request = self._request(window.id, window, audio)
         rounds: dict[str, list[tuple[dict, dict | None]]] = {run.label: [] for run in self.runs}
         for _ in range(self.repeats):
             reference = None
@@ -350,13 +381,14 @@ class Bench:
         except Exception as exc:  # one failing method must not end the benchmark; the row says why
             return error_row(window, label, f"{type(exc).__name__}: {exc}", source)
 
-    def _language(self, window: Window) -> str | None:
-        return None if self.detect_language else window.lang
+    def _request(self, request_id: str, window: Window, audio) -> Request:
+        return Request(request_id=request_id, audio=audio, language=None if self.detect_language else window.lang,
+                       task=self.task, instruction=self.instruction)
 
     def _warm(self, window: Window, audio) -> None:
         """One untimed pass of every method, so session builds and first-call costs stay off the clock."""
         self._warmed = True
-        request = Request(request_id=f"warmup-{window.id}", audio=audio, language=self._language(window))
+        request = self._request(f"warmup-{window.id}", window, audio)
         for run in self.runs:
             self._one(window, run, request, audio, None)
 
@@ -380,11 +412,12 @@ def median_round(runs: list[tuple[dict, dict | None]]) -> tuple[dict, dict | Non
     return dict(row, e2e_s_rounds=[r["e2e_s"] for r, _ in runs], exact=exact), trace
 
 
-def run_config(methods: list[str], source_names: list[str], options: DecodeOptions, repeats: int,
-               describe: dict) -> dict:
+def run_config(methods: list[str], source_names: list[str], serial_names: list[str], options: DecodeOptions,
+               repeats: int, describe: dict) -> dict:
     """What ``run.json`` records: a resumed run must match it (the windows may differ)."""
-    return {"methods": run_labels(methods, source_names), "sources": list(source_names),
-            "options": attrs.asdict(options), "repeats": repeats, **describe}
+    decoupled, serial = drafters(methods, source_names, serial_names)
+    return {"methods": run_labels(methods, source_names, serial_names), "sources": decoupled,
+            "serial_sources": serial, "options": attrs.asdict(options), "repeats": repeats, **describe}
 
 
 def write_outputs(folder: ResultsFolder, options: DecodeOptions, source_names: list[str], windows: list[Window],
@@ -405,6 +438,13 @@ def write_outputs(folder: ResultsFolder, options: DecodeOptions, source_names: l
     (folder.path / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
     write_report(folder.path, rows, summary, timelines)
     return summary
+
+
+def _listed(source) -> list:
+    """One source, a list of them or None, as a list."""
+    if source is None:
+        return []
+    return list(source) if isinstance(source, (list, tuple)) else [source]
 
 
 def _timeline_only(trace: dict) -> dict:

@@ -9,12 +9,22 @@ from pathlib import Path
 
 import attrs
 
+from as2d_core.build import DEFAULT_SOURCE
 from as2d_core.engine import DecodeOptions
 from as2d_core.faults import check_fault
 from .folder import ResultsFolder
-from .runner import SOURCE_METHODS, Bench, run_config, run_labels
+from .runner import DECOUPLED, SERIAL, Bench, drafters, run_config, run_labels
 
-FAULTABLE_METHODS = ("as2d", "as2d-prepared", "as2d-no-bc")  # decoupled drafting; serial methods draft on demand
+FAULTABLE_METHODS = DECOUPLED  # decoupled drafting; serial methods draft on demand
+# The serial methods' default drafter: the first that can score a prefix (contracts.PrefixDrafting), which
+# ``as2d run``'s default (build.DEFAULT_SOURCE, on CTranslate2) cannot.
+SERIAL_SOURCE = "whisper-tiny.en"
+
+
+def default_drafters(named: list[str]) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+    """(as2d methods' sources, serial methods' sources or None for the same): ``named`` ones serve every method;
+    without any, the as2d methods draft as ``as2d run`` does and the serial methods with ``SERIAL_SOURCE``."""
+    return (tuple(named), None) if named else ((DEFAULT_SOURCE,), (SERIAL_SOURCE,))
 
 
 @attrs.frozen
@@ -30,16 +40,25 @@ class BenchSpec:
     fault: str | None = None  # break every drafter this way (as2d_core.faults); answers must stay exact
     detect_language: bool = False  # requests name no language: the target (and a peer) detects it
     repeats: int = 1  # rounds of every method per window; each keeps its median round (``runner.median_round``)
+    serial_sources: tuple[str, ...] | None = None  # the serial methods' drafters (None: ``sources``)
+    task: str = "asr"  # every request's task and instruction, as a configuration's
+    instruction: str | None = None
+
+    @property
+    def drafters(self) -> tuple[list[str], list[str]]:
+        """The sources the as2d methods and the serial methods run with (none for a kind that is not run)."""
+        return drafters(self.methods, self.sources, self.serial_sources)
 
     @property
     def source_names(self) -> list[str]:
-        """The sources the run uses (none when no method needs one)."""
-        return list(self.sources) if any(m in SOURCE_METHODS for m in self.methods) else []
+        """Every source the run uses, once (none when no method needs one)."""
+        return list(dict.fromkeys(name for names in self.drafters for name in names))
 
     @property
     def describe(self) -> dict:
         return {"target": self.target, "target_backend": self.target_backend, "source_backend": self.source_backend,
-                "fault": self.fault, "detect_language": self.detect_language}
+                "fault": self.fault, "detect_language": self.detect_language, "task": self.task,
+                "instruction": self.instruction}
 
     @property
     def cores(self) -> int:
@@ -48,15 +67,16 @@ class BenchSpec:
         return max(o.target_threads, o.shared_target_threads + o.drafter_threads)
 
     def folder(self, out_dir: Path) -> ResultsFolder:
-        config = run_config(list(self.methods), self.source_names, self.options, self.repeats, self.describe)
-        return ResultsFolder(Path(out_dir), config, run_labels(self.methods, self.source_names), self.save_traces)
+        decoupled, serial = self.drafters
+        config = run_config(list(self.methods), decoupled, serial, self.options, self.repeats, self.describe)
+        return ResultsFolder(Path(out_dir), config, run_labels(self.methods, decoupled, serial), self.save_traces)
 
     def check_fault(self) -> None:
         """A drafter fault breaks decoupled drafting only; serial methods draft on demand and cannot take one."""
         if self.fault is None:
             return
         check_fault(self.fault)
-        serial = [m for m in self.methods if m in SOURCE_METHODS and m not in FAULTABLE_METHODS]
+        serial = [m for m in self.methods if m in SERIAL]
         if serial:
             raise ValueError(f"a drafter fault breaks decoupled drafting only ({', '.join(FAULTABLE_METHODS)}); "
                              f"drop {', '.join(serial)}")
@@ -72,16 +92,27 @@ class BenchSpec:
             registry.get("source", name.removesuffix(PROCESS_SUFFIX))
 
     def build(self, out_dir: Path, **bench_options) -> Bench:
-        """Load the models on this machine and return the bench that runs them."""
+        """Load the models on this machine and return the bench that runs them.
+
+        A serial method's source that cannot score a prefix fails here, before any window runs.
+        """
         from as2d_core.build import build_part, build_source
+        from as2d_core.contracts import PrefixDrafting
         from as2d_core.faults import FaultySource
         from .peers import make_peers
 
         target = build_part("target", self.target, backend=self.target_backend)
-        sources = [build_source(name, backend=self.source_backend) for name in self.source_names]
+        built = {name: build_source(name, backend=self.source_backend) for name in self.source_names}
         if self.fault is not None:
-            sources = [FaultySource(s, self.fault, publish_as=target.vocabulary) for s in sources]
+            built = {name: FaultySource(s, self.fault, publish_as=target.vocabulary) for name, s in built.items()}
+        decoupled, serial = ([built[name] for name in names] for names in self.drafters)
+        unable = [s.name for s in serial if not isinstance(s, PrefixDrafting)]
+        if unable:
+            methods = ", ".join(m for m in self.methods if m in SERIAL)
+            raise ValueError(f"{', '.join(unable)} cannot score a prefix (contracts.PrefixDrafting), which the serial "
+                             f"methods {methods} need: drop them from --methods, or name no drafter (no --source, "
+                             f"--sources or [source] in --config) and they draft with {SERIAL_SOURCE}")
         peers = make_peers(list(self.methods), self.options.target_threads)
-        return Bench(target, sources, self.options, list(self.methods), Path(out_dir), self.save_traces, peers,
+        return Bench(target, decoupled, self.options, list(self.methods), Path(out_dir), self.save_traces, peers,
                      self.warmup, describe=self.describe, detect_language=self.detect_language, repeats=self.repeats,
-                     **bench_options)
+                     serial_source=serial, task=self.task, instruction=self.instruction, **bench_options)

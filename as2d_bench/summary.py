@@ -5,10 +5,10 @@ paper (D.1.3): pool each fixed K = 5..8 on its own, then average the four
 TPS values; per window (for slowdown counts) average the four TPS values.
 Rows with an ``error`` did not run and count in no statistic but ``failed_windows``.
 
-Two clocks: ``pooled_tps`` over the post-prefill decode clock (the paper's), ``pooled_e2e_tps`` over
-each row's ``e2e_s``, arrival to final token with model loading off the clock (both encoders, language
-detection and prompt prefill on it), each with its ratio against target-only. ``eligible`` repeats the
-methods' statistics over the windows every source drafts (see :func:`eligible_windows`).
+Two clocks: ``pooled_e2e_tps``, the headline, over each row's ``e2e_s``: the user's clock, arrival to final
+token with model loading off the clock (both encoders, language detection and prompt prefill on it); and
+``pooled_tps`` over the post-prefill decode clock (the paper's); each with its ratio against target-only.
+``eligible`` repeats the methods' statistics over the windows every source drafts (see :func:`eligible_windows`).
 
 Methods are keyed by their bench label: ``as2d`` for the first source,
 ``as2d@NAME`` for another (see ``runner``); ``sd@NAME`` pools ``sd-k5@NAME``..

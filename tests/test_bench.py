@@ -10,6 +10,7 @@ from as2d_core import DecodeOptions
 from as2d_bench.runner import Bench, expand_methods, read_manifest
 from as2d_bench.summary import summarize
 from test_baselines import MODEL, PrefixSource
+from test_config_paths import built  # noqa: F401 (a fixture: the registry with a test target and source)
 from tiny_lm import SlowTarget
 
 
@@ -210,6 +211,54 @@ def test_bench_command_source_options(manifest, tmp_path):
     assert both.exit_code == 2 and "not both" in both.output
     twice = runner.invoke(bench, [str(manifest), "--sources", "a,a", "--out", str(tmp_path / "o")])
     assert twice.exit_code == 2 and "twice" in twice.output
+
+
+def test_serial_methods_keep_a_drafter_that_scores_a_prefix(tmp_path, manifest):
+    """The as2d methods and the serial ones may draft with different sources; the report names each beside its row
+    and heads with the user's clock."""
+    from tiny_lm import ScriptedSource
+
+    decoupled = ScriptedSource([5, 6, 7, 8, 9, 10], boundaries={1}, name="scripted")  # cannot score a prefix
+    serial = PrefixSource(tokens=[3, 4, 5, 6], every=4, positional=True)
+    methods = expand_methods(["as2d", "sd-k5", "asp"])
+    out = tmp_path / "out"
+    summary = Bench(SlowTarget(delay=0.002), decoupled, DecodeOptions(), methods, out, progress=False, warmup=False,
+                    serial_source=serial).run(read_manifest(manifest))
+    m = summary["methods"]
+    assert set(m) == {"target-only", "as2d", "sd-k5", "asp"}  # one source of each kind: plain labels
+    assert (m["as2d"]["source"], m["sd-k5"]["source"], m["asp"]["source"]) == ("scripted", "prefix-drafter",
+                                                                             "prefix-drafter")
+    assert all(m[k]["exact_windows"] == 3 and not m[k]["failed_windows"] for k in m)
+    assert summary["sources"] == ["scripted", "prefix-drafter"]
+    run = json.loads((out / "run.json").read_text())
+    assert run["sources"] == ["scripted"] and run["serial_sources"] == ["prefix-drafter"]
+    report = (out / "report.md").read_text()
+    assert "| method | drafter | e2e TPS | x target-only (e2e) | slower (e2e) | decode TPS |" in report
+    assert "| as2d | scripted |" in report and "| sd-k5 | prefix-drafter |" in report
+
+
+def test_bench_default_drafters(manifest, tmp_path, built):
+    """Without a named source the as2d methods draft as ``as2d run`` does, the serial ones with tiny.en (ONNX
+    Runtime); a named source serves every method, and one that cannot score a prefix stops a serial method."""
+    from as2d_bench.cli import bench
+    from as2d_bench.spec import SERIAL_SOURCE, default_drafters
+    from as2d_core.build import DEFAULT_SOURCE
+    from test_config_paths import SOURCE, TARGET
+
+    assert default_drafters([]) == ((DEFAULT_SOURCE,), (SERIAL_SOURCE,))
+    assert default_drafters(["a", "b"]) == (("a", "b"), None)
+    out = tmp_path / "o"
+    args = [str(manifest), "--target", TARGET, "--methods", "as2d,sd-k5", "--out", str(out)]
+    result = CliRunner().invoke(bench, args)  # the test registry has neither default drafter: it stops there
+    assert result.exit_code == 2 and f"unknown source '{DEFAULT_SOURCE}'" in result.output
+    run = json.loads((out / "run.json").read_text())
+    assert run["sources"] == [DEFAULT_SOURCE] and run["serial_sources"] == [SERIAL_SOURCE]
+    assert run["methods"] == ["target-only", "as2d", "sd-k5"]
+    result = CliRunner().invoke(bench, [*args, "--source", SOURCE])
+    assert result.exit_code == 2 and result.output == (
+        f"Error: {SOURCE} cannot score a prefix (contracts.PrefixDrafting), which the serial methods sd-k5 need: "
+        f"drop them from --methods, or name no drafter (no --source, --sources or [source] in --config) and they "
+        f"draft with {SERIAL_SOURCE}\n")
 
 
 def test_summary_end_to_end_and_eligible_by_hand():
