@@ -188,6 +188,18 @@ def load_windows(manifest: Path) -> list[tuple[str, bytes]]:
     return out
 
 
+def publish(report: dict, out: Path | None) -> int:
+    """The report as JSON on stdout (and in ``out``), a PASS or FAIL line per check on stderr; the exit status."""
+    text = json.dumps(report, indent=1)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    print(text)
+    for name, ok in report["checks"].items():
+        print(f"{'PASS' if ok else 'FAIL'}  {name}", file=sys.stderr)
+    return 0 if all(report["checks"].values()) else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("manifest", type=Path, help="JSONL of windows (id, path), e.g. the dev half")
@@ -224,17 +236,11 @@ def main() -> int:
         and end["fds"] <= start["fds"],
     }
     report["checks"] = checks
-    text = json.dumps(report, indent=1)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
-    print(text)
-    for name, ok in checks.items():
-        print(f"{'PASS' if ok else 'FAIL'}  {name}", file=sys.stderr)
+    status = publish(report, args.out)
     for row in report["throughput"]:
         print(f"{row['clients']} client(s): {row['requests_per_s']:.2f} req/s, p50 {row['p50_s']:.2f} s, "
               f"p95 {row['p95_s']:.2f} s, {row['failures']} failures", file=sys.stderr)
-    return 0 if all(checks.values()) else 1
+    return status
 
 
 if __name__ == "__main__":
