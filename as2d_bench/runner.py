@@ -354,7 +354,7 @@ class Bench:
                     if run.method == "target-only":
                         reference = result
                     row = result_row(window, run.label, result, reference, run.source_name)
-                    trace = build_trace(window.id, result, run.label)
+                    trace = {**build_trace(window.id, result, run.label), "audio_s": request.duration_s}
                 rounds[run.label].append((row, trace))
                 bar.update(1)
         kept = [median_round(runs) if self.repeats > 1 else runs[0] for runs in rounds.values()]
