@@ -383,7 +383,7 @@ class Bench:
 
     def _request(self, request_id: str, window: Window, audio) -> Request:
         return Request(request_id=request_id, audio=audio, language=None if self.detect_language else window.lang,
-                       task=self.task, instruction=self.instruction)
+                       task=self.task, instruction=self.instruction, **self.options.request_fields())
 
     def _warm(self, window: Window, audio) -> None:
         """One untimed pass of every method, so session builds and first-call costs stay off the clock."""

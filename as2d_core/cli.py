@@ -7,6 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
+import attrs
 import click
 
 from . import catalog, drafter_threads
@@ -20,6 +21,7 @@ from .stream_cli import stream
 from .subtitles import to_srt, to_vtt
 
 OUTPUT_FORMATS = ("text", "json", "srt", "vtt")
+SUBTITLES = ("srt", "vtt")  # timestamp mode unless --timestamps says otherwise
 
 
 @click.group()
@@ -35,7 +37,8 @@ def cli() -> None:
 @click.option("--resample", is_flag=True, hidden=True, help="Deprecated: other rates are always converted now.")
 @click.option("--check", is_flag=True, help="Also decode every window target-only and report whether the tokens are equal.")
 @click.option("--format", "output_format", type=click.Choice(OUTPUT_FORMATS), default="text", show_default=True,
-              help="text, one JSON object, or subtitles with each window's times.")
+              help="text, one JSON object, or subtitles: one cue per segment (--timestamps segment, their default), "
+                   "or per window with --timestamps none.")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.pass_context
 def run(ctx, audio, method, resample, check, output_format, as_json, **model_options):
@@ -49,6 +52,9 @@ def run(ctx, audio, method, resample, check, output_format, as_json, **model_opt
     output_format = "json" if as_json else output_format
     method_given = ctx.get_parameter_source("method") == click.core.ParameterSource.COMMANDLINE
     pipeline, report = pipeline_from_flags(ctx, method, method_given)
+    if output_format in SUBTITLES and pipeline.options.decode.timestamps is None:
+        pipeline.options = attrs.evolve(pipeline.options,
+                                        decode=attrs.evolve(pipeline.options.decode, timestamps="segment"))
     try:
         decoded = read_audio(audio)
     except AudioError as exc:
@@ -64,8 +70,8 @@ def run(ctx, audio, method, resample, check, output_format, as_json, **model_opt
         if report is not None:
             out.update(config=str(report.path), devices=report.devices, warnings=report.warnings)
         click.echo(json.dumps(out, ensure_ascii=False))
-    elif output_format in ("srt", "vtt"):
-        cues = [(w.start_s, w.end_s, w.text) for w in transcript.windows]
+    elif output_format in SUBTITLES:
+        cues = [(s.start_s, s.end_s, s.text) for s in transcript.segments]
         click.echo((to_srt if output_format == "srt" else to_vtt)(cues), nl=False)
     else:
         click.echo(transcript.text)

@@ -12,6 +12,7 @@ import click
 
 from .build import DEFAULT_SOURCE, DEFAULT_TARGET, build_parts, pipeline_options, resolve_config
 from .config import Config, Report
+from .contracts import TASKS
 from .options import config_keys, option_flags
 from .pipeline import Pipeline
 from .plugins import UnknownPart
@@ -26,6 +27,7 @@ def fail(message: str) -> None:
 # command-line parameter of ``model_flags`` -> the dotted configuration key it sets (over --config's value)
 MODEL_KEYS = {
     "language": "language",
+    "task": "task",
     "target_name": "target.model",
     "source_name": "source.name",
     "device": "target.device",
@@ -40,10 +42,13 @@ def config_option(command):
 
 
 def model_flags(command):
-    """--config, --language, --target, --source, --device and every decoding option."""
+    """--config, --language, --task, --target, --source, --device and every decoding option."""
     for decorator in reversed((
         config_option,
         click.option("--language", default=None, help="Language code; without it the target detects the language."),
+        click.option("--task", type=click.Choice(TASKS), default="asr", show_default=True,
+                     help="asr: transcribe; translate: into English (Whisper's translate task); qa: answer the "
+                          "instruction. A drafter that cannot draft the task leaves the target alone, and says so."),
         click.option("--target", "target_name", default=DEFAULT_TARGET, show_default=True),
         click.option("--source", "source_name", default=DEFAULT_SOURCE, show_default=True,
                      help="Drafter source; NAME+process runs it in its own process (for targets that hold the GIL)."),

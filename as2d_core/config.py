@@ -21,6 +21,10 @@ Example::
     language = "en"             # omit to let the target detect it
     budget = 7                  # proposals per verification, 1..64
     align_window = 8
+    timestamps = "segment"      # Whisper's timestamp tokens and segments; "none": plain text (unset: by the output)
+    prompt = "as2d, Whisper"    # Whisper's previous-text prompt for the first window
+    hotwords = "CTranslate2"    # before the previous text of every window (faster-whisper's hotwords)
+    condition_on_previous_text = false  # true: each window prompted with the text before it
     on_missing_device = "error" # or "cpu"
     [target]
     model = "whisper-base"
@@ -125,6 +129,10 @@ class Config:
     budget: int = _DEFAULT.budget
     align_window: int = _DEFAULT.align_window
     start: str = _DEFAULT.start
+    timestamps: str | None = _DEFAULT.timestamps
+    prompt: str | None = _DEFAULT.prompt
+    hotwords: str | None = _DEFAULT.hotwords
+    condition_on_previous_text: bool = _DEFAULT.condition_on_previous_text
     on_missing_device: str = "error"
     device_profile: dict | None = None
 
@@ -269,7 +277,10 @@ def _check_registered_facts(config: Config, role: str, entry: catalog.Entry, bac
                             report: Report) -> str | None:
     """Task, language and backend against what the part's plugin registers; returns the backend it will run on."""
     kind, name = entry.kind, entry.name
-    if not _serves(entry, "tasks", config.task):
+    if not _serves(entry, "tasks", config.task) and kind == "source":  # as the engine does: target-only, said
+        report.warnings.append(f"task: source {name!r} does not draft {config.task!r} (it drafts "
+                               f"{', '.join(entry.info['tasks'])}); requests run target-only")
+    elif not _serves(entry, "tasks", config.task):
         report.errors.append(f"task: {kind} {name!r} does not do {config.task!r}; it does {', '.join(entry.info['tasks'])}")
     if config.language and not _serves(entry, "languages", config.language):
         report.errors.append(

@@ -21,6 +21,7 @@ import numpy as np
 
 SAMPLE_RATE = 16_000
 TASKS = ("asr", "translate", "qa")
+TIMESTAMPS = ("none", "segment")  # segment: the target decodes timestamp tokens (``as2d_core.timestamps``)
 
 
 def _readonly_audio(audio: np.ndarray) -> np.ndarray:
@@ -44,6 +45,14 @@ class Request:
     task: str = attrs.field(default="asr", validator=attrs.validators.in_(TASKS))
     instruction: str | None = None
     sample_rate: int = SAMPLE_RATE
+    timestamps: str = attrs.field(default="none", validator=attrs.validators.in_(TIMESTAMPS))
+    # Whisper's previous-text prompt (before its start-of-transcript token): the user's ``prompt``, refused
+    # when too long, then ``previous_text`` (earlier windows' text, with Whisper's timestamp markup such as
+    # ``<|2.40|>`` where they had timestamps), of which a target keeps what fits; ``hotwords`` as
+    # faster-whisper places them, before both. A drafter gets the same request.
+    prompt: str | None = None
+    previous_text: str | None = None
+    hotwords: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.sample_rate != SAMPLE_RATE:
@@ -54,6 +63,17 @@ class Request:
     @property
     def duration_s(self) -> float:
         return self.audio.size / self.sample_rate
+
+    @property
+    def features(self) -> frozenset[str]:
+        """What the request asks of its target beyond audio and task (a target lists those it has in ``features``)."""
+        asked = {"timestamps": self.timestamps != "none", "prompt": bool(self.prompt or self.previous_text),
+                 "hotwords": bool(self.hotwords)}
+        return frozenset(name for name, on in asked.items() if on)
+
+    def fields(self) -> dict:
+        """Every field by name (``Request(**fields)`` makes it again, as a drafter process does)."""
+        return {field.name: getattr(self, field.name) for field in attrs.fields(Request)}
 
 
 @attrs.frozen
@@ -188,6 +208,15 @@ class KnownVocabulary(Protocol):
 
 
 @runtime_checkable
+class TimestampVocabulary(Protocol):
+    """Optional for a source or a target session: Whisper-style timestamp tokens, ``timestamp_begin + i`` meaning
+    ``i * time_precision_s`` seconds into the request (a target's segments, and bridges carrying a drafter's)."""
+
+    timestamp_begin: int
+    time_precision_s: float
+
+
+@runtime_checkable
 class ScoredSession(TargetSession, Protocol):
     """A drafter session that also says how sure it is (SpecASR's confidence rule needs it)."""
 
@@ -226,3 +255,14 @@ class Bridge(Protocol):
 
 def serves_language(source: Source, language: str) -> bool:
     return source.languages is None or language in source.languages
+
+
+def serves_task(source: Source, task: str) -> bool:
+    """Whether ``source`` drafts ``task``; a source may list its ``tasks`` (one that lists none drafts any)."""
+    tasks = getattr(source, "tasks", None)
+    return tasks is None or task in tasks
+
+
+def unsupported_features(target: Target, request: Request) -> list[str]:
+    """What ``request`` asks that ``target`` does not list in its optional ``features`` (none listed: none offered)."""
+    return sorted(request.features - frozenset(getattr(target, "features", ())))

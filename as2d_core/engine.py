@@ -21,10 +21,12 @@ from .align import Aligner
 from .buffer import CandidateBuffer
 from .catalog import bridge_for
 from . import drafter_threads
-from .contracts import Bridge, CancellableJob, DraftJob, DraftPiece, KnownVocabulary, PublishedBatch, Request, Source, Target, TargetSession, serves_language
+from .contracts import (Bridge, CancellableJob, DraftJob, DraftPiece, KnownVocabulary, PublishedBatch, Request, Source,
+                        Target, TargetSession, serves_language, serves_task, unsupported_features)
 from .events import Decomposition, Event, EventLog, decompose
 from .options import MAX_BUDGET, STARTS, DecodeOptions  # noqa: F401  (the engine's options, declared once)
 from .priority import lower_thread_priority
+from .timestamps import Segment, response_segments
 
 METHODS = ("target-only", "as2d")
 
@@ -56,6 +58,8 @@ class DecodeResult:
     trace: list[dict] = attrs.field(factory=list, repr=False)
     batches: tuple = attrs.field(default=(), repr=False)
     exact: bool | None = None
+    # by the response's timestamp tokens in timestamp mode, else the request as one; times from the request's start
+    segments: list[Segment] = attrs.Factory(list)
 
     @property
     def e2e_s(self) -> float:
@@ -89,6 +93,7 @@ class DecodeResult:
             "published": self.published,
             "note": self.note,
             "producer_error": self.producer_error,
+            "segments": [segment.as_dict() for segment in self.segments],
         }
         if self.decomposition is not None:
             out["decomposition"] = self.decomposition.as_dict()
@@ -486,10 +491,17 @@ def run_request(
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if method == "as2d" and source is None:
         raise ValueError("method 'as2d' needs a source (drafter)")
+    missing = unsupported_features(target, request)
+    if missing:  # a target that does not know a request field would ignore it: refuse instead
+        raise ValueError(f"target {target.name} does not offer {' or '.join(missing)}")
     events = EventLog()
     note = None
     arrival = time.perf_counter()
     speculative = method == "as2d"
+    if speculative and not serves_task(source, request.task):
+        note = (f"source {source.name} does not draft the task {request.task!r} (it drafts "
+                f"{', '.join(sorted(source.tasks))}); ran target-only with {options.target_threads} threads")
+        speculative = False
     buffer = producer = wasted = None
     early = _drafting_language(request, source) if speculative and options.start == "arrival" else None
     if early is not None and serves_language(source, early):
@@ -583,7 +595,7 @@ def build_result(
     trace: list[dict],
     **fields: Any,
 ) -> DecodeResult:
-    """One run's result, with its time decomposition on the decode clock."""
+    """One run's result, with its time decomposition on the decode clock and its segments."""
     return DecodeResult(
         request_id=request.request_id,
         method=method,
@@ -601,5 +613,6 @@ def build_result(
         clock=clock,
         events=events.events,
         trace=trace,
+        segments=response_segments(request, session, tokens, text),
         **fields,
     )

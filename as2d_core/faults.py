@@ -26,7 +26,8 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 
-from .contracts import CancellableJob, DraftPiece, KnownVocabulary, Request, Source, Target, TargetSession
+from .contracts import (CancellableJob, DraftPiece, KnownVocabulary, Request, Source, Target, TargetSession,
+                        TimestampVocabulary)
 
 FAULTS = ("raise", "stall", "slow", "garbage-in", "garbage-out", "flood")
 REAL_PIECES_FIRST = 3  # raise and stall draft this many real pieces first, so the fault hits mid-request
@@ -54,6 +55,7 @@ class FaultySource:
         self.fault = check_fault(kind)
         self.name = inner.name
         self.languages = inner.languages
+        self.tasks = getattr(inner, "tasks", None)
         self.eos_token = inner.eos_token
         # Claiming the target's vocabulary skips the bridge: the ids reach the engine as they are.
         self.vocabulary = publish_as if kind == "garbage-out" and publish_as else inner.vocabulary
@@ -172,6 +174,7 @@ class FaultLandingTarget:
     def __init__(self, target: Target, source: FaultySource, wait_s: float = LANDING_WAIT_S) -> None:
         self.target, self.source, self.wait_s = target, source, wait_s
         self.name, self.vocabulary, self.device_in_use = target.name, target.vocabulary, target.device_in_use
+        self.features = getattr(target, "features", frozenset())
 
     def prepare(self, request: Request, threads: int) -> TargetSession:
         return _LandingSession(self.target.prepare(request, threads), self.source, request.request_id, self.wait_s)
@@ -185,6 +188,8 @@ class _LandingSession:
         self.language, self.eos_token, self.max_new_tokens = session.language, session.eos_token, session.max_new_tokens
         if isinstance(session, KnownVocabulary):
             self.vocab_size = session.vocab_size
+        if isinstance(session, TimestampVocabulary):
+            self.timestamp_begin, self.time_precision_s = session.timestamp_begin, session.time_precision_s
 
     @property
     def cache_length(self) -> int:

@@ -11,6 +11,8 @@ from typing import Any
 
 import attrs
 
+from .contracts import TIMESTAMPS  # unset (None): by the output, segment for subtitles
+
 MAX_BUDGET = 64
 STARTS = ("arrival", "prepared")
 
@@ -36,12 +38,20 @@ def _in_range(instance, attribute, value):
 
 
 def _option(default, config: str, help: str, low: int | None = None, high: int | None = None,
-            choices: tuple[str, ...] | None = None):
+            choices: tuple[str, ...] | None = None, kind: type | None = None):
     """A field that users set: ``config`` is its dotted key in a task configuration; ``low``/``high``
-    bound a number, ``choices`` a word."""
-    validator = attrs.validators.in_(choices) if choices else _in_range
-    return attrs.field(default=default, validator=validator,
-                       metadata={"config": config, "help": help, "choices": choices, "low": low, "high": high})
+    bound a number, ``choices`` a word; ``kind`` is the value's type where the default (None) does not say it."""
+    kind = kind or type(default)
+    if choices:
+        validator = attrs.validators.in_(choices)
+    elif kind in (str, bool):
+        validator = attrs.validators.instance_of(kind)
+    else:
+        validator = _in_range
+    if default is None:
+        validator = attrs.validators.optional(validator)
+    return attrs.field(default=default, validator=validator, metadata={
+        "config": config, "help": help, "choices": choices, "low": low, "high": high, "kind": kind})
 
 
 @attrs.frozen
@@ -66,10 +76,30 @@ class DecodeOptions:
                          "arrival: the drafter starts with the request, beside the target's audio encoding; "
                          "prepared: after both models are prepared (the paper's post-prefill set-up).",
                          choices=STARTS)
+    # What the pipeline puts in each request (``request_fields``); the engine reads them off the request.
+    timestamps: str | None = _option(
+        None, "timestamps", "segment: the target decodes Whisper's timestamp tokens under Whisper's rules, and the "
+        "output has one segment per timestamp pair (subtitles: one cue each); none: plain text. Unset: segment for "
+        "srt and vtt, none otherwise.", choices=TIMESTAMPS, kind=str)
+    prompt: str | None = _option(
+        None, "prompt", "Whisper's previous-text prompt (initial_prompt) for the first window, or for every window "
+        "with --condition-on-previous-text; over Whisper's limit of half the context less one token it is refused.",
+        kind=str)
+    hotwords: str | None = _option(
+        None, "hotwords", "Words to favour, placed before the previous text of every window as faster-whisper does.",
+        kind=str)
+    condition_on_previous_text: bool = _option(
+        False, "condition_on_previous_text", "Prompt each window with the text before it (after --prompt), as "
+        "Whisper's long-form transcription does; the drafter then drafts a window only once the one before it is "
+        "done.")
     drain_timeout_s: float = 2.0
     # as2d-no-bc (SpecASR's budget rule kept with decoupled drafting): candidates end at the first
     # published token whose confidence is below this (that token included); None keeps the fixed budget.
     confidence_stop: float | None = attrs.field(default=None)
+
+    def request_fields(self) -> dict[str, Any]:
+        """What these options put in a request on their own (the pipeline adds each window's previous text)."""
+        return {"timestamps": self.timestamps or "none", "prompt": self.prompt, "hotwords": self.hotwords}
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> "DecodeOptions":
@@ -97,7 +127,8 @@ def config_schema() -> dict[str, dict[str, tuple]]:
     schema: dict[str, dict[str, tuple]] = {}
     for f in user_fields():
         table, _, key = f.metadata["config"].rpartition(".")
-        schema.setdefault(table, {})[key] = (type(f.default), f.metadata["low"], f.metadata["high"], f.metadata["choices"])
+        meta = f.metadata
+        schema.setdefault(table, {})[key] = (meta["kind"], meta["low"], meta["high"], meta["choices"])
     return schema
 
 
@@ -110,8 +141,13 @@ def option_flags(command: Callable) -> Callable:
     import click
 
     for field in reversed(user_fields()):
-        kind = click.Choice(field.metadata["choices"]) if field.metadata["choices"] else type(field.default)
-        command = click.option(flag(field.name), field.name, type=kind, default=field.default, show_default=True,
+        name, kind = flag(field.name), field.metadata["kind"]
+        if kind is bool:  # --name/--no-name, so a flag can also turn off what a configuration turns on
+            command = click.option(f"{name}/--no-{name[2:]}", field.name, default=field.default, show_default=True,
+                                   help=field.metadata["help"])(command)
+            continue
+        kind = click.Choice(field.metadata["choices"]) if field.metadata["choices"] else kind
+        command = click.option(name, field.name, type=kind, default=field.default, show_default=True,
                                help=field.metadata["help"])(command)
     return command
 

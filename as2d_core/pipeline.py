@@ -15,6 +15,12 @@ request to the engine, so each window's tokens are exactly the target's greedy o
 that window (``check=True`` proves it per window). With a drafter, the next window is
 drafted while the target still verifies this one (``lookahead``). One pipeline runs one
 decode at a time (a lock); use one pipeline per concurrent caller.
+
+Each window's segments (``WindowResult.segments``: Whisper's timestamp segments in timestamp mode,
+else the window) carry times in the whole file; ``Transcript.segments`` numbers them all. The
+user's prompt goes to the first window, as Whisper's ``initial_prompt`` does; with
+``condition_on_previous_text`` every window also gets the text of the windows before it, which
+the target commits only at that window's end, so that window is drafted only once it starts.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from .audio import AudioInfo, DecodedAudio, read_audio
 from .contracts import SAMPLE_RATE, Request, Source, Target
 from .engine import METHODS, DecodeOptions, DecodeResult, run_request
 from .lookahead import LookaheadSource
+from .timestamps import Segment, marked_up
 from .plugins import load_registry
 from .process_source import ProcessSource
 from .windows import MAX_WINDOW_S, SpeechDetector, Window, WindowPlan, plan_windows
@@ -75,9 +82,15 @@ class WindowResult:
     def exact(self) -> bool | None:
         return None if self.reference is None else self.result.tokens == self.reference.tokens
 
+    @property
+    def segments(self) -> list[Segment]:
+        """The window's segments, their times in the whole file."""
+        return [segment.shifted(self.start_s) for segment in self.result.segments]
+
     def as_dict(self) -> dict:
         out = {"index": self.window.index, "start_s": self.start_s, "end_s": self.end_s, **self.result.summary()}
         out["text"] = self.text
+        out["segments"] = [segment.as_dict() for segment in self.segments]
         if self.reference is not None:
             out["exact"] = self.exact
             out["target_only_decode_s"] = self.reference.decode_s
@@ -97,6 +110,11 @@ class Transcript:
     @property
     def text(self) -> str:
         return " ".join(w.text for w in self.windows if w.text)
+
+    @property
+    def segments(self) -> list[Segment]:
+        """Every window's segments in order, their times in the whole file."""
+        return [segment for w in self.windows for segment in w.segments]
 
     @property
     def exact(self) -> bool | None:
@@ -136,6 +154,8 @@ class Transcript:
             "detector": self.detector,
             "audio": self.audio.as_dict() if self.audio is not None else None,
             "windows": [w.as_dict() for w in self.windows],
+            "segments": [{"id": i, "window": w.window.index, **segment.as_dict()}
+                         for i, (w, segment) in enumerate((w, s) for w in self.windows for s in w.segments)],
             "skipped_silence": [{"start_s": a, "end_s": b} for a, b in self.skipped],
             "totals": self.totals(),
             "notes": self.notes,
@@ -189,9 +209,16 @@ class Pipeline:
             self._detector = default_detector()
         return self._detector
 
-    def request(self, request_id: str, samples: np.ndarray) -> Request:
+    def request(self, request_id: str, samples: np.ndarray, first: bool = True,
+                previous_text: str | None = None) -> Request:
+        """A request on ``samples`` with the options' fields; the prompt only on a file's ``first`` window
+        (or on every one when conditioning on previous text, which gives ``previous_text``)."""
         o = self.options
-        return Request(request_id=request_id, audio=samples, language=o.language, task=o.task, instruction=o.instruction)
+        fields = o.decode.request_fields()
+        if not (first or o.decode.condition_on_previous_text):
+            fields["prompt"] = None
+        return Request(request_id=request_id, audio=samples, language=o.language, task=o.task,
+                       instruction=o.instruction, previous_text=previous_text, **fields)
 
     def decode(self, request: Request, options: DecodeOptions | None = None) -> DecodeResult:
         if self._decode is not None:
@@ -213,8 +240,9 @@ class Pipeline:
         with self._lock:
             start = time.perf_counter()
             plan = self.plan(samples)
-            requests = [self.request(f"{request_id}-w{w.index:03d}", samples[w.start : w.end]) for w in plan.windows]
-            results = self._decode_all(requests)
+            requests, results = self._decode_all(
+                lambda w, previous: self.request(f"{request_id}-w{w.index:03d}", samples[w.start : w.end],
+                                                 first=w.index == 0, previous_text=previous), plan.windows)
             wall_s = time.perf_counter() - start
             references = [self.reference(r) for r in requests] if check else [None] * len(requests)
         notes = ([plan.note] if plan.note else []) + (list(info.warnings) if info else [])
@@ -225,20 +253,32 @@ class Pipeline:
         needs_detector = samples.size > self.options.max_window_s * SAMPLE_RATE
         return plan_windows(samples, self.detector if needs_detector else None, self.options.max_window_s)
 
-    def _decode_all(self, requests: list[Request]) -> list[DecodeResult]:
-        ahead = self.source if isinstance(self.source, LookaheadSource) and self._decode is None else None
+    def _decode_all(self, make: Callable[[Window, str | None], Request],
+                    windows: tuple[Window, ...]) -> tuple[list[Request], list[DecodeResult]]:
+        """Every window's request (``make``: a window and the text before it, when conditioning) and result."""
         options = self.options.decode
-        if ahead is not None and len(requests) > 1:
+        conditioned = options.condition_on_previous_text
+        ahead = self.source if isinstance(self.source, LookaheadSource) and self._decode is None else None
+        if conditioned:  # the next window's prompt is this window's text: nothing to draft it from before that
+            ahead = None
+        if ahead is not None and len(windows) > 1:
             # measured on a 10-minute file (BENCHMARKS.md section 5): at the guessing niceness the
             # drafter gets too few cycles beside the target to draft the next window ahead
             options = attrs.evolve(options, guess_nice=options.drafter_nice)
+        requests = [] if conditioned else [make(w, None) for w in windows]
+        texts: list[str] = []
         try:
             results = []
-            for i, request in enumerate(requests):
-                if ahead is not None and i + 1 < len(requests):
+            for i, window in enumerate(windows):
+                if conditioned:
+                    requests.append(make(window, " ".join(texts) if texts else None))
+                if ahead is not None and i + 1 < len(windows):
                     ahead.queue_next(requests[i + 1], options.drafter_threads)
-                results.append(self.decode(request, options))
-            return results
+                results.append(self.decode(requests[i], options))
+                if results[-1].text.strip():  # Whisper feeds back the window's tokens: its timestamps too
+                    timed = requests[i].timestamps != "none"
+                    texts.append(marked_up(results[-1].segments) if timed else results[-1].text.strip())
+            return requests, results
         finally:
             if ahead is not None:
                 ahead.cancel()

@@ -110,7 +110,9 @@ def _child(factory: Callable[..., Any], args: tuple, niceness: int, control_sock
         control.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
     languages = None if source.languages is None else sorted(source.languages)
-    control.send(("ready", source.name, source.vocabulary, languages, int(source.eos_token)))
+    tasks = getattr(source, "tasks", None)
+    control.send(("ready", source.name, source.vocabulary, languages, int(source.eos_token),
+                  None if tasks is None else sorted(tasks)))
     threading.Thread(target=_serve_decode, args=(source, text), daemon=True).start()
     job = None
     while True:
@@ -221,9 +223,10 @@ class ProcessSource:
         self._jobs = 0
         self._lock = threading.Lock()
         self._child = _Child(factory, args, start_timeout_s, niceness)
-        inner_name, self.vocabulary, languages, self.eos_token = self._child.info
+        inner_name, self.vocabulary, languages, self.eos_token, tasks = self._child.info
         self.name = name or inner_name
         self.languages = None if languages is None else frozenset(languages)
+        self.tasks = None if tasks is None else frozenset(tasks)  # None: the source drafts any task
         self._history: list[int] = []  # the drafting job's tokens so far
         self._texts: list[str] = []  # text of self._history[:i + 1]
 
@@ -251,9 +254,7 @@ class ProcessSource:
             number = self._jobs
             try:
                 child = self._ready_child()
-                fields = dict(request_id=request.request_id, audio=request.audio, language=request.language,
-                              task=request.task, instruction=request.instruction)
-                child.control.send(("prepare", number, fields, language, threads))
+                child.control.send(("prepare", number, request.fields(), language, threads))
                 reply = _receive(child, number, "prepared", self._start_timeout_s)
                 error = reply[2]
             except Exception as exc:

@@ -1,4 +1,5 @@
-"""SubRip (SRT) and WebVTT text of a transcript: one cue per window, with the window's times."""
+"""SubRip (SRT) and WebVTT text of cues ``(start_s, end_s, text)``: a transcript's segments (one per
+timestamp segment in timestamp mode, one per window without), with their times in the file."""
 from __future__ import annotations
 
 from collections.abc import Iterable

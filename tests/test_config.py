@@ -104,12 +104,28 @@ def test_good_config(tmp_path, whisper_registry):
         (("threads = 1", "threads = true"), "source.threads: must be an integer"),
         (("threads = 1", "threads = 1\nprocess = 1"), "source.process: must be true or false, got 1"),
         (("[target]", "[targets]"), "target: required table [target] is missing"),
+        (("budget = 7", 'budget = 7\ntimestamps = "word"'), "timestamps: 'word' is not allowed; choose one of none"),
+        (("budget = 7", "budget = 7\nprompt = 3"), "prompt: must be a string, got 3"),
+        (("budget = 7", 'budget = 7\ncondition_on_previous_text = "yes"'), "condition_on_previous_text: must be true"),
     ],
 )
 def test_bad_configs_name_key_and_allowed(tmp_path, whisper_registry, edit, expected):
     report = _check(tmp_path, GOOD.replace(*edit), whisper_registry)
     assert not report.ok
     assert any(expected in e for e in report.errors), report.errors
+
+
+def test_timestamps_prompts_and_a_task_the_drafter_cannot_draft(tmp_path, whisper_registry):
+    """The drafter cannot translate: the file is fine, it says so, and requests run target-only."""
+    text = GOOD.replace('task = "asr"', 'task = "translate"\ntimestamps = "segment"\nprompt = "as2d, Whisper"\n'
+                                          'hotwords = "CTranslate2"\ncondition_on_previous_text = true')
+    report = _check(tmp_path, text, whisper_registry)
+    assert report.ok, report.errors
+    assert any("source 'whisper-tiny.en' does not draft 'translate'" in w for w in report.warnings), report.warnings
+    options = report.config.decode_options()
+    assert (options.timestamps, options.prompt, options.hotwords, options.condition_on_previous_text) == (
+        "segment", "as2d, Whisper", "CTranslate2", True)
+    assert options.request_fields() == {"timestamps": "segment", "prompt": "as2d, Whisper", "hotwords": "CTranslate2"}
 
 
 def test_parts_of_absent_plugins_are_checked_by_name_only(tmp_path, registry):

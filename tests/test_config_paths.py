@@ -37,6 +37,10 @@ def _other_values() -> dict[str, object]:
         low, high, choices = field.metadata["low"], field.metadata["high"], field.metadata["choices"]
         if choices:
             value = next(c for c in choices if c != field.default)
+        elif field.metadata["kind"] is bool:
+            value = not field.default
+        elif field.metadata["kind"] is str:
+            value = f"the {field.name} of this file"
         else:
             value = next(x for x in itertools.count(low or 0) if x != field.default and x not in used)
             assert high is None or value <= high, field.name

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from as2d_core import DecodeOptions, run_request
 from as2d_core.events import decompose
-from tiny_lm import ScriptedSource, SlowTarget, TinyLM
+from tiny_lm import ScriptedSource, SlowTarget, TinyLM, edited_draft
 
 MODEL = TinyLM()
 
@@ -53,18 +53,7 @@ def test_any_proposals_give_target_output(tiny_request, seed, edits, budget, pub
                                           start):
     request = tiny_request(seed)
     ref = reference(request)
-    drafted, i = [], 0
-    for op, token in edits:  # derive a draft from the reference by arbitrary edits, or plain junk
-        if op == "keep" and i < len(ref):
-            drafted.append(ref[i]); i += 1
-        elif op == "sub":
-            drafted.append(token); i += 1
-        elif op == "ins":
-            drafted.append(token)
-        elif op == "del":
-            i += 1
-        else:
-            drafted.extend([token, token])
+    drafted, i = edited_draft(ref, edits)  # a draft derived from the reference by arbitrary edits, or plain junk
     if shuffle_tail:
         drafted += ref[i:][::-1]
     source = ScriptedSource(drafted, delays=[delay] * len(drafted))

@@ -14,14 +14,28 @@ import time
 import numpy as np
 
 from as2d_core import DraftPiece
+from as2d_core.timestamps import TimestampRules
 
 
 class TinyLM:
+    """``timestamps``: that many timestamp tokens after ``vocab`` (and ``<|notimestamps|>`` before them), decoded
+    under Whisper's timestamp rules (``as2d_core.timestamps``) when a request asks for timestamps."""
+
     name = "tiny-lm"
     vocabulary = "tiny"
     device_in_use = ["numpy:CPU"]
 
-    def __init__(self, vocab: int = 32, dim: int = 16, layers: int = 2, seed: int = 0, max_new_tokens: int = 48):
+    def __init__(self, vocab: int = 32, dim: int = 16, layers: int = 2, seed: int = 0, max_new_tokens: int = 48,
+                 timestamps: int = 0):
+        self.eos_token = 1
+        self.rules = None
+        self.features = frozenset()
+        if timestamps:  # Whisper's layout: text, the end token, <|notimestamps|>, the timestamps
+            self.eos_token = vocab - 1
+            self.rules = TimestampRules(begin=vocab + 1, eot=self.eos_token, no_timestamps=vocab,
+                                        max_initial=timestamps // 4)
+            self.features = frozenset({"timestamps"})
+            vocab += 1 + timestamps
         rng = np.random.default_rng(seed)
         self.vocab, self.dim, self.layers = vocab, dim, layers
         self.embed = rng.normal(0, 1.0, (vocab, dim))
@@ -30,32 +44,40 @@ class TinyLM:
         self.w1 = rng.normal(0, dim**-0.5, (layers, dim, 2 * dim))
         self.w2 = rng.normal(0, (2 * dim) ** -0.5, (layers, 2 * dim, dim))
         self.out = rng.normal(0, 1.0, (dim, vocab))
-        self.eos_token = 1
         self.max_new_tokens = max_new_tokens
         self.calls = 0
 
     def prepare(self, request, threads):
         digest = hashlib.sha256(np.asarray(request.audio).tobytes()).digest()
-        prompt = [2 + b % (self.vocab - 2) for b in digest[:4]]
-        return TinySession(self, prompt)
+        prompt = [2 + b % ((self.eos_token if self.rules else self.vocab) - 2) for b in digest[:4]]
+        return TinySession(self, prompt, self.rules if request.timestamps != "none" else None)
 
 
 class TinySession:
     language = "en"
 
-    def __init__(self, model: TinyLM, prompt: list[int]):
+    time_precision_s = 0.02
+
+    def __init__(self, model: TinyLM, prompt: list[int], rules: TimestampRules | None = None):
         self.m = model
         self.eos_token = model.eos_token
         self.vocab_size = model.vocab
         self.max_new_tokens = model.max_new_tokens
+        self.rules = rules
+        if model.rules is not None:
+            self.timestamp_begin = model.rules.begin
+        self.response: list[int] = []  # the response tokens in the cache, for the timestamp rules
         self.k = np.zeros((model.layers, 0, model.dim))
         self.v = np.zeros((model.layers, 0, model.dim))
         self.prompt_length = len(prompt)
         self.cache_length = -len(prompt)  # counts response tokens; the prompt is below zero
-        self._first = self._forward(prompt)[-1]
+        first = self._logits(prompt)[-1:]
+        if rules is not None:
+            rules.apply(first[0], [])
+        self._first = int(first[0].argmax())
         self.threads = None
 
-    def _forward(self, tokens):
+    def _logits(self, tokens):
         m = self.m
         start = self.k.shape[1]
         x = m.embed[tokens] + m.pos[start : start + len(tokens)]
@@ -80,19 +102,27 @@ class TinySession:
         self.cache_length += len(tokens)
         logits = x @ m.out
         logits[:, m.eos_token] -= 2.0  # keep responses from ending too early
-        return [int(t) for t in logits.argmax(-1)]
+        if m.rules is not None:
+            logits[:, m.rules.no_timestamps + 1 :] += 1.5  # timestamps often enough to exercise the rules
+        return logits
 
     def first_token(self):
         return self._first
 
     def verify(self, root, candidates):
         self.m.calls += 1
-        return self._forward([root, *candidates])
+        appended = [root, *candidates]
+        logits = self._logits(appended)
+        if self.rules is not None:  # each position under the rules for the response up to it
+            self.rules.apply_rows(logits, self.response, appended)
+        self.response += appended
+        return [int(t) for t in logits.argmax(-1)]
 
     def truncate(self, cache_length):
         keep = self.prompt_length + cache_length
         self.k, self.v = self.k[:, :keep], self.v[:, :keep]
         self.cache_length = cache_length
+        del self.response[cache_length:]
 
     def use_threads(self, threads):
         self.threads = threads
@@ -181,3 +211,21 @@ class ScriptedJob:
 
     def close(self):
         self.release.set()
+
+
+def edited_draft(reference, edits, other=lambda token: [token, token]) -> tuple[list[int], int]:
+    """A draft made from ``reference`` by arbitrary edits ``(op, token)``: keep, sub, ins, del, and any other op
+    adds ``other(token)`` (junk, as does a keep past the end); also how far into the reference the edits reached."""
+    drafted, i = [], 0
+    for op, token in edits:
+        if op == "keep" and i < len(reference):
+            drafted.append(reference[i]); i += 1
+        elif op == "sub":
+            drafted.append(token); i += 1
+        elif op == "ins":
+            drafted.append(token)
+        elif op == "del":
+            i += 1
+        else:  # junk, also a "keep" past the reference's end
+            drafted.extend(other(token))
+    return drafted, i

@@ -9,6 +9,11 @@ tokenizers, so the pieces encode exactly as the whole text would.
 
 Each target token carries the lowest confidence of the drafter tokens whose
 text it was made from, so a confidence stop still works across vocabularies.
+
+Timestamp tokens (Whisper's, when the drafter and the target both have them:
+``timestamp_begin`` and ``time_precision_s``) carry no text: each ends the text
+before it, which is then converted whole (a segment's text is encoded on its
+own), and passes as the target's timestamp of the same time.
 """
 from __future__ import annotations
 
@@ -47,11 +52,16 @@ class TextBridge:
         decode_source: Callable[[Sequence[int]], str],
         encode_target: Callable[[str], list[int]],
         target_eos: int,
+        timestamps: tuple[int, int] | None = None,
     ) -> None:
         self._decode = decode_source
         self._encode = encode_target
         self._eos = target_eos
-        self._source_tokens: list[int] = []
+        self._timestamps = timestamps  # (the drafter's first timestamp id, the target's), or None
+        self._start_segment()
+
+    def _start_segment(self) -> None:
+        self._source_tokens: list[int] = []  # the current segment's (all, without timestamps)
         self._confidences: list[float | None] = []
         self._converted_chars = 0
         self._converted_tokens = 0  # drafter tokens whose text is fully converted
@@ -59,7 +69,7 @@ class TextBridge:
     @classmethod
     def for_request(cls, source, target, session) -> "TextBridge":
         """The registered factory: one bridge per request (``session`` is the target's prepared one)."""
-        return cls(source.decode_text, session.encode_text, session.eos_token)
+        return cls(source.decode_text, session.encode_text, session.eos_token, timestamp_ids(source, session))
 
     def _convert(self, text: str, end: int, last_token: int):
         piece = text[self._converted_chars : end]
@@ -71,6 +81,28 @@ class TextBridge:
         return tokens, ([confidence] * len(tokens) if confidence is not None else None)
 
     def push(self, tokens: Sequence[int], confidences: Sequence[float] | None = None):
+        if self._timestamps is None:
+            return self._push_text(tokens, confidences)
+        confidences = list(confidences) if confidences is not None else [None] * len(tokens)
+        source_begin, target_begin = self._timestamps
+        parts, start = [], 0
+        for i, token in enumerate(tokens):
+            if token >= source_begin:  # the segment's text is complete: convert it all, then the timestamp
+                parts += [self._push_text(tokens[start:i], confidences[start:i]), self._end_segment(),
+                          ([int(token) - source_begin + target_begin], confidences[i : i + 1])]
+                start = i + 1
+        parts.append(self._push_text(tokens[start:], confidences[start:]))
+        return _joined(parts)
+
+    def _end_segment(self):
+        text = self._decode(self._source_tokens)
+        converted = self._convert(text, len(text), len(self._source_tokens))
+        self._start_segment()
+        return converted
+
+    def _push_text(self, tokens: Sequence[int], confidences: Sequence[float | None] | None):
+        if not tokens:
+            return [], None
         self._source_tokens.extend(int(t) for t in tokens)
         self._confidences.extend(confidences if confidences is not None else [None] * len(tokens))
         text = self._decode(self._source_tokens)
@@ -90,3 +122,17 @@ class TextBridge:
             tokens.append(self._eos)
             confidences = confidences + [confidences[-1]] if confidences else None
         return tokens, confidences
+
+
+def timestamp_ids(source, session) -> tuple[int, int] | None:
+    """(drafter's, target's) first timestamp id when both have timestamp tokens of the same precision."""
+    begins = [getattr(part, "timestamp_begin", None) for part in (source, session)]
+    precisions = {getattr(part, "time_precision_s", None) for part in (source, session)}
+    return None if None in begins or len(precisions) != 1 else (begins[0], begins[1])
+
+
+def _joined(parts: list[tuple[list[int], list | None]]):
+    """Several (tokens, confidences) results as one; confidences only if every part with tokens has them."""
+    tokens = [t for part, _ in parts for t in part]
+    known = all(c is not None and None not in c for part, c in parts if part)
+    return tokens, ([c for part, confs in parts if part for c in confs] if known and tokens else None)
