@@ -64,7 +64,7 @@ def test_ct2_pieces_are_its_greedy_tokens(whisper_ct2_source, whisper_source):
     assert all(0 <= t < source.eos_token for t in tokens)
     model = source.model(1)
     features = model.encode(ctranslate2.StorageView.from_array(encoder_input(_example_request().audio, source.n_mels)))
-    reference = model.generate(features, [list(source.prompt)], beam_size=1, max_length=source.max_length,
+    reference = model.generate(features, [[source.sot, source.no_timestamps]], beam_size=1, max_length=source.max_length,
                                suppress_blank=True, suppress_tokens=source.suppress_tokens)
     assert tokens == reference[0].sequences_ids[0]
     text = source.decode_text(tokens).lower()
@@ -105,7 +105,7 @@ def test_ct2_long_audio_is_drafted_in_quiet_chunks(whisper_ct2_source, whisper_t
     request = _example_request()
     job = whisper_ct2_source.prepare(request, "en", threads=1)
     try:
-        chunks = [mel for mel, _ in job._chunks]
+        chunks = [mel for mel, _, _ in job._chunks]
         pieces = list(job.pieces())
     finally:
         job.close()

@@ -6,8 +6,12 @@ prefilled but re-decoded token by token, so resuming costs as much as starting
 over. A job therefore decodes each chunk of the request's audio in one call (the
 first chunk optionally in two: a short call whose tokens reach the target early,
 then the whole decode, whose tokens past the first call's are new). The
-suppression lists are the ONNX drafter's (from ``model.json``), so both drafters
-decode the same way.
+suppression lists are the ONNX drafter's (from ``model.json``), and the decoder
+prompt is built as the target builds its own (``WhisperVocabulary.decoder_prompt``),
+so both drafters decode the same way. In timestamp mode the prompt lacks
+``<|notimestamps|>`` and CTranslate2 applies Whisper's timestamp rules itself; a
+later chunk's timestamps are moved by the chunk's start, so they count from the
+request's start as the target's do.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from as2d_core.priority import run_at_lower_priority, thread_niceness
 
 from .convert import CT2_FILES
 from .features import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, encoder_input, pad_or_trim, quiet_cuts, shared_log_mel
-from .runtime import TokenizerText, read_model_folder
+from .runtime import LAST_TIMESTAMP, WhisperVocabulary, read_model_folder
 
 NAME = "whisper-tiny.en-ct2"
 _DEFAULTS = DecodeOptions()
@@ -43,30 +47,35 @@ def _ctranslate2():
 class Ct2DraftJob:
     """Greedy decoding of one request on CTranslate2, chunk by chunk, from its audio and its own history only.
 
-    ``chunks``: the encoder inputs, each with its cap on drafted tokens. The first is encoded
-    by ``prepare`` (``encoded``); the others are encoded here when their turn comes, on the
-    producer's thread, so the first chunk's tokens are published before the rest is encoded.
+    ``chunks``: the encoder inputs, each with its cap on drafted tokens and where it starts in the
+    request's audio (in timestamps). The first is encoded by ``prepare`` (``encoded``); the others
+    are encoded here when their turn comes, on the producer's thread, so the first chunk's tokens
+    are published before the rest is encoded.
     """
 
-    def __init__(self, model, encoded, chunks: Sequence[tuple[np.ndarray, int]], source: "Ct2WhisperSource"):
+    def __init__(self, model, encoded, chunks: Sequence[tuple[np.ndarray, int, int]], source: "Ct2WhisperSource",
+                 prompt: Sequence[int]):
         self._model = model
         self._features = encoded
         self._chunks = list(chunks)
         self._source = source
-        self.prompt = list(source.prompt)
-        self.max_new_tokens = sum(cap for _, cap in self._chunks)
+        self.prompt = list(prompt)
+        self.max_new_tokens = sum(cap for _, cap, _ in self._chunks)
         self.ended_with_eos = False
         self._cancelled = threading.Event()
 
-    def decode(self, max_new_tokens: int, features=None) -> list[int]:
+    def decode(self, max_new_tokens: int, features=None, first_chunk: bool = True) -> list[int]:
         """Greedy tokens after the prompt (on the first chunk by default), at most ``max_new_tokens``, without the end token.
 
-        CTranslate2 4.x stops a Whisper decode after ``max_length // 2`` tokens (measured
-        with 4.8.5: the prompt does not count, the model's 448 positions cap it), hence the 2x.
+        CTranslate2 4.x stops a Whisper decode after ``min(max_length // 2, max_length - prompt + 1)``
+        tokens (its source, and measured with 4.8.5), hence the length asked. Whisper caps the first
+        timestamp at 1 s into the request's audio; a later chunk starts mid-request, so not there.
         """
+        length = max(2 * max_new_tokens, max_new_tokens + len(self.prompt) - 1)
         result = self._model.generate(
-            self._features if features is None else features, [self.prompt], beam_size=1,
-            max_length=2 * max_new_tokens, suppress_blank=True, suppress_tokens=self._source.suppress_tokens)
+            self._features if features is None else features, [self.prompt], beam_size=1, max_length=length,
+            suppress_blank=True, suppress_tokens=self._source.suppress_tokens,
+            max_initial_timestamp_index=self._source.timestamp_rules.max_initial if first_chunk else LAST_TIMESTAMP)
         return [int(t) for t in result[0].sequences_ids[0]]
 
     def pieces(self) -> Iterator[DraftPiece]:
@@ -77,7 +86,7 @@ class Ct2DraftJob:
         as they are. CTranslate2 returns no end token; a decode shorter than its cap ended on it.
         """
         first = self._source.first_call_tokens
-        for index, (mel, cap) in enumerate(self._chunks):
+        for index, (mel, cap, offset) in enumerate(self._chunks):
             if self._cancelled.is_set():
                 return
             features = self._features if index == 0 else self._source.encode(self._model, mel)
@@ -88,10 +97,11 @@ class Ct2DraftJob:
                     yield DraftPiece(tokens=tuple(drafted), boundary=True)
                 if self._cancelled.is_set():
                     return
-            tokens = self.decode(cap, features)
+            tokens = self.decode(cap, features, first_chunk=index == 0)
             # One deterministic decode extends the other; should they ever differ, the target still verifies.
             if tokens[len(drafted):]:
-                yield DraftPiece(tokens=tuple(tokens[len(drafted):]), boundary=True)
+                yield DraftPiece(tokens=tuple(self._source.shift_timestamps(tokens[len(drafted):], offset)),
+                                 boundary=True)
             self.ended_with_eos = len(tokens) < cap
 
     def cancel(self) -> None:
@@ -103,7 +113,7 @@ class Ct2DraftJob:
         self._chunks = []
 
 
-class Ct2WhisperSource(TokenizerText):
+class Ct2WhisperSource(WhisperVocabulary):
     """whisper-tiny.en as an English drafter on CTranslate2 (``compute_type`` int8 by default).
 
     One loaded model per thread count and niceness: CTranslate2 fixes its threads at
@@ -129,6 +139,7 @@ class Ct2WhisperSource(TokenizerText):
     """
 
     languages = frozenset({"en"})
+    tasks = frozenset({"asr"})  # tiny.en cannot translate: a translation runs target-only
 
     def __init__(
         self,
@@ -147,12 +158,9 @@ class Ct2WhisperSource(TokenizerText):
         self.dir, self.meta, self.tokenizer = read_model_folder(model_dir, CT2_FILES, INSTALL_HINT)
         self.name: str = self.meta["name"]
         self.vocabulary: str = self.meta["vocabulary"]
-        special = self.meta["special"]
-        self.sot, self.eot, self.no_timestamps = special["sot"], special["eot"], special["no_timestamps"]
-        self.prompt = (self.sot, self.no_timestamps)
+        self.read_special()
         self.eos_token: int = self.eot
-        self.max_length: int = self.meta["max_length"]
-        self.max_draft = self.max_length - len(self.prompt)  # tokens a decode can add after the prompt
+        self.last_timestamp = self.meta["dims"]["n_vocab"] - 1
         self.n_mels: int = self.meta["dims"]["n_mels"]
         self.suppress_tokens: list[int] = [int(t) for t in self.meta["suppress_tokens"]]
         self.device, self.compute_type = backend_device, compute_type
@@ -203,18 +211,26 @@ class Ct2WhisperSource(TokenizerText):
         if language not in self.languages:
             raise ValueError(f"{self.name} drafts English only, not {language!r}")
         model = self.model(threads)
+        prompt = self.decoder_prompt(request, language)
+        max_draft = self.max_length - len(prompt)  # tokens a decode can add after the prompt
         if self.audio_margin_s is None:
-            chunks = [(encoder_input(request.audio, self.n_mels), self.max_draft)]
+            chunks = [(encoder_input(request.audio, self.n_mels), max_draft, 0)]
         else:
-            chunks = self._chunks(request)
-        return Ct2DraftJob(model, self.encode(model, chunks[0][0]), chunks, self)
+            chunks = [(mel, min(cap, max_draft), offset) for mel, cap, offset in self._chunks(request)]
+        return Ct2DraftJob(model, self.encode(model, chunks[0][0]), chunks, self, prompt)
+
+    def shift_timestamps(self, tokens: Sequence[int], offset: int) -> list[int]:
+        """A chunk's tokens with its timestamps moved ``offset`` timestamps later (counting from the request's start)."""
+        begin = self.timestamp_begin
+        return [min(t + offset, self.last_timestamp) if t >= begin else t for t in tokens] if offset else list(tokens)
 
     def encode(self, model, mel: np.ndarray):
         """The encoder's output for one input of shape [1, n_mels, frames]."""
         return model.encode(self._ct2.StorageView.from_array(mel))
 
-    def _chunks(self, request: Request) -> list[tuple[np.ndarray, int]]:
-        """Encoder inputs (a chunk of the log-mel plus its margin) with their caps on drafted tokens."""
+    def _chunks(self, request: Request) -> list[tuple[np.ndarray, int, int]]:
+        """Encoder inputs (a chunk of the log-mel plus its margin) with their caps on drafted tokens and their starts
+        (in timestamps)."""
         features = shared_log_mel(request.audio, self.n_mels)
         cuts = [0, features.shape[1]]
         if self.chunk_s is not None:
@@ -227,5 +243,5 @@ class Ct2WhisperSource(TokenizerText):
             frames = min(N_FRAMES, end - start + margin)
             mel = pad_or_trim(features[:, start:end], frames + frames % 2)[None]  # the encoder halves it
             cap = 16 + int(8 * (last - first) / request.sample_rate)
-            chunks.append((mel, min(cap, self.max_draft)))
+            chunks.append((mel, cap, round(first / (request.sample_rate * self.time_precision_s))))
         return chunks

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ import numpy as np
 import onnxruntime as ort
 
 from as2d_core.contracts import DraftPiece, Request
+from as2d_core.timestamps import TIME_PRECISION_S, TimestampRules
 from as2d_core.paths import ModelFilesMissing, absent_files, check_folder
 from as2d_core.paths import models_dir as default_models_dir
 from as2d_onnxruntime import providers_for
@@ -31,6 +33,8 @@ from .features import encoder_input
 
 FORMAT_VERSION = 1
 INSTALL_HINT = "run `as2d models install whisper-base whisper-tiny.en`"
+MARKUP = re.compile(r"<\|(\d+\.\d+)\|>")  # a timestamp in text (``<|2.40|>``), as ``timestamps.marked_up`` writes it
+LAST_TIMESTAMP = 1500  # <|30.00|>
 MNN_INSTALL_HINT = ("run `python -m as2d_whisper.convert --mnn whisper-base whisper-tiny.en` (converts the installed "
                     "ONNX models; `as2d models install` does it too when MNN is installed)")
 BACKENDS = ("onnxruntime", "mnn")
@@ -134,7 +138,71 @@ class TokenizerText:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
 
-class _Model(TokenizerText):
+class WhisperVocabulary(TokenizerText):
+    """A Whisper folder's special tokens (``meta``: its model.json), and the decoder prompt and timestamp rules
+    they make: the target and both drafters build them here, so all three prompt a request alike."""
+
+    meta: dict
+    time_precision_s = TIME_PRECISION_S
+
+    def read_special(self) -> None:
+        special = self.special = self.meta["special"]
+        self.sot, self.eot, self.no_timestamps = special["sot"], special["eot"], special["no_timestamps"]
+        self.timestamp_begin: int = special.get("timestamp_begin", self.no_timestamps + 1)
+        self.max_length: int = self.meta["max_length"]
+        self.language_ids: dict[str, int] = self.meta.get("languages", {})  # multilingual: code -> token
+        self.timestamp_rules = TimestampRules(self.timestamp_begin, self.eot, self.no_timestamps)
+
+    @property
+    def prompt_limit(self) -> int:
+        """Whisper's cap on previous-text tokens: half the decoder's context, less one."""
+        return self.max_length // 2 - 1
+
+    def decoder_prompt(self, request: Request, language: str) -> list[int]:
+        """``[<|startofprev|> hotwords previous] <|startoftranscript|> [language task] [<|notimestamps|>]``.
+
+        The previous text is the request's prompt then its ``previous_text``, of which the last tokens
+        that fit are kept, as Whisper keeps them; hotwords come first, as faster-whisper places them,
+        and take their room from it, so the prompt never crowds out the response. (A target refuses a
+        prompt or hotwords over the limit on their own first, ``check_prompt``; a drafter keeps what fits.)
+        """
+        hotwords = self._prompt_text(request.hotwords)[: self.prompt_limit]
+        context = self._prompt_text(request.prompt) + self._prompt_text(request.previous_text)
+        room = self.prompt_limit - len(hotwords)
+        context = context[len(context) - room:] if len(context) > room else context
+        start = [self.sot]
+        if self.meta["multilingual"]:
+            task = self.special["translate" if request.task == "translate" else "transcribe"]
+            start += [self.language_ids[language], task]
+        if request.timestamps == "none":
+            start.append(self.no_timestamps)
+        before = hotwords + context
+        return ([self.special["sot_prev"], *before] if before else []) + start
+
+    def check_prompt(self, request: Request) -> None:
+        """Refuse a prompt or hotwords over Whisper's limit on their own (ValueError naming both numbers)."""
+        for name in ("prompt", "hotwords"):
+            count = len(self._prompt_text(getattr(request, name)))
+            if count > self.prompt_limit:
+                raise ValueError(f"the {name} is {count} tokens; {self.meta['name']} takes at most {self.prompt_limit} "
+                                 f"(Whisper's limit: half its {self.max_length}-token context, less one)")
+
+    def _prompt_text(self, text: str | None) -> list[int]:
+        """Tokens of prompt text as Whisper encodes it (one leading space, the ends stripped); its timestamp markup
+        (``<|2.40|>``) becomes this vocabulary's timestamp tokens (tiny.en's tokenizer file lacks them)."""
+        text = (text or "").strip()
+        if not text:
+            return []
+        tokens: list[int] = []
+        for i, piece in enumerate(MARKUP.split(text if text.startswith("<|") else " " + text)):
+            if i % 2:
+                tokens.append(self.timestamp_begin + min(round(float(piece) / self.time_precision_s), LAST_TIMESTAMP))
+            elif piece:
+                tokens += self.encode_text(piece)
+        return tokens
+
+
+class _Model(WhisperVocabulary):
     """A converted model folder: metadata, tokenizer and the executor of one backend.
 
     ``decoder`` is the decoder graph's stem (``decoder`` or ``decoder.int8``);
@@ -158,11 +226,8 @@ class _Model(TokenizerText):
         dims = self.meta["dims"]
         self.n_layers, self.n_heads = dims["decoder_layers"], dims["decoder_heads"]
         self.head_dim = dims["d_model"] // dims["decoder_heads"]
-        self.n_vocab, self.n_mels, self.max_length = dims["n_vocab"], dims["n_mels"], self.meta["max_length"]
-        special = self.meta["special"]
-        self.sot, self.eot, self.no_timestamps = special["sot"], special["eot"], special["no_timestamps"]
-        self.special = special
-        self.languages: dict[str, int] = self.meta.get("languages", {})
+        self.n_vocab, self.n_mels = dims["n_vocab"], dims["n_mels"]
+        self.read_special()
         self.suppress = np.asarray(self.meta["suppress_tokens"], dtype=np.int64)
         self.suppress_blank = np.asarray(self.meta["suppress_blank"], dtype=np.int64)
         self._lock = threading.Lock()
@@ -258,33 +323,42 @@ def _top_probability(row: np.ndarray) -> float:
 
 
 class WhisperTargetSession:
-    """One request on the target: prompt prefilled, verify appends root + candidates."""
+    """One request on the target: prompt prefilled, verify appends root + candidates.
+
+    In timestamp mode each verified position's logits get Whisper's timestamp rules for the response
+    up to that position (``TimestampRules.apply_rows``): the session keeps the response tokens in its
+    cache for that, so a batched verification decides as one step at a time would.
+    """
 
     def __init__(self, target: "WhisperTarget", request: Request, threads: int):
         model = self._model = target._model
         if request.task not in ("asr", "translate"):
             raise ValueError(f"whisper supports the tasks 'asr' and 'translate', not {request.task!r}")
-        cross = _audio_kv(model, request, threads)
         language = request.language
+        if not model.meta["multilingual"] and (language not in (None, "en") or request.task != "asr"):
+            raise ValueError(f"{model.meta['name']} only transcribes English")
+        model.check_prompt(request)  # before the encoder runs
+        cross = _audio_kv(model, request, threads)
         if model.meta["multilingual"]:
             if language is None:
                 language = target.detect_language(request, threads, cross)
-            if language not in model.languages:
+            if language not in model.language_ids:
                 raise ValueError(f"{model.meta['name']} has no language {language!r}")
-            task = model.special["translate" if request.task == "translate" else "transcribe"]
-            self.prompt = [model.sot, model.languages[language], task, model.no_timestamps]
         else:
-            if language not in (None, "en") or request.task != "asr":
-                raise ValueError(f"{model.meta['name']} only transcribes English")
             language = "en"
-            self.prompt = [model.sot, model.no_timestamps]
+        self.prompt = model.decoder_prompt(request, language)
         self.language = language
         self.eos_token = model.eot
         self.vocab_size = model.n_vocab
+        self.timestamp_begin, self.time_precision_s = model.timestamp_begin, model.time_precision_s
+        self._rules = model.timestamp_rules if request.timestamps != "none" else None
+        self._response: list[int] = []  # the response tokens in the cache, for the timestamp rules
         self.max_new_tokens = model.max_length - len(self.prompt)
         self._state = _DecoderState(model, cross, threads)
         logits = self._state.append(self.prompt)
         first_row = model.greedy(logits[-1], first_step=True)
+        if self._rules is not None:
+            self._rules.apply(first_row, [])
         self._first = int(np.argmax(first_row))
         self._first_confidence = _top_probability(first_row)
 
@@ -300,13 +374,21 @@ class WhisperTargetSession:
     def first_token(self) -> int:
         return self._first
 
+    def _scores(self, root: int, candidates: Sequence[int]) -> np.ndarray:
+        """Logits after each appended position, with the suppressions and (in timestamp mode) the rules applied."""
+        appended = [int(root), *(int(c) for c in candidates)]
+        logits = self._model.greedy(self._state.append(appended))
+        if self._rules is not None:
+            self._rules.apply_rows(logits, self._response, appended)
+        self._response += appended
+        return logits
+
     def verify(self, root: int, candidates: Sequence[int]) -> list[int]:
-        logits = self._state.append([int(root), *(int(c) for c in candidates)])
-        return [int(t) for t in np.argmax(self._model.greedy(logits), axis=-1)]
+        return [int(t) for t in np.argmax(self._scores(root, candidates), axis=-1)]
 
     def verify_with_confidence(self, root: int, candidates: Sequence[int]) -> tuple[list[int], list[float]]:
         """Like verify, plus the probability of each greedy token (SpecASR's stopping rule needs it)."""
-        logits = self._model.greedy(self._state.append([int(root), *(int(c) for c in candidates)]))
+        logits = self._scores(root, candidates)
         return [int(t) for t in np.argmax(logits, axis=-1)], [_top_probability(row) for row in logits]
 
     def first_token_confidence(self) -> float:
@@ -316,6 +398,7 @@ class WhisperTargetSession:
         if not 0 <= cache_length <= self.cache_length:
             raise ValueError(f"cannot truncate a cache of {self.cache_length} response tokens to {cache_length}")
         self._state.length = len(self.prompt) + cache_length
+        del self._response[cache_length:]
 
     def use_threads(self, threads: int) -> None:
         self._state.bind(threads)
@@ -336,6 +419,8 @@ class WhisperTarget:
     The int8 target (``whisper-base-int8``) is the same class on the folder
     ``as2d models install whisper-base-int8`` makes.
     """
+
+    features = frozenset({"timestamps", "prompt", "hotwords"})  # what a request may ask (``Request.features``)
 
     def __init__(
         self,
@@ -378,8 +463,8 @@ class WhisperTarget:
             logits = state.append([model.sot])[-1]
         finally:
             state.close()
-        names = list(model.languages)
-        ids = np.asarray([model.languages[n] for n in names])
+        names = list(model.language_ids)
+        ids = np.asarray([model.language_ids[n] for n in names])
         return names[int(np.argmax(logits[ids]))]
 
 
@@ -387,23 +472,27 @@ class WhisperTarget:
 
 
 class WhisperDraftJob:
-    """Greedy tiny.en decoding for one request, from its audio and its own history only."""
+    """Greedy tiny.en decoding for one request, from its audio, its prompt and its own history only
+    (in timestamp mode under Whisper's timestamp rules, as the target decodes)."""
 
     def __init__(self, model: _Model, request: Request, threads: int):
         self._model = model
         self._state = _DecoderState(model, _audio_kv(model, request, threads), threads)
-        self.prompt = [model.sot, model.no_timestamps]
+        self.prompt = model.decoder_prompt(request, "en")
+        self._rules = model.timestamp_rules if request.timestamps != "none" else None
         self.max_new_tokens = model.max_length - len(self.prompt)
         self.ended_with_eos = False
 
     def pieces(self) -> Iterator[DraftPiece]:
         model, state = self._model, self._state
         logits = state.append(self.prompt)[-1:]
-        first = True
+        drafted: list[int] = []
         for _ in range(self.max_new_tokens):
-            row = model.greedy(logits[0], first_step=first)
-            first = False
+            row = model.greedy(logits[0], first_step=not drafted)
+            if self._rules is not None:
+                self._rules.apply(row, drafted)
             tok = int(np.argmax(row))
+            drafted.append(tok)
             if tok == model.eot:
                 self.ended_with_eos = True
                 return
@@ -423,6 +512,7 @@ class WhisperSource:
     """
 
     languages = frozenset({"en"})
+    tasks = frozenset({"asr"})  # tiny.en cannot translate: a translation runs target-only
 
     def __init__(
         self,
@@ -440,6 +530,7 @@ class WhisperSource:
         self.name: str = self._model.meta["name"]
         self.vocabulary: str = self._model.meta["vocabulary"]
         self.eos_token: int = self._model.eot
+        self.timestamp_begin, self.time_precision_s = self._model.timestamp_begin, self._model.time_precision_s
         self.backend = backend
 
     @property
