@@ -10,17 +10,20 @@ import json
 import re
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 import srt
 import webvtt
 from click.testing import CliRunner
 
+from as2d_core import Request, run_request
 from as2d_core.audio import load_audio
 from as2d_core.cli import cli
 from as2d_core.lookahead import LookaheadSource
 from as2d_core.pipeline import Pipeline, PipelineOptions
 from as2d_core.subtitles import to_srt, to_vtt
+from as2d_core.timestamps import marked_up
 from audio_files import encode
 from conftest import SHARED_SPEECH
 from drafting import options_that_draft
@@ -63,7 +66,10 @@ def pipeline(whisper_target, whisper_source):
 
 
 @pytest.fixture(scope="module")
-def transcript(pipeline, recording):
+def transcript(whisper_target, whisper_source, recording):
+    """The file in timestamp mode, its first window prompted as Whisper's initial prompt is."""
+    decode = options_that_draft(timestamps="segment", prompt="A reading of short texts.")
+    pipeline = Pipeline(whisper_target, whisper_source, PipelineOptions(language="en", decode=decode))
     return pipeline.transcribe(recording[0], request_id="long", check=True)
 
 
@@ -112,8 +118,33 @@ def test_every_window_is_exact_and_every_clip_is_transcribed(transcript, recordi
 
 
 @needs_shared
-def test_subtitles_read_back_with_each_windows_times(transcript):
-    cues = [(w.start_s, w.end_s, w.text) for w in transcript.windows]
+def test_each_window_conditioned_on_the_text_before_it_is_exact(whisper_target, whisper_ct2_source, recording):
+    """Whisper's long form: each window's prompt is the text before it, with its timestamps (as Whisper feeds
+    its tokens back); the check decodes each window target-only on that same prompt."""
+    samples = recording[0][: 50 * SR]
+    decode = options_that_draft(timestamps="segment", prompt="A reading.", condition_on_previous_text=True)
+    pipeline = Pipeline(whisper_target, whisper_ct2_source, PipelineOptions(language="en", decode=decode))
+    conditioned = pipeline.transcribe(samples, request_id="conditioned", check=True)
+    first, second = conditioned.windows[:2]
+    assert conditioned.exact is True and len(conditioned.windows) >= 2 and second.result.accepted > 0
+    audio = samples[second.window.start : second.window.end]
+    previous = marked_up(first.result.segments)
+    assert previous.startswith("<|0.00|>") and previous.endswith("|>") and previous.count("<|") >= 4
+    asked = Request("w1", audio, language="en", timestamps="segment", prompt="A reading.", previous_text=previous)
+    assert run_request(asked, whisper_target, None, "target-only").tokens == second.tokens
+    alone = attrs.evolve(asked, previous_text=None)
+    assert run_request(alone, whisper_target, None, "target-only").tokens != second.tokens
+
+
+@needs_shared
+def test_subtitles_have_a_cue_per_timestamp_segment_inside_its_window(transcript):
+    cues = [(s.start_s, s.end_s, s.text.strip()) for s in transcript.segments]
+    lengths = [b - a for a, b, _ in cues]
+    assert len(cues) > 2 * len(transcript.windows) and np.median(lengths) <= 8.0 and max(lengths) <= 30.0
+    assert all(a <= b <= c <= d for (a, b, _), (c, d, _) in zip(cues, cues[1:]))  # in order, never overlapping
+    for w in transcript.windows:  # each cue lies inside its window
+        assert all(w.start_s <= s.start_s <= s.end_s <= w.end_s for s in w.segments)
+    assert " ".join(t for _, _, t in cues) == " ".join(w.text for w in transcript.windows)
     subtitles = list(srt.parse(to_srt(cues)))
     assert [(s.start.total_seconds(), s.end.total_seconds(), s.content) for s in subtitles] == [
         (round(a, 3), round(b, 3), t) for a, b, t in cues if t]
@@ -198,16 +229,24 @@ def test_cli_errors_are_one_line(tmp_path):
 
 
 def test_cli_writes_srt_for_a_file(tmp_path):
-    result = CliRunner().invoke(cli, ["run", str(BUNDLED), "--method", "target-only", "--language", "en",
-                                      "--format", "srt"])
+    """A cue per timestamp segment by default; one per window with --timestamps none."""
+    run = ["run", str(BUNDLED), "--method", "target-only", "--language", "en"]
+    result = CliRunner().invoke(cli, [*run, "--format", "srt"])
     assert result.exit_code == 0, result.output
+    cues = list(srt.parse(result.output))
+    assert len(cues) >= 4 and cues[0].start.total_seconds() < 1 and cues[-1].end.total_seconds() <= 26.004
+    assert all((c.end - c.start).total_seconds() <= 8 for c in cues) and "printing" in cues[0].content.lower()
+    result = CliRunner().invoke(cli, [*run, "--format", "srt", "--timestamps", "none"])
     (cue,) = srt.parse(result.output)
     assert cue.start.total_seconds() == 0 and abs(cue.end.total_seconds() - 26.004) < 0.001
-    assert "printing" in cue.content.lower()
-    result = CliRunner().invoke(cli, ["run", str(BUNDLED), "--method", "target-only", "--language", "en", "--json"])
+    assert cue.content == " ".join(c.content for c in cues)
+    result = CliRunner().invoke(cli, [*run, "--json"])
     out = json.loads(result.output)
     assert out["windows"][0]["text"] == cue.content and out["audio"]["codec"] == "pcm_s16le"
     assert out["skipped_silence"] == [] and out["totals"]["windows"] == 1 and out["tokens"]
+    (segment,) = out["segments"]  # without timestamps: the window
+    assert (segment["start_s"], segment["window"], segment["text"]) == (0.0, 0, out["windows"][0]["segments"][0]["text"])
+    assert segment["end_s"] == pytest.approx(26.004, abs=0.001)
 
 
 def test_cli_stream_prints_a_line_per_block_and_a_summary(tmp_path):
