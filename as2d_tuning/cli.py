@@ -11,7 +11,9 @@ from pathlib import Path
 
 import click
 
-from .replay import PUBLICATION
+from as2d_core.options import STARTS
+
+from .replay import CLOCKS, PUBLICATION
 
 
 def _fail(message: str) -> None:
@@ -43,61 +45,112 @@ def _mapper(ray_address: str | None):
         _fail(str(exc))
 
 
-def _load_config(path: Path):
-    """Validate a task configuration and build its target and source, as ``as2d run --config`` does."""
-    from as2d_core.build import ConfigProblem, parts_from_config
+def _load_config(path: Path | None):
+    """Validate a task configuration and build its target and source, as ``as2d run --config`` does;
+    without one, ``as2d run``'s default target and drafter."""
+    from as2d_core.build import DEFAULT_SOURCE, DEFAULT_TARGET, ConfigProblem, build_parts, parts_from_config, \
+        resolve_config
+    from as2d_core.plugins import UnknownPart
 
     try:
+        if path is None:
+            config, report = resolve_config(None, {}, {"target.model": DEFAULT_TARGET, "source.name": DEFAULT_SOURCE})
+            return (config, *build_parts(config, report, with_source=True))
         config, _, target, source = parts_from_config(path, with_source=True)
-    except ConfigProblem as exc:
+    except (ConfigProblem, UnknownPart) as exc:
         _fail(str(exc))
     return config, target, source
 
 
-def _request(audio: Path | None, language: str | None):
+DEFAULT_AUDIO = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
+
+
+def _calibration_audio(paths: tuple[Path, ...]):
+    """The calibration speech: the files given, joined, or the bundled clip."""
     import numpy as np
 
-    from as2d_core.audio import load_audio
-    from as2d_core.contracts import Request
+    from as2d_core.audio import AudioError, load_audio
 
-    if audio is None:  # costs depend on shapes, not content: low noise, continuation from known text
-        samples = np.random.default_rng(0).normal(0, 0.01, 16_000 * 10).astype(np.float32)
-        return Request(request_id="profile-noise-10s", audio=samples, language=language or "en")
-    return Request(request_id=f"profile-{audio.stem}", audio=load_audio(audio), language=language)
+    if not paths:
+        if not DEFAULT_AUDIO.is_file():
+            _fail(f"no calibration audio: {DEFAULT_AUDIO} is not here; pass --audio with speech the drafter drafts")
+        paths = (DEFAULT_AUDIO,)
+    try:
+        return np.concatenate([load_audio(p) for p in paths])
+    except AudioError as exc:
+        _fail(str(exc))
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
+def _numbers(text: str, what: str, kind=int) -> list:
+    try:
+        return [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        _fail(f"{what} must be comma-separated numbers, got {text!r}")
 
 
 @click.command("profile")
-@click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Task configuration to profile (target, drafter, threads, niceness); default: as2d run's "
+                   "target and drafter.")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Profile file to write (.json or .toml is read back; JSON is written).")
-@click.option("--audio", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Calibration audio (16 kHz); without it, 10 s of low noise and a known text continuation.")
-@click.option("--kmax", type=int, default=16, show_default=True, help="Largest physical width K.")
+@click.option("--audio", "audio_paths", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Calibration speech (repeatable; the files are joined), in a language the drafters draft; "
+                   "default: the bundled examples/ljspeech_en_w00.wav.")
+@click.option("--kmax", type=click.IntRange(1, 64), default=16, show_default=True, help="Largest physical width K.")
 @click.option("--offsets", default="0,32,64", show_default=True, help="Target-prefix offsets (tokens).")
-@click.option("--repeats", type=int, default=5, show_default=True)
-@click.option("--warmup", type=int, default=1, show_default=True)
-@click.option("--decodes", type=int, default=3, show_default=True, help="Real decodes per method for loop costs.")
+@click.option("--repeats", type=click.IntRange(1), default=5, show_default=True)
+@click.option("--warmup", type=click.IntRange(0), default=1, show_default=True)
+@click.option("--decodes", type=click.IntRange(1), default=3, show_default=True, help="Real decodes per method for loop costs.")
+@click.option("--nice", "niceness", default=None,
+              help="Drafter niceness values to measure beside the target (comma-separated); default: the "
+                   "configuration's nice and guess_nice.")
+@click.option("--lengths", default=None,
+              help="Audio lengths (s) at which the preparation and the drafters' jobs are measured; default: "
+                   "1 to 30 s in 13 steps.")
+@click.option("--job-repeats", type=click.IntRange(1), default=2, show_default=True, help="Drafter jobs per audio length.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="R(K) figure (default: OUT with .png).")
 @click.option("--sources", "other_names", default=None,
               help="Other drafters to price too (comma-separated), for replay and select across sources.")
-def profile(config_path, out_path, audio, kmax, offsets, repeats, warmup, decodes, plot_path, other_names):
-    """Measure the configured target and drafter on this machine and write a device profile."""
+@click.option("--quiet", is_flag=True, help="No progress lines.")
+def profile(config_path, out_path, audio_paths, kmax, offsets, repeats, warmup, decodes, niceness, lengths,
+            job_repeats, plot_path, other_names, quiet):
+    """Measure the configured target and drafters on this machine and write a device profile."""
+    from as2d_core.build import build_source
     from as2d_core.paths import models_dir
-    from .profile import build_profile, plot_r_of_k
+    from as2d_core.plugins import UnknownPart
+    from .profile import LENGTHS, Measurement, ProfileError, build_profile, plot_r_of_k
 
-    from as2d_core.build import build_part
-
+    nice = _numbers(niceness, "--nice") if niceness else None
+    if nice is not None and (not nice or any(not 0 <= n <= 19 for n in nice)):
+        _fail(f"--nice values must be between 0 and 19, got {niceness}")
+    grid = _numbers(lengths, "--lengths", float) if lengths else list(LENGTHS)
+    if not grid or min(grid) <= 0:
+        _fail(f"--lengths must be positive seconds, got {lengths}")
+    audio = _calibration_audio(audio_paths)
     config, target, source = _load_config(config_path)
-    others = {n.strip(): build_part("source", n.strip()) for n in (other_names or "").split(",")
-              if n.strip() and (config.source is None or n.strip() != config.source.name)}
-    request = _request(audio, config.language)
-    data = build_profile(config, target, source, request, kmax=kmax, offsets=_ints(offsets), repeats=repeats,
-                         warmup=warmup, decodes=decodes, models_dir=models_dir(), other_sources=others)
+    options = config.decode_options()
+    nice = nice or sorted({options.drafter_nice, options.guess_nice})
+    sources = {} if source is None else {source.name: source}
+    try:
+        for name in (n.strip() for n in (other_names or "").split(",")):
+            if name and name not in sources:
+                sources[name] = build_source(name)
+    except UnknownPart as exc:
+        _fail(str(exc))
+
+    def say(message: str) -> None:
+        if not quiet:
+            click.echo(f"[profile] {message}", err=True)
+
+    measurement = Measurement(target, sources, audio, config.language, options, kmax=kmax, offsets=_numbers(offsets, "--offsets"),
+                              repeats=repeats, warmup=warmup, decodes=decodes, niceness=nice, lengths=sorted(grid),
+                              job_repeats=job_repeats, say=say)
+    try:
+        data = build_profile(config, measurement, models_dir=models_dir())
+    except ProfileError as exc:
+        _fail(str(exc))
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(data, indent=1))
     plot_path = plot_path or out_path.with_suffix(".png")
@@ -107,10 +160,20 @@ def profile(config_path, out_path, audio, kmax, offsets, repeats, warmup, decode
         shared = data["verify_s"].get("shared", {}).get(k)
         click.echo(f"{k:>2} {1000 * s['median']:8.2f} {1000 * shared['median'] if shared else float('nan'):9.2f} "
                    f"{data['r_k_pct'][k]['r_pct']:6.1f}")
+    prepare = data["prepare_s"]["alone"]
+    click.echo(f"target preparation alone: {1000 * min(v['median'] for v in prepare.values()):.0f}-"
+               f"{1000 * max(v['median'] for v in prepare.values()):.0f} ms")
     for name, d in data.get("drafters", {}).items():
-        click.echo(f"drafter {name}: {1000 * d['draft_step_s']['alone']['median']:.2f} ms per token alone, "
-                   f"{1000 * d['draft_step_s']['shared']['median']:.2f} ms with the target running")
-    click.echo(f"wrote {out_path} and {plot_path}")
+        fit = d["piece_s"]
+        click.echo(f"drafter {name}: piece {1000 * fit['first']:.1f} ms + {1000 * fit['per_token']:.2f} ms per token"
+                   f" (later pieces {1000 * fit['next']:.1f} ms +), encoder "
+                   f"{1000 * min(v['median'] for v in d['prepare_s'].values()):.0f}-"
+                   f"{1000 * max(v['median'] for v in d['prepare_s'].values()):.0f} ms")
+        for n, c in d["niceness"].items():
+            click.echo(f"  niceness {n}: target preparation x{c['target_slowdown']['prepare']:.2f} beside it; it runs "
+                       f"x{c['drafter_slowdown']['prepare']:.2f} beside the preparation, "
+                       f"x{c['drafter_slowdown']['verify']:.2f} beside verification")
+    click.echo(f"wrote {out_path} and {plot_path} in {data['duration_s']:.0f} s")
 
 
 @click.command("replay")
@@ -123,20 +186,26 @@ def profile(config_path, out_path, audio, kmax, offsets, repeats, warmup, decode
               help="Drafter publication times re-priced by the profile, or the traced native times.")
 @click.option("--align-window", type=int, default=8, show_default=True)
 @click.option("--compare-native/--no-compare-native", default=None,
-              help="Add native TPS and replay_mae_pct (default: when the profile was measured on this machine).")
+              help="Add native TPS and replay_mae_pct on both clocks (default: when the profile was measured on the "
+                   "kind of machine that ran the traces).")
 @click.option("--languages", default=None, help="Only windows of these comma-separated languages.")
+@click.option("--nice", "niceness", type=click.IntRange(0, 19), default=None,
+              help="Re-price the as2d runs with the drafter at this niceness (default: as traced).")
+@click.option("--start", type=click.Choice(STARTS), default=None,
+              help="Re-price the as2d runs with the drafter started at arrival or once prepared (default: as traced).")
 @click.option("--load-calibrate", is_flag=True,
               help="Scale each window's costs by its own native target-only run (drifting load on shared cores).")
 @_ray_option
 def replay(traces, profile_path, out_dir, sources, budgets, publication, align_window, compare_native, languages,
-           load_calibrate, ray_address):
-    """Price saved trajectories (as2d bench --save-traces) under a device profile."""
-    import platform
+           niceness, start, load_calibrate, ray_address):
+    """Price saved trajectories (as2d bench --save-traces) under a device profile, on the user's clock
+    (arrival to final token) and the paper's (after the target's preparation)."""
     import statistics
 
     from as2d_bench.summary import summarize
     from .costs import costs_of, load_profile
-    from .replay import DECOUPLED, load_factors, mae, parse_budgets, read_traces, record_of, row_of
+    from .profile import staleness
+    from .replay import CLOCKS, DECOUPLED, load_factors, mae, parse_budgets, read_traces, record_of, row_of
     from .tasks import replay_plan
 
     try:
@@ -150,10 +219,14 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
         records = [record_of(t) for t in raw]
     except (ValueError, OSError) as exc:
         _fail(str(exc))
+    warnings, same_machine = staleness(profile_data, traces)
+    for warning in warnings:
+        click.echo(f"Warning: {warning}", err=True)
     base_costs = costs_of(profile_data)
     factors = load_factors(raw, base_costs) if load_calibrate else {}
     if compare_native is None:
-        compare_native = (profile_data.get("machine") or {}).get("hostname") == platform.node()
+        compare_native = same_machine
+    repriced = niceness is not None or start is not None
     rows, skipped, jobs, plans = [], [], [], []
     for trace, record in zip(raw, records):
         factor = factors.get((trace.get("_file", ""), record.window))
@@ -167,7 +240,7 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
         plan = [(None, record.method)]
         if record.method == "as2d" and budget_list:
             plan = [(b, record.method if len(budget_list) == 1 else f"as2d-b{b}") for b in budget_list]
-        jobs.append((record, costs, [b for b, _ in plan], align_window, publication))
+        jobs.append((record, costs, [b for b, _ in plan], align_window, publication, niceness, start))
         plans.append((record, plan))
     with _mapper(ray_address) as mapper:
         priced = mapper(replay_plan, jobs)
@@ -177,9 +250,9 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
                 skipped.append({"window": record.window, "method": name, "reason": out})
                 continue
             row = row_of(out, record, name)
-            traced = budget is None or budget == record.budget or record.source is None
+            traced = record.source is None or (not repriced and (budget is None or budget == record.budget))
             if not (compare_native and traced):
-                row["native_tps"] = None
+                row["native_tps"] = row["native_e2e_tps"] = None
             rows.append(row)
     out_dir.mkdir(parents=True, exist_ok=True)
     with (out_dir / "results.jsonl").open("w") as f:
@@ -188,34 +261,45 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
     summary = summarize(rows)
     summary["replay"] = {"profile": str(profile_path), "profile_name": profile_data.get("name"),
                          "publication": publication, "budgets": budget_list, "sources": sorted(wanted or []),
-                         "load_calibrated": load_calibrate, "skipped": skipped}
+                         "niceness": niceness, "start": start, "load_calibrated": load_calibrate,
+                         "warnings": warnings, "skipped": skipped}
     if factors:
         summary["replay"]["load_factors"] = {"median": statistics.median(factors.values()),
                                              "min": min(factors.values()), "max": max(factors.values())}
     if compare_native:
-        by_method = {}
-        for row in rows:
-            by_method.setdefault(row["method"], []).append(row)
+        by_method: dict[str, list[dict]] = {}
         runs: dict[str, list[dict]] = {}
         for r in rows:
+            by_method.setdefault(r["method"], []).append(r)
             if r.get("native_tps"):
                 runs.setdefault(f"{r['window']}/{r['method']}", []).append(r)
+
+        def median_of(rs, key):
+            values = [r[key] for r in rs if r.get(key) is not None]
+            return statistics.median(values) if values else None
+
         summary["native"] = {
-            "windows": {key: {"native_tps": statistics.median(r["native_tps"] for r in rs),
-                              "replay_tps": statistics.median(r["tps"] for r in rs), "runs": len(rs)}
+            "windows": {key: {"native_tps": median_of(rs, "native_tps"), "replay_tps": median_of(rs, "tps"),
+                              "native_e2e_tps": median_of(rs, "native_e2e_tps"),
+                              "replay_e2e_tps": median_of([dict(r, e2e_tps=r["tokens"] / r["e2e_s"]) for r in rs
+                                                           if r.get("e2e_s")], "e2e_tps"), "runs": len(rs)}
                         for key, rs in runs.items()},
-            "methods": {m: mae(rs) for m, rs in by_method.items()},
+            "methods": {m: {clock: mae(rs, clock) for clock in CLOCKS} for m, rs in by_method.items()},
         }
         # The headline (D.3) compares replay with native decoupled runs; calibrated target-only rows are exact.
         decoupled = [r for r in rows if r["method"].startswith("as2d")]
-        summary["replay_mae_pct"] = mae(decoupled or rows)["replay_mae_pct"]
         summary["replay_mae_scope"] = "as2d runs" if decoupled else "all runs"
+        summary["replay_mae_pct"] = mae(decoupled or rows, "decode")["replay_mae_pct"]
+        summary["replay_e2e_mae_pct"] = mae(decoupled or rows, "e2e")["replay_mae_pct"]
         for name, stats in summary["methods"].items():
-            stats["replay_mae_pct"] = summary["native"]["methods"].get(name, {}).get("replay_mae_pct")
+            errors = summary["native"]["methods"].get(name, {})
+            stats["replay_mae_pct"] = errors.get("decode", {}).get("replay_mae_pct")
+            stats["replay_e2e_mae_pct"] = errors.get("e2e", {}).get("replay_mae_pct")
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     for name, s in summary["methods"].items():
         click.echo(json.dumps({"method": name, **{k: s.get(k) for k in (
-            "pooled_tps", "ratio_vs_target_only", "windows", "exact_windows", "replay_mae_pct")}}))
+            "pooled_e2e_tps", "pooled_tps", "ratio_vs_target_only", "windows", "exact_windows", "replay_e2e_mae_pct",
+            "replay_mae_pct")}}))
     if skipped:
         click.echo(f"{len(skipped)} runs not priced; reasons in summary.json (replay.skipped)", err=True)
     click.echo(f"wrote {out_dir / 'results.jsonl'} and {out_dir / 'summary.json'}")
@@ -236,20 +320,28 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
 @click.option("--work", "work_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where collected traces and the plot go (default: next to OUT).")
 @click.option("--align-window", type=int, default=8, show_default=True)
+@click.option("--clock", type=click.Choice(CLOCKS), default="e2e", show_default=True,
+              help="Rank on the user's clock (arrival to final token) or the paper's decode clock (after preparation).")
+@click.option("--nice", "niceness", default=None,
+              help="Drafter niceness values to choose from (comma-separated); default: those the profile measured.")
+@click.option("--starts", default="arrival,prepared", show_default=True,
+              help="Drafter starts to choose from: arrival (beside the target's preparation) and/or prepared.")
 @click.option("--json", "as_json", is_flag=True)
 @_ray_option
 def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path, base_path, trace_paths, work_dir,
-           align_window, as_json, ray_address):
-    """Rank every feasible source and fixed budget on DEV_MANIFEST by replayed pooled TPS; report the test oracle gap."""
+           align_window, clock, niceness, starts, as_json, ray_address):
+    """Rank every feasible source, fixed budget, drafter niceness and start on DEV_MANIFEST by replayed pooled TPS
+    (the user's clock by default); report the test oracle gap."""
     from as2d_bench.folder import ConfigMismatch
     from as2d_bench.machine import MixedMachines
     from as2d_bench.runner import read_manifest
-    from as2d_core.build import build_part
+    from as2d_core.build import build_source
     from as2d_core.config import check_file
+    from as2d_core.plugins import UnknownPart
     from .costs import costs_of, load_profile
     from .replay import parse_budgets, read_traces
-    from .select import choose, collect, config_text, gap_pct, oracle, plot_budgets, pooled, price_grid, \
-        records_by_source, target_only_cells
+    from .select import choose, collect, config_text, gap_pct, missing_windows, oracle, plot_budgets, pooled, \
+        price_grid, records_by_source, target_only_cells
 
     try:
         profile_data = load_profile(profile_path)
@@ -261,15 +353,27 @@ def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path
         base = check_file(base_path).config if base_path and base_path.is_file() else None
         if base is None:
             raise ValueError("no base configuration: pass --config")
+        start_list = [x.strip() for x in starts.split(",") if x.strip()]
+        if not start_list or any(x not in STARTS for x in start_list):
+            raise ValueError(f"--starts takes {' and/or '.join(STARTS)}, got {starts!r}")
     except (ValueError, OSError) as exc:
         _fail(str(exc))
+    costs = costs_of(profile_data)
+    if clock == "e2e" and costs.prepare(None) is None:
+        _fail(f"{profile_path} has no preparation costs, so the user's clock cannot be priced: make the profile "
+              "again with as2d profile, or rank on the paper's clock with --clock decode")
+    measured = sorted({n for name in names if costs.drafter(name) is not None for n in costs.drafter(name).niceness})
+    nice_list = _numbers(niceness, "--nice") if niceness else (measured or [None])
     work_dir = work_dir or out_path.parent / f"{out_path.stem}-select"
     work_dir.mkdir(parents=True, exist_ok=True)
     if trace_paths:
         traces = read_traces(trace_paths)
     else:
         config, target, _ = _load_config(base_path)
-        parts = {n: build_part("source", n) for n in names}
+        try:
+            parts = {n: build_source(n) for n in names}
+        except UnknownPart as exc:
+            _fail(str(exc))
         traces = []
         try:
             for manifest in dict.fromkeys([dev_manifest, test_manifest]):
@@ -277,11 +381,16 @@ def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path
                                   progress=not as_json)
         except (ConfigMismatch, MixedMachines) as exc:  # traces collected before, under another configuration
             _fail(str(exc))
-    costs = costs_of(profile_data)
     records = records_by_source(traces, names)
+    lacking = missing_windows(records, dev + test)
+    if lacking:
+        _fail("no as2d trace of " + "; ".join(f"{n}: {', '.join(ws[:5])}{' ...' if len(ws) > 5 else ''}"
+                                              for n, ws in lacking.items())
+              + " (collect them with as2d bench --save-traces, or leave out --traces)")
+    choices = dict(niceness=nice_list, starts=start_list, clock=clock)
     with _mapper(ray_address) as mapper:
-        dev_grid = price_grid(records, costs, budget_list, dev, align_window, mapper)
-        test_grid = price_grid(records, costs, budget_list, test, align_window, mapper)
+        dev_grid = price_grid(records, costs, budget_list, dev, align_window, mapper, **choices)
+        test_grid = price_grid(records, costs, budget_list, test, align_window, mapper, **choices)
     try:
         best, dev_tps = choose(dev_grid)
     except ValueError as exc:
@@ -289,33 +398,42 @@ def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path
     selected_test = pooled(test_grid[best])
     oracle_tps, picks = oracle(test_grid)
     gap = gap_pct(selected_test, oracle_tps)
-    note = (f"selected by as2d select: {best.source} budget {best.budget}, pooled replay TPS {dev_tps:.3f} on "
-            f"{dev_manifest.name} under profile {profile_data.get('name')}")
+
+    def described(p) -> dict:
+        return {"source": p.source, "budget": p.budget, "niceness": p.niceness, "start": p.start}
+
+    note = (f"selected by as2d select: {best.source} budget {best.budget}, niceness {best.niceness}, start "
+            f"{best.start}; pooled replay TPS {dev_tps:.3f} ({clock} clock) on {dev_manifest.name} under profile "
+            f"{profile_data.get('name')}")
+    guessed = any(not r.named for per in records.values() for r in per.values())
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(config_text(base, best, note))
+    out_path.write_text(config_text(base, best, note, guessed))
     plot_path = work_dir / "budgets.png"
-    dev_target_only = pooled(target_only_cells(records, costs, dev))
-    plot_budgets(dev_grid, best, plot_path, dev_target_only)
-    ranking = sorted(({"source": p.source, "budget": p.budget, "pooled_tps": pooled(c)} for p, c in dev_grid.items()),
+    dev_target_only = pooled(target_only_cells(records, costs, dev, clock))
+    plot_budgets(dev_grid, best, plot_path, dev_target_only, clock)
+    ranking = sorted(({**described(p), "pooled_tps": pooled(c)} for p, c in dev_grid.items()),
                      key=lambda r: -r["pooled_tps"])
     report = {
-        "selected": {"source": best.source, "budget": best.budget, "pooled_tps": dev_tps},
+        "clock": clock,
+        "selected": {**described(best), "pooled_tps": dev_tps},
         "dev_target_only_pooled_tps": dev_target_only,
         "test_selected_pooled_tps": selected_test,
-        "test_target_only_pooled_tps": pooled(target_only_cells(records, costs, test)),
+        "test_target_only_pooled_tps": pooled(target_only_cells(records, costs, test, clock)),
         "oracle_pooled_tps": oracle_tps,
         "gap_pct": gap,
-        "oracle_picks": {w: {"source": p.source, "budget": p.budget} for w, p in picks.items()},
+        "oracle_picks": {w: described(p) for w, p in picks.items()},
         "dev_ranking": ranking,
-        "infeasible_budgets": [b for b in budget_list if not costs.feasible_budget(b)],
+        "infeasible_budgets": [b for b in budget_list
+                               if not any(costs.feasible_budget(b, source=n, niceness=x) for n in names for x in nice_list)],
         "dev_windows": len(dev), "test_windows": len(test),
     }
     (work_dir / "selection.json").write_text(json.dumps(report, indent=2))
     if as_json:
-        click.echo(json.dumps({k: report[k] for k in ("selected", "oracle_pooled_tps", "gap_pct")}))
+        click.echo(json.dumps({k: report[k] for k in ("clock", "selected", "oracle_pooled_tps", "gap_pct")}))
     else:
-        click.echo(f"selected {best.source} budget {best.budget}: dev pooled {dev_tps:.2f} TPS; test pooled "
-                   f"{selected_test:.2f}, oracle {oracle_tps:.2f}, gap {gap:.2f}%")
+        click.echo(f"selected {best.source} budget {best.budget} niceness {best.niceness} start {best.start}: dev "
+                   f"pooled {dev_tps:.2f} TPS ({clock} clock); test pooled {selected_test:.2f}, oracle "
+                   f"{oracle_tps:.2f}, gap {gap:.2f}%")
         click.echo(f"wrote {out_path}, {plot_path}, {work_dir / 'selection.json'}")
 
 

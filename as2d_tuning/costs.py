@@ -2,25 +2,33 @@
 
 A profile (JSON or TOML) stores seconds per operation, each either a bare
 number or a statistic ``{"median": s, "q1": s, "q3": s, "stdev": s, "n": n}``
-(replay uses the median). Widths are string keys ("1".."16") so the same file
-reads as TOML. Only widths a profile lists are priced: a missing width is an
-error, never a zero cost (Appendix D.2.1).
+(replay uses the median). Widths and audio lengths are string keys ("1".."16",
+"2.5") so the same file reads as TOML. Only widths a profile lists are priced:
+a missing width is an error, never a zero cost (Appendix D.2.1).
 
     format = "as2d-profile/1"
     verify_s.alone.K    target call of physical width K, target alone (its full threads)
-    verify_s.shared.K   the same call while the drafter runs (shared threads, concurrent slowdown)
+    verify_s.shared.K   the same call while the configured drafter runs (shared threads, concurrent slowdown)
     shared_ratio        optional: shared cost = ratio x alone cost for widths without a shared entry
     target_step_s       optional: a target-only step if it uses another entry point than verify K=1
-    draft_step_s        {alone, shared}: one drafted token (a piece's time over its tokens) incl. bridge conversion,
-                        for the configured source (``source.name``)
-    drafters.NAME       optional: {draft_step_s, publish_s} of other sources measured on the same machine
+    prepare_s           optional: {alone: {L: s}, detect_extra: s}: the target's preparation (audio encoding,
+                        prompt prefill) alone, by audio seconds L, with the language named, and what detecting
+                        the language adds; without it only the decode clock is priced
+    draft_step_s        {alone, shared}: one drafted token incl. bridge conversion, for the configured source
+    drafters.NAME       per drafter, either {draft_step_s, publish_s} (a step cost, as the paper's phones give it)
+                        or what ``as2d profile`` measures: prepare_s {L: s} (its encoder alone), piece_s {first,
+                        next, per_token, end} (a piece's cost alone), publish_s, and per niceness N
+                        niceness.N {verify_s {K: s} (the target beside it), target_slowdown {prepare},
+                        drafter_slowdown {prepare, verify}} (ratios to alone)
     publish_s           one batch publication
     loop_s              residual loop work per target round (alignment, queue, interpreter)
     loop_shared_s       optional: the same while the drafter runs (as2d rounds before the record closes)
 """
 from __future__ import annotations
 
+import bisect
 import json
+import statistics
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -52,6 +60,76 @@ def _widths(table: dict | None) -> dict[int, float]:
     return out
 
 
+def _lengths(table: dict | None) -> dict[float, float]:
+    return {float(key): value(entry) for key, entry in (table or {}).items() if value(entry) is not None}
+
+
+def interpolate(table: dict[float, float], x: float | None) -> float:
+    """``table`` (audio seconds -> seconds) at ``x``: linear between measured lengths, the nearest end
+    outside them, the median when ``x`` is unknown (a trace without its audio length)."""
+    if not table:
+        raise MissingCost("no cost by audio length")
+    keys = sorted(table)
+    if x is None:
+        return statistics.median(table.values())
+    i = bisect.bisect_left(keys, x)
+    if i == 0:
+        return table[keys[0]]
+    if i == len(keys):
+        return table[keys[-1]]
+    lo, hi = keys[i - 1], keys[i]
+    return table[lo] + (table[hi] - table[lo]) * (x - lo) / (hi - lo)
+
+
+@attrs.frozen
+class Contention:
+    """One drafter at one niceness beside the target: the target's calls on its shared threads, and the
+    slowdowns (ratios to alone) of the target's preparation and of the drafter's own work."""
+
+    verify_shared: dict[int, float] = attrs.Factory(dict)
+    target_prepare: float = 1.0
+    drafter_prepare: float = 1.0  # the drafter beside the target's preparation
+    drafter_verify: float = 1.0  # the drafter beside the target's verification
+
+
+@attrs.frozen
+class DrafterCosts:
+    """What one drafter's work costs alone: its encoder by audio length, a piece, the end of a job."""
+
+    name: str | None
+    prepare: dict[float, float] = attrs.Factory(dict)  # empty: not measured (a step-cost profile)
+    first: float = 0.0
+    next: float = 0.0
+    per_token: float = 0.0
+    end: float = 0.0
+    publish: float = 0.0
+    contention: dict[int, Contention] = attrs.Factory(dict)
+
+    def piece(self, index: int, tokens: int) -> float:
+        return (self.first if index == 0 else self.next) + self.per_token * tokens
+
+    def prepare_at(self, audio_s: float | None) -> float | None:
+        return interpolate(self.prepare, audio_s) if self.prepare else None
+
+    @property
+    def niceness(self) -> list[int]:
+        return sorted(self.contention)
+
+    def at(self, niceness: int | None) -> Contention:
+        """The contention at the measured niceness nearest to ``niceness`` (alone costs if none was measured)."""
+        if not self.contention:
+            return Contention()
+        wanted = 0 if niceness is None else niceness
+        return self.contention[min(self.contention, key=lambda n: (abs(n - wanted), n))]
+
+    def scaled(self, factor: float) -> "DrafterCosts":
+        return attrs.evolve(self, prepare={k: v * factor for k, v in self.prepare.items()}, first=self.first * factor,
+                            next=self.next * factor, per_token=self.per_token * factor, end=self.end * factor,
+                            publish=self.publish * factor,
+                            contention={n: attrs.evolve(c, verify_shared={k: v * factor for k, v in c.verify_shared.items()})
+                                        for n, c in self.contention.items()})
+
+
 @attrs.frozen
 class Costs:
     """What one replay charges, in seconds; built from a profile by :func:`costs_of`."""
@@ -67,15 +145,40 @@ class Costs:
     loop_shared: float | None = None  # loop work per round while the drafter runs, if measured apart
     source: str | None = None  # the drafter the draft costs belong to (None: any)
     drafters: dict = attrs.Factory(dict)  # other sources: name -> (alone, shared, publish)
+    prepare_alone: dict[float, float] = attrs.Factory(dict)  # the target's preparation by audio seconds
+    detect_extra: float | None = None
+    measured: dict[str, DrafterCosts] = attrs.Factory(dict)  # drafters measured by ``as2d profile``
+
+    def drafter(self, name: str | None) -> DrafterCosts | None:
+        """``name``'s costs; None when the profile does not price that drafter."""
+        if name in self.measured:
+            return self.measured[name]
+        if name is None or self.source is None or name == self.source:
+            if name is None and len(self.measured) == 1:
+                return next(iter(self.measured.values()))
+            if self.draft_step_alone is None and self.draft_step_shared is None:
+                return None
+            return self._stepped(name, self.draft_step_alone, self.draft_step_shared, self.publish, self.verify_shared)
+        if name in self.drafters:
+            return self._stepped(name, *self.drafters[name], self.verify_shared)
+        return None
+
+    def _stepped(self, name, alone, shared, publish, verify_shared) -> DrafterCosts:
+        """A drafter priced by one step per drafted token (the paper's phones); the forward that finds the end
+        token is one more step; the target beside it costs ``verify_shared`` (or ``shared_ratio``)."""
+        alone = alone if alone is not None else shared
+        shared = shared if shared is not None else alone
+        return DrafterCosts(name, per_token=alone, end=alone, publish=publish,
+                            contention={0: Contention(dict(verify_shared), drafter_verify=shared / alone if alone else 1.0)})
 
     def for_source(self, name: str | None) -> "Costs | None":
-        """These costs with ``name``'s drafter costs; None when the profile does not price that drafter."""
-        if name is None or self.source is None or name == self.source:
-            return self
-        if name in self.drafters:
-            alone, shared, publish = self.drafters[name]
-            return attrs.evolve(self, source=name, draft_step_alone=alone, draft_step_shared=shared, publish=publish)
-        return None
+        """These costs with ``name``'s drafter step costs; None when the profile does not price that drafter."""
+        drafter = self.drafter(name)
+        if drafter is None:
+            return None
+        step = drafter.per_token or drafter.next
+        return attrs.evolve(self, source=name, draft_step_alone=step,
+                            draft_step_shared=step * drafter.at(None).drafter_verify, publish=drafter.publish)
 
     def scaled(self, factor: float) -> "Costs":
         """Every cost times ``factor``: the same machine under uniformly heavier or lighter load."""
@@ -86,16 +189,29 @@ class Costs:
                      shared_ratio=self.shared_ratio, target_step=times(self.target_step),
                      draft_step_alone=times(self.draft_step_alone), draft_step_shared=times(self.draft_step_shared),
                      publish=self.publish * factor, loop=self.loop * factor, loop_shared=times(self.loop_shared),
-                     source=self.source, drafters={n: tuple(times(x) for x in v) for n, v in self.drafters.items()})
+                     source=self.source, drafters={n: tuple(times(x) for x in v) for n, v in self.drafters.items()},
+                     prepare_alone={k: v * factor for k, v in self.prepare_alone.items()},
+                     detect_extra=times(self.detect_extra),
+                     measured={n: d.scaled(factor) for n, d in self.measured.items()})
 
     def loop_for(self, alone: bool) -> float:
         return self.loop if alone or self.loop_shared is None else self.loop_shared
 
-    def verify(self, width: int, alone: bool) -> float:
-        """One target call of physical width ``width``; ``alone`` once the drafter has finished."""
+    def prepare(self, audio_s: float | None, named: bool = True) -> float | None:
+        """The target's preparation alone; None when the profile has no preparation costs."""
+        if not self.prepare_alone:
+            return None
+        extra = 0.0 if named else (self.detect_extra or 0.0)
+        return interpolate(self.prepare_alone, audio_s) + extra
+
+    def verify(self, width: int, alone: bool, contention: Contention | None = None) -> float:
+        """One target call of physical width ``width``; ``alone`` once the drafter has finished (else beside
+        the drafter: its ``contention``'s costs when measured)."""
         if width == 1 and alone and self.target_step is not None:
             return self.target_step
         if not alone:
+            if contention is not None and width in contention.verify_shared:
+                return contention.verify_shared[width]
             if width in self.verify_shared:
                 return self.verify_shared[width]
             if self.shared_ratio is not None and width in self.verify_alone:
@@ -114,15 +230,18 @@ class Costs:
             raise MissingCost("no drafter step cost")
         return step
 
-    def feasible_budget(self, budget: int, with_source: bool = True) -> bool:
-        """Every physical width 1..budget+1 is priced (alone, and shared when a drafter runs)."""
+    def feasible_budget(self, budget: int, with_source: bool = True, source: str | None = None,
+                        niceness: int | None = None) -> bool:
+        """Every physical width 1..budget+1 is priced (alone, and beside the drafter when one runs)."""
         try:
+            drafter = self.drafter(source) if with_source else None
+            if with_source and drafter is None:
+                return False
+            contention = drafter.at(niceness) if drafter is not None else None
             for width in range(1, budget + 2):
                 self.verify(width, alone=True)
                 if with_source:
-                    self.verify(width, alone=False)
-            if with_source:
-                self.draft_step(True)
+                    self.verify(width, alone=False, contention=contention)
         except MissingCost:
             return False
         return True
@@ -132,12 +251,30 @@ class Costs:
         return max(self.verify_alone) if self.verify_alone else 0
 
 
+def _measured_drafter(name: str, entry: dict) -> DrafterCosts | None:
+    """A drafter as ``as2d profile`` measures it (None for a step-cost entry)."""
+    piece = entry.get("piece_s")
+    if not piece:
+        return None
+    contention = {}
+    for nice, c in (entry.get("niceness") or {}).items():
+        target, drafter = c.get("target_slowdown") or {}, c.get("drafter_slowdown") or {}
+        contention[int(nice)] = Contention(_widths(c.get("verify_s")), target.get("prepare", 1.0),
+                                           drafter.get("prepare", 1.0), drafter.get("verify", 1.0))
+    return DrafterCosts(name, _lengths(entry.get("prepare_s")), piece.get("first", 0.0), piece.get("next", 0.0),
+                        piece.get("per_token", 0.0), piece.get("end", 0.0), value(entry.get("publish_s")) or 0.0,
+                        contention)
+
+
 def costs_of(profile: dict) -> Costs:
     """The replay costs of a loaded profile."""
     verify = profile.get("verify_s", {})
     draft = profile.get("draft_step_s") or {}
     if not isinstance(draft, dict) or "median" in draft:
         draft = {"alone": draft, "shared": None}
+    entries = profile.get("drafters") or {}
+    measured = {name: d for name, d in ((n, _measured_drafter(n, e)) for n, e in entries.items()) if d is not None}
+    prepare = profile.get("prepare_s") or {}
     return Costs(
         verify_alone=_widths(verify.get("alone")),
         verify_shared=_widths(verify.get("shared")),
@@ -150,7 +287,10 @@ def costs_of(profile: dict) -> Costs:
         loop_shared=value(profile.get("loop_shared_s")),
         source=(profile.get("source") or {}).get("name"),
         drafters={name: (value((d.get("draft_step_s") or {}).get("alone")), value((d.get("draft_step_s") or {}).get("shared")),
-                         value(d.get("publish_s")) or 0.0) for name, d in (profile.get("drafters") or {}).items()},
+                         value(d.get("publish_s")) or 0.0) for name, d in entries.items() if name not in measured},
+        prepare_alone=_lengths(prepare.get("alone")),
+        detect_extra=value(prepare.get("detect_extra")),
+        measured=measured,
     )
 
 

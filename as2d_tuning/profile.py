@@ -1,50 +1,71 @@
 """Measuring a device profile on the configured backends (Appendix B.2, D.2.1, D.2.2).
 
-Everything goes through the Target/Source contracts, so any backend plugin is
-profiled the same way:
+Everything goes through the Target/Source contracts, so any backend plugin (and a drafter in
+its own process) is profiled the same way, and the costs are those of what the engine does:
 
-- target verification at every physical width K = 1..Kmax at several prefix
-  offsets: the cache is filled with a known continuation up to the offset, a
-  width-K call appends root + K-1 known tokens and is cut back; each (offset, K)
-  is measured ``repeats`` times after ``warmup`` untimed calls, widths shuffled
-  per repeat so slow drifts touch all widths alike. Once alone (the target's
-  full threads) and once with the drafter decoding on its own thread (the
-  shared threads the engine uses while drafting): their ratio is the
-  concurrent slowdown;
-- the drafter's forward (with bridge conversion) alone and while the target
-  verifies, and the cost of one publication;
-- the residual loop cost per target round: decode clock minus target time,
-  over rounds, in real target-only and as2d decodes.
+- the target's preparation (audio encoding, language, prompt prefill) alone, by audio length,
+  and beside a drafter drafting from arrival at each niceness: their ratio is how much drafting
+  from arrival slows the target's preparation;
+- target verification at every physical width K = 1..Kmax at several prefix offsets: the cache
+  is filled with a known continuation up to the offset, a width-K call appends root + K-1 known
+  tokens and is cut back; each (offset, K) is measured ``repeats`` times after ``warmup``
+  untimed calls, widths shuffled per repeat so slow drifts touch all widths alike. Once alone
+  (the target's full threads) and, for each drafter and niceness, on the shared threads with
+  the drafter drafting beside it (the engine's threads while drafting);
+- each drafter's whole jobs (its encoder in ``prepare``, then every piece with its bridge
+  conversion, then the call that finds the job over) on real speech cut to several lengths,
+  alone; a piece's cost is fitted as a fixed part plus a part per token. Then the same jobs
+  beside the target's preparation and beside its verification, at each niceness, in a fresh
+  thread at that niceness as the engine's producer is: the slowdowns the replay applies;
+- the residual loop cost per target round: decode clock minus target time, over rounds, in
+  real target-only and as2d decodes; and one publication.
 
-Medians are kept with their spread (quartiles, standard deviation, n).
+A measurement that collects no sample is a :class:`ProfileError` naming it. Medians are kept
+with their spread (quartiles, standard deviation, n).
 """
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import importlib.util
 import platform
 import random
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import attrs
 import numpy as np
 
-from as2d_bench.machine import machine_info, package_versions  # noqa: F401  (also imported from here)
+from as2d_bench.machine import bench_machine, machine_info, package_versions  # noqa: F401  (also imported from here)
 from as2d_core.buffer import CandidateBuffer
+from as2d_core.catalog import bridge_for
 from as2d_core.contracts import Request, Source, Target
 from as2d_core.engine import DecodeOptions, run_request
 from as2d_core.events import TARGET_KINDS
+from as2d_core.priority import lower_thread_priority, run_at_lower_priority
 from .costs import FORMAT
 
 FILLER = ("And so my fellow Americans, ask not what your country can do for you, ask what you can do for your "
           "country. The quick brown fox jumps over the lazy dog while the band plays on in the rain. ")
+# Audio lengths (s) the preparation and the drafters are measured at: the CTranslate2 drafter's encoder
+# input changes where a clip starts to be chunked (10 s, 20 s), so both sides of each step are measured.
+LENGTHS = (1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 11.0, 13.0, 16.0, 20.0, 21.0, 25.0, 30.0)
+# Packages whose code decides what a profile measures; their sources are hashed into the profile.
+CODE_PACKAGES = ("as2d_core", "tokenizer_bridges")
 
 
-def stat(samples: Sequence[float]) -> dict:
+class ProfileError(ValueError):
+    """A measurement collected no sample; the message names what did not run."""
+
+
+def stat(samples: Sequence[float], what: str = "samples") -> dict:
     """Median with its spread; the mean and standard deviation feed R(K) as in Figure 8."""
     xs = sorted(samples)
+    if not xs:
+        raise ProfileError(f"no sample of {what} was measured")
     q = statistics.quantiles(xs, n=4) if len(xs) >= 2 else [xs[0]] * 3
     return {"median": statistics.median(xs), "q1": q[0], "q3": q[2], "mean": statistics.fmean(xs),
             "stdev": statistics.stdev(xs) if len(xs) > 1 else 0.0, "min": xs[0], "max": xs[-1], "n": len(xs)}
@@ -52,13 +73,99 @@ def stat(samples: Sequence[float]) -> dict:
 
 def model_version(models_dir: Path, name: str) -> dict:
     """A model folder's identity: hash of its metadata and the sizes of its files (weights not re-read)."""
-    folder = Path(models_dir) / name
+    folder = Path(models_dir) / name.removesuffix("+process")
     if not folder.is_dir():
         return {"name": name, "folder": None}
     files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
     meta = folder / "model.json"
     digest = hashlib.sha256(meta.read_bytes() if meta.exists() else repr(files).encode()).hexdigest()[:16]
     return {"name": name, "folder": str(folder), "files": files, "meta_sha256_16": digest}
+
+
+def code_version(packages: Sequence[str]) -> dict:
+    """The code that made a profile: the as2d version and a hash of the named packages' Python sources.
+
+    The version alone does not change from commit to commit; the hash does, so ``as2d replay`` can
+    tell a profile made by other code.
+    """
+    digest = hashlib.sha256()
+    hashed = []
+    for name in sorted(set(packages)):
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        folder = Path(next(iter(spec.submodule_search_locations)))
+        hashed.append(name)
+        for path in sorted(folder.rglob("*.py")):
+            digest.update(str(path.relative_to(folder)).encode())
+            digest.update(path.read_bytes())
+    try:
+        version = importlib.metadata.version("as2d")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    return {"as2d": version, "packages": hashed, "sha256_16": digest.hexdigest()[:16]}
+
+
+def part_packages(*parts) -> list[str]:
+    """The top-level packages whose code runs a target or source (a drafter in its own process: the core's)."""
+    return [*CODE_PACKAGES, *(type(p).__module__.split(".")[0] for p in parts if p is not None)]
+
+
+def _same_kind(a: dict, b: dict) -> bool:
+    """Two machines time alike: same CPU model and usable cores (and architecture, where both say); a
+    machine described by its host name only is that host."""
+    if not (a.get("cpu") and b.get("cpu")):
+        return bool(a.get("hostname")) and a.get("hostname") == b.get("hostname")
+    keys = ["cpu", "cores"] + (["arch"] if a.get("arch") and b.get("arch") else [])
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+def _traced_machines(paths: Sequence[Path]) -> list[dict]:
+    """The machines that ran these traces, from the bench rows beside them (``results.jsonl``)."""
+    import json
+
+    machines = {}
+    for path in paths:
+        results = (Path(path) if Path(path).is_dir() else Path(path).parent) / "results.jsonl"
+        if results.is_file():
+            for line in results.read_text().splitlines():
+                machine = json.loads(line).get("machine") if line.strip() else None
+                if machine:
+                    machines[machine.get("kind") or repr(sorted(machine.items()))] = machine
+    return list(machines.values())
+
+
+def staleness(profile: dict, trace_paths: Sequence[Path] = ()) -> tuple[list[str], bool]:
+    """Why ``profile`` may misprice these traces, and whether it was made on the kind of machine that ran them.
+
+    It warns of a profile made on another kind of machine (than the traces', else this one), by
+    other code (the hash of the core's and the parts' sources), or on other models than those
+    installed here.
+    """
+    from as2d_core.paths import models_dir
+
+    warnings = []
+    made = profile.get("machine") or {}
+    ran = _traced_machines(trace_paths)
+    where = "the machine that ran the traces" if ran else "this machine"
+    same = bool(made) and all(_same_kind(made, m) for m in (ran or [bench_machine()]))
+    if not same:
+        warnings.append(f"the profile was made on another machine ({made.get('cpu') or '?'}, {made.get('cores')} "
+                        f"cores) than {where}: its costs are that machine's")
+    code = profile.get("code")
+    if not code:
+        warnings.append("the profile does not say which code made it (it predates code versions): "
+                        "run as2d profile again")
+    elif code_version(code.get("packages", CODE_PACKAGES))["sha256_16"] != code.get("sha256_16"):
+        warnings.append(f"the profile was made by other code ({', '.join(code.get('packages', []))} changed "
+                        "since): run as2d profile again")
+    models = profile.get("models") or {}
+    for name, then in [("target", models.get("target")), *(models.get("sources") or {}).items()]:
+        if then and then.get("folder"):
+            now = model_version(models_dir(), then["name"])
+            if now.get("folder") and (now["meta_sha256_16"], now["files"]) != (then["meta_sha256_16"], then["files"]):
+                warnings.append(f"the profile was made with another {then['name']} than the one installed here")
+    return warnings, same
 
 
 def continuation(session, length: int, reference: Sequence[int]) -> list[int]:
@@ -74,21 +181,35 @@ def continuation(session, length: int, reference: Sequence[int]) -> list[int]:
     return tokens[:length]
 
 
+def calibration_request(audio: np.ndarray, seconds: float, language: str | None, name: str = "calibration") -> Request:
+    """The first ``seconds`` of ``audio`` (repeated when shorter) as one request."""
+    samples = int(round(seconds * 16_000))
+    clip = np.resize(np.asarray(audio, dtype=np.float32), samples) if samples > audio.size else audio[:samples]
+    return Request(request_id=f"{name}-{seconds:g}s", audio=clip, language=language)
+
+
 class _Background(threading.Thread):
     """Runs ``work(stop)`` in a loop for the duration of a ``with`` block: the other model keeping its core busy.
 
     As a context manager it is started on entry and stopped and joined on exit, also when the
     measurement inside raises, so every concurrent measurement shares one start/stop protocol.
+    ``niceness`` is added to the thread's own, as the engine's producer does for a drafter.
     """
 
-    def __init__(self, work) -> None:
+    def __init__(self, work, niceness: int = 0) -> None:
         super().__init__(daemon=True)
         self.work = work
+        self.niceness = niceness
         self.stop = threading.Event()
+        self.error: str | None = None
 
     def run(self) -> None:
-        while not self.stop.is_set():
-            self.work(self.stop)
+        lower_thread_priority(self.niceness)
+        try:
+            while not self.stop.is_set():
+                self.work(self.stop)
+        except Exception as exc:  # reported by the measurement that needed this load
+            self.error = f"{type(exc).__name__}: {exc}"
 
     def __enter__(self) -> "_Background":
         self.start()
@@ -96,7 +217,7 @@ class _Background(threading.Thread):
 
     def __exit__(self, *exc) -> None:
         self.stop.set()
-        self.join(10)
+        self.join(60)
 
 
 def _verify_sweep(session, sequence: list[int], widths: Sequence[int], offsets: Sequence[int], repeats: int,
@@ -124,45 +245,81 @@ def _verify_sweep(session, sequence: list[int], widths: Sequence[int], offsets: 
     return out
 
 
-def _draft_steps(source: Source, target_session, target, request: Request, language: str, threads: int,
-                 count: int, stop: threading.Event | None = None, min_samples: int = 5) -> list[float]:
-    """Seconds per drafted token incl. bridge conversion, one sample per piece, until ``count`` tokens
-    and at least ``min_samples`` pieces.
+def time_prepare(target: Target, request: Request, threads: int) -> float:
+    """Seconds of one target preparation (audio encoding, language, prompt prefill), session closed after."""
+    start = time.perf_counter()
+    session = target.prepare(request, threads)
+    elapsed = time.perf_counter() - start
+    session.close()
+    return elapsed
 
-    The first piece of a job (which carries the prompt prefill) is excluded. A piece of
-    several tokens (a drafter that decodes many steps in one native call, as the
-    CTranslate2 Whisper drafter does) counts its time spread over its tokens.
+
+@attrs.frozen
+class JobTiming:
+    """One drafter job as the engine's producer runs it: ``prepare``, each piece (with its bridge
+    conversion) and the call that finds the job over."""
+
+    audio_s: float
+    prepare_s: float
+    pieces: tuple[tuple[float, int], ...]  # (seconds, drafter tokens)
+    end_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.prepare_s + sum(s for s, _ in self.pieces) + self.end_s
+
+
+def time_job(source: Source, bridge: Callable, request: Request, language: str, threads: int,
+             stop: threading.Event | None = None) -> JobTiming:
+    """One whole job of ``source`` on ``request`` (``bridge()``: a fresh bridge for it)."""
+    start = time.perf_counter()
+    job = source.prepare(request, language, threads)
+    prepare_s = time.perf_counter() - start
+    converter = bridge()
+    pieces: list[tuple[float, int]] = []
+    end_s = 0.0
+    try:
+        stream = iter(job.pieces())
+        while stop is None or not stop.is_set():
+            start = time.perf_counter()
+            piece = next(stream, None)
+            if piece is None:
+                end_s = time.perf_counter() - start
+                break
+            converter.push(piece.tokens, piece.confidences)
+            pieces.append((time.perf_counter() - start, len(piece.tokens)))
+    finally:
+        job.close()
+    return JobTiming(request.duration_s, prepare_s, tuple(pieces), end_s)
+
+
+def fit_pieces(jobs: Sequence[JobTiming], what: str) -> dict:
+    """A piece's seconds as ``first`` (a job's first piece) or ``next`` (a later one) plus ``per_token`` x its tokens.
+
+    A job's first piece carries the prompt's prefill (one token a step) or a chunk's whole decode;
+    a later one may carry the next chunk's encoding. When all pieces have one token the per-token
+    part cannot be told apart and is folded into the fixed parts. ``end`` is the call that found the
+    job over (the forward that produced the end token).
     """
-    from as2d_core.catalog import bridge_for
-
-    times: list[float] = []
-    tokens = 0
-
-    def wanted() -> bool:
-        enough = tokens >= count and len(times) >= min(min_samples, count)
-        return not enough and not (stop is not None and stop.is_set())
-
-    while wanted():
-        job = source.prepare(request, language, threads)
-        bridge = bridge_for(source, target, target_session)
-        pieces = iter(job.pieces())
-        first, before = True, tokens
-        try:
-            while wanted():
-                start = time.perf_counter()
-                piece = next(pieces, None)
-                if piece is None:
-                    break
-                bridge.push(piece.tokens, piece.confidences)
-                if not first and piece.tokens:
-                    times.append((time.perf_counter() - start) / len(piece.tokens))
-                    tokens += len(piece.tokens)
-                first = False
-        finally:
-            job.close()
-        if tokens == before:  # the drafter produced nothing past its first piece on this audio
-            break
-    return times
+    first = [(s, n) for job in jobs for s, n in job.pieces[:1]]
+    later = [(s, n) for job in jobs for s, n in job.pieces[1:]]
+    if not first:
+        raise ProfileError(f"{what} drafted no token: give --audio with speech in a language it drafts")
+    every = first + later
+    per_token = 0.0
+    if len({n for _, n in every}) > 1:  # least squares on [is_first, is_later, tokens]
+        rows = np.array([[1.0, 0.0, n] for _, n in first] + [[0.0, 1.0, n] for _, n in later])
+        if not later:
+            rows = rows[:, [0, 2]]
+        coef, *_ = np.linalg.lstsq(rows, np.array([s for s, _ in every]), rcond=None)
+        per_token = max(0.0, float(coef[-1]))
+    fixed_first = statistics.median(s - per_token * n for s, n in first)
+    fixed_next = statistics.median(s - per_token * n for s, n in later) if later else fixed_first
+    predicted = [fixed_first + per_token * n for _, n in first] + [fixed_next + per_token * n for _, n in later]
+    error = 100 * statistics.median(abs(p - s) / s for p, (s, _) in zip(predicted, every) if s > 0)
+    return {"first": max(0.0, fixed_first), "next": max(0.0, fixed_next), "per_token": per_token,
+            "end": statistics.median(job.end_s for job in jobs), "pieces": len(every),
+            "tokens": sum(n for _, n in every), "median_abs_error_pct": error}
 
 
 def _publish_cost(size: int, count: int = 200) -> list[float]:
@@ -185,80 +342,214 @@ def _loop_residual(result) -> float | None:
     return (result.decode_s - target_time) / rounds
 
 
-def measure(target: Target, source: Source | None, request: Request, *, options: DecodeOptions, kmax: int = 16,
-            offsets: Sequence[int] = (0, 32, 64), repeats: int = 5, warmup: int = 1, decodes: int = 3,
-            seed: int = 0, other_sources: dict[str, Source] | None = None) -> dict:
-    """Measure one profile (see the module docstring); returns the JSON-ready body."""
-    rng = random.Random(seed)
-    widths = list(range(1, kmax + 1))
-    # Real decodes: reference continuation and loop residuals (one warm-up each).
-    target_only = [run_request(request, target, None, "target-only", options) for _ in range(decodes + 1)][1:]
-    reference = target_only[0].tokens
-    loops = [x for x in map(_loop_residual, target_only) if x is not None]
-    as2d_loops = []
-    if source is not None:
-        runs = [run_request(request, target, source, "as2d", options) for _ in range(decodes + 1)][1:]
-        as2d_loops = [x for x in map(_loop_residual, runs) if x is not None]
-
-    session = target.prepare(request, options.target_threads)
-    language = session.language
-    body: dict = {}
-    try:
-        sequence = [session.first_token(), *continuation(session, max(offsets) + kmax + 1, reference[1:])]
-        alone = _verify_sweep(session, sequence, widths, offsets, repeats, warmup, rng)
-        body["verify_s"] = {"alone": _pool(alone, widths)}
-        body["verify_by_offset_s"] = {"alone": _by_offset(alone)}
-        if source is not None:
-            session.use_threads(options.shared_target_threads)
-            def target_busy(stop):  # the target verifying width 8 while a drafter is timed
-                _verify_sweep(session, sequence, [8], [0], 1, 0, rng)
-
-            draft_alone = _draft_steps(source, session, target, request, language, options.drafter_threads, 40)
-            with _Background(lambda stop: _draft_steps(source, session, target, request, language,
-                                                       options.drafter_threads, 10_000, stop)):
-                shared = _verify_sweep(session, sequence, widths, offsets, repeats, warmup, rng)
-            session.truncate(0)
-            with _Background(target_busy):
-                draft_shared = _draft_steps(source, session, target, request, language, options.drafter_threads, 40)
-            drafters = {}
-            for name, other in (other_sources or {}).items():  # other candidate drafters, same protocol
-                other_alone = _draft_steps(other, session, target, request, language, options.drafter_threads, 20)
-                with _Background(target_busy):
-                    other_shared = _draft_steps(other, session, target, request, language, options.drafter_threads,
-                                                20)
-                if other_alone and other_shared:
-                    drafters[name] = {"draft_step_s": {"alone": stat(other_alone), "shared": stat(other_shared)},
-                                      "publish_s": stat(_publish_cost(options.publication_size))}
-            if drafters:
-                body["drafters"] = drafters
-            body["verify_s"]["shared"] = _pool(shared, widths)
-            body["verify_by_offset_s"]["shared"] = _by_offset(shared)
-            body["draft_step_s"] = {"alone": stat(draft_alone), "shared": stat(draft_shared)}
-            body["publish_s"] = stat(_publish_cost(options.publication_size))
-            body["slowdown"] = {
-                "verify_shared_over_alone": {str(k): body["verify_s"]["shared"][str(k)]["median"]
-                                             / body["verify_s"]["alone"][str(k)]["median"] for k in widths},
-                "draft_shared_over_alone": body["draft_step_s"]["shared"]["median"]
-                / body["draft_step_s"]["alone"]["median"],
-            }
-    finally:
-        session.close()
-    if loops:
-        body["loop_s"] = stat(loops)
-    if as2d_loops:
-        body["loop_shared_s"] = stat(as2d_loops)
-    body["r_k_pct"] = r_of_k(body["verify_s"]["alone"])
-    body["calibration"] = {"request": request.request_id, "language": language, "reference_tokens": len(reference),
-                           "target_only_tps": [r.tps for r in target_only]}
-    return body
-
-
-def _pool(samples: dict[int, dict[int, list[float]]], widths) -> dict:
-    return {str(k): stat([x for per in samples.values() for x in per[k]]) for k in widths}
+def _pool(samples: dict[int, dict[int, list[float]]], widths, what: str) -> dict:
+    return {str(k): stat([x for per in samples.values() for x in per[k]], f"{what} K={k}") for k in widths}
 
 
 def _by_offset(samples: dict[int, dict[int, list[float]]]) -> dict:
     return {str(o): {str(k): statistics.median(v) for k, v in per.items()} for o, per in samples.items()}
+
+
+def _ratio(beside: Sequence[float], alone: Sequence[float], what: str) -> float:
+    return stat(beside, f"{what} beside")["median"] / stat(alone, f"{what} alone")["median"]
+
+
+@attrs.define
+class Measurement:
+    """What one profile measures and how (the CLI's options); ``say`` reports progress."""
+
+    target: Target
+    sources: dict[str, Source]  # the configured drafter first, then others to price too
+    audio: np.ndarray  # real speech: the drafters must draft on it
+    language: str | None
+    options: DecodeOptions
+    kmax: int = 16
+    offsets: Sequence[int] = (0, 32, 64)
+    repeats: int = 5
+    warmup: int = 1
+    decodes: int = 3
+    niceness: Sequence[int] = (0, 19)
+    lengths: Sequence[float] = LENGTHS
+    job_repeats: int = 2
+    limit_s: float = 30.0  # no further drafter job starts in one measurement after this long
+    seed: int = 0
+    say: Callable[[str], None] = lambda message: None
+
+    @property
+    def full(self) -> float:
+        """The audio length of the concurrent measurements: the longest measured."""
+        return max(self.lengths)
+
+    def request(self, seconds: float, language: str | None = "same") -> Request:
+        return calibration_request(self.audio, seconds, self.language if language == "same" else language)
+
+    def run(self) -> dict:
+        """Measure everything (see the module docstring); returns the JSON-ready body."""
+        rng = random.Random(self.seed)
+        opts, target = self.options, self.target
+        body: dict = {}
+        if self.language is None:  # measure with the language named, as the calibration audio's is detected
+            session = target.prepare(self.request(self.full, None), opts.target_threads)
+            self.language = session.language
+            session.close()
+        full = self.request(self.full)
+        first_source = next(iter(self.sources.values()), None)
+        self.say("real decodes (loop residuals)")
+        target_only = [run_request(full, target, None, "target-only", opts) for _ in range(self.decodes + 1)][1:]
+        reference = target_only[0].tokens
+        loops = [x for x in map(_loop_residual, target_only) if x is not None]
+        as2d_loops = []
+        if first_source is not None:
+            runs = [run_request(full, target, first_source, "as2d", opts) for _ in range(self.decodes + 1)][1:]
+            as2d_loops = [x for x in map(_loop_residual, runs) if x is not None]
+        body["prepare_s"] = self._prepare_alone()
+        session = target.prepare(full, opts.target_threads)
+        language = session.language
+        try:
+            sequence = [session.first_token(), *continuation(session, max(self.offsets) + self.kmax + 1,
+                                                             reference[1:])]
+            self.say(f"target verification alone, K=1..{self.kmax}")
+            alone = _verify_sweep(session, sequence, self.widths, self.offsets, self.repeats, self.warmup, rng)
+            body["verify_s"] = {"alone": _pool(alone, self.widths, "verification alone")}
+            body["verify_by_offset_s"] = {"alone": _by_offset(alone)}
+            drafters = {}
+            for name, source in self.sources.items():
+                drafters[name] = self._drafter(name, source, session, sequence, language, rng)
+            body["drafters"] = drafters
+        finally:
+            session.close()
+        if first_source is not None:  # the configured drafter at its niceness, as earlier profiles gave it
+            name = next(iter(self.sources))
+            mine = drafters[name]["niceness"][str(self._nice_of(opts.drafter_nice))]
+            body["verify_s"]["shared"] = mine["verify_s"]
+            fit = drafters[name]["piece_s"]
+            step = fit["per_token"] or fit["next"]
+            body["draft_step_s"] = {"alone": step, "shared": step * mine["drafter_slowdown"]["verify"]}
+            body["publish_s"] = drafters[name]["publish_s"]
+            body["slowdown"] = {"verify_shared_over_alone": {
+                str(k): body["verify_s"]["shared"][str(k)]["median"] / body["verify_s"]["alone"][str(k)]["median"]
+                for k in self.widths}}
+        body["loop_s"] = stat(loops, "the target-only decode loop")
+        if as2d_loops:
+            body["loop_shared_s"] = stat(as2d_loops, "the as2d decode loop")
+        body["r_k_pct"] = r_of_k(body["verify_s"]["alone"])
+        body["calibration"] = {"request": full.request_id, "language": language, "reference_tokens": len(reference),
+                               "target_only_tps": [r.tps for r in target_only],
+                               "target_only_e2e_s": [r.e2e_s for r in target_only]}
+        return body
+
+    @property
+    def widths(self) -> list[int]:
+        return list(range(1, self.kmax + 1))
+
+    def _nice_of(self, wanted: int) -> int:
+        """The measured niceness nearest to ``wanted``."""
+        return min(self.niceness, key=lambda n: (abs(n - wanted), n))
+
+    def _prepare_alone(self) -> dict:
+        """The target's preparation alone by audio length (language named), and what detecting it adds."""
+        threads = self.options.target_threads
+        self.say(f"target preparation alone at {len(self.lengths)} audio lengths")
+        time_prepare(self.target, self.request(self.full), threads)  # warm-up
+        named = {f"{s:g}": stat([time_prepare(self.target, self.request(s), threads)
+                                 for _ in range(self.job_repeats)], f"the target's preparation of {s:g} s")
+                 for s in self.lengths}
+        out = {"alone": named}
+        try:
+            detect = [time_prepare(self.target, self.request(self.full, None), threads)
+                      for _ in range(max(3, self.job_repeats))]
+        except Exception as exc:  # a target that cannot detect a language: requests must name one
+            out["detect_missing"] = f"{type(exc).__name__}: {exc}"
+        else:
+            again = [time_prepare(self.target, self.request(self.full), threads) for _ in range(len(detect))]
+            out["detect_extra"] = max(0.0, statistics.median(detect) - statistics.median(again))
+        return out
+
+    def _drafter(self, name: str, source: Source, session, sequence: list[int], language: str,
+                 rng: random.Random) -> dict:
+        """Everything one drafter costs alone and what it and the target do to each other, per niceness."""
+        opts, target = self.options, self.target
+        threads = opts.drafter_threads
+
+        def bridge():
+            return bridge_for(source, target, session)
+
+        def jobs(requests: Sequence[Request], niceness: int = 0, limit_s: float = float("inf")) -> list[JobTiming]:
+            """A job per request (after one untimed) in a fresh thread at ``niceness``, as a producer runs them;
+            past ``limit_s`` no further job starts (a niced drafter on a busy machine can crawl)."""
+            def work():
+                time_job(source, bridge, requests[-1], language, threads)
+                started, out = time.perf_counter(), []
+                for request in requests:
+                    out.append(time_job(source, bridge, request, language, threads))
+                    if time.perf_counter() - started > limit_s:
+                        break
+                return out
+            try:
+                return run_at_lower_priority(niceness, work)
+            except ProfileError:
+                raise
+            except Exception as exc:
+                raise ProfileError(f"drafter {name} could not draft the calibration audio ({language}): "
+                                   f"{type(exc).__name__}: {exc}") from exc
+
+        self.say(f"{name}: whole jobs alone at {len(self.lengths)} audio lengths")
+        alone = jobs([self.request(s) for s in self.lengths for _ in range(self.job_repeats)])
+        fit = fit_pieces(alone, f"drafter {name}")
+        out = {
+            "prepare_s": {f"{s:g}": stat([j.prepare_s for j in alone if abs(j.audio_s - s) < 1e-3],
+                                         f"{name}'s encoder at {s:g} s") for s in self.lengths},
+            "piece_s": fit,
+            "publish_s": stat(_publish_cost(opts.publication_size), "a publication"),
+            "niceness": {},
+        }
+        full = self.request(self.full)
+        full_copy = calibration_request(self.audio, self.full, self.language, "beside")  # its own log-mel
+        count = max(3, self.repeats)
+
+        def prepare_loop(stop):
+            time_prepare(target, full_copy, opts.target_threads)
+
+        def verify_loop(stop):  # the target verifying width 8 on its shared threads, as while drafting
+            _verify_sweep(session, sequence, [8], [0], 1, 0, rng)
+
+        def drafter_loop(stop):
+            time_job(source, bridge, full_copy, language, threads, stop)
+
+        for nice in self.niceness:
+            self.say(f"{name} at niceness {nice}: beside the target's preparation and verification")
+            alone_now = jobs([full] * 2, nice)  # alone just before and after, at the same niceness: drift cancels
+            with _Background(prepare_loop) as load:
+                beside_prepare = jobs([full] * count, nice, self.limit_s)
+            self._check(load, f"the target's preparation beside {name}")
+            session.use_threads(opts.shared_target_threads)
+            with _Background(verify_loop) as load:
+                beside_verify = jobs([full] * count, nice, self.limit_s)
+            self._check(load, f"the target's verification beside {name}")
+            alone_now += jobs([full] * 2, nice)
+            before = [time_prepare(target, full, opts.target_threads) for _ in range(count // 2 + 1)]
+            with _Background(drafter_loop, nice) as load:
+                prepared_beside = [time_prepare(target, full, opts.target_threads) for _ in range(count)]
+                shared = _verify_sweep(session, sequence, self.widths, self.offsets, self.repeats, self.warmup, rng)
+            self._check(load, f"drafter {name} at niceness {nice}")
+
+            def slowdown(beside: list[JobTiming]) -> float:
+                return _ratio([j.total_s for j in beside], [j.total_s for j in alone_now], f"{name}'s job")
+
+            after = [time_prepare(target, full, opts.target_threads) for _ in range(count // 2 + 1)]
+            session.use_threads(opts.target_threads)
+            out["niceness"][str(nice)] = {
+                "verify_s": _pool(shared, self.widths, f"verification beside {name}"),
+                "prepare_beside_s": stat(prepared_beside, f"the target's preparation beside {name}"),
+                "target_slowdown": {"prepare": _ratio(prepared_beside, before + after, "the target's preparation")},
+                "drafter_slowdown": {"prepare": slowdown(beside_prepare), "verify": slowdown(beside_verify)},
+            }
+        return out
+
+    @staticmethod
+    def _check(load: _Background, what: str) -> None:
+        if load.error is not None:
+            raise ProfileError(f"{what} failed while it was measured: {load.error}")
 
 
 def r_of_k(verify: dict) -> dict:
@@ -273,37 +564,47 @@ def r_of_k(verify: dict) -> dict:
     return out
 
 
-def build_profile(config, target, source, request: Request, *, kmax: int, offsets, repeats: int, warmup: int,
-                  decodes: int = 3, models_dir: Path | None = None, other_sources: dict | None = None) -> dict:
+def build_profile(config, measurement: Measurement, models_dir: Path | None = None) -> dict:
     """A complete profile file for ``config`` (a validated :class:`as2d_core.config.Config`)."""
-    options = config.decode_options()
-    body = measure(target, source, request, options=options, kmax=kmax, offsets=offsets, repeats=repeats,
-                   warmup=warmup, decodes=decodes, other_sources=other_sources)
+    started = time.perf_counter()
+    body = measurement.run()
+    target = measurement.target
+    names = list(measurement.sources)
     header = {
         "format": FORMAT,
         "name": (config.device_profile or {}).get("name", platform.node()),
         "description": (config.device_profile or {}).get("description"),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "duration_s": round(time.perf_counter() - started, 1),
         "config": str(config.path),
-        "machine": machine_info(),
+        "machine": bench_machine(),
         "packages": package_versions(),
+        "code": code_version(part_packages(target, *measurement.sources.values())),
         "target": {"model": config.target.model, "backend": config.target.backend, "device": config.target.device,
                    "threads": config.target.threads, "shared_threads": config.target.shared_threads,
-                   "devices_in_use": target.device_in_use},
+                   "devices_in_use": _jsonable(target.device_in_use)},
         "source": None if config.source is None else {
-            "name": config.source.name, "backend": config.source.backend, "device": config.source.device,
-            "threads": config.source.threads, "publication_size": config.source.publication_size},
-        "protocol": {"widths": f"1..{kmax}", "offsets": list(offsets), "repeats": repeats, "warmup": warmup,
+            "name": names[0] if names else config.source.name, "backend": config.source.backend,
+            "device": config.source.device, "threads": config.source.threads,
+            "publication_size": config.source.publication_size, "process": config.source.process},
+        "options": attrs.asdict(measurement.options),
+        "protocol": {"widths": f"1..{measurement.kmax}", "offsets": list(measurement.offsets),
+                     "repeats": measurement.repeats, "warmup": measurement.warmup,
+                     "lengths_s": list(measurement.lengths), "job_repeats": measurement.job_repeats,
+                     "niceness": list(measurement.niceness), "decodes": measurement.decodes,
+                     "language": measurement.language,
                      "statistic": "median (q1, q3, mean, stdev, n kept)", "units": "seconds"},
-        "measured": ["verify_s.alone K1..%d" % kmax, "loop_s"] + ([
-            "verify_s.shared K1..%d" % kmax, "draft_step_s", "publish_s", "loop_shared_s"] if source else []),
-        "missing": [] if source else ["no source configured: no drafter or concurrent costs"],
+        "measured": ["prepare_s.alone by audio length", "verify_s.alone K1..%d" % measurement.kmax, "loop_s"] + [
+            f"drafters.{n}: jobs alone by audio length; beside the target at niceness "
+            + ", ".join(map(str, measurement.niceness)) for n in names],
+        "missing": [] if names else ["no source configured: no drafter or concurrent costs"],
     }
+    if "detect_missing" in body["prepare_s"]:
+        header["missing"].append(f"language detection: {body['prepare_s']['detect_missing']}")
     if models_dir is not None:
-        header["models"] = {"target": model_version(models_dir, config.target.model)}
-        if config.source is not None:
-            header["models"]["source"] = model_version(models_dir, config.source.name)
-    header["target"]["devices_in_use"] = _jsonable(header["target"]["devices_in_use"])
+        header["models"] = {"target": model_version(models_dir, config.target.model),
+                            "sources": {n: model_version(models_dir, n) for n in names}}
+    header["duration_s"] = round(time.perf_counter() - started, 1)
     return {**header, **body}
 
 

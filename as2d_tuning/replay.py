@@ -1,20 +1,25 @@
-"""Pricing saved trajectories under a device profile (Section 4.3, Appendix D.3, D.4.3).
+"""Pricing saved trajectories under a device profile (Section 4.3, Appendix D.3, D.4.3), on both clocks.
 
-A trace (docs/traces.md) fixes everything that does not depend on cost: the
-target's greedy response and the drafter's published record. For the
-decoupled methods that is enough to re-run the target loop at any budget:
-run the engine's own target loop and proposal step (``engine.target_loop``,
-``engine.PublishedProposer``) on a simulated clock, over priced stand-ins for
-the target (:class:`PricedTarget`: greedy tokens from the reference) and the
-record (:class:`PricedRecord`: only the batches published by that instant),
-and charge each round the profile's loop cost plus the cost of its
-physical width, shared-thread (concurrent) while the drafter still runs and
-alone once the record is closed, as the engine switches threads. The drafter's
-publication times are either re-priced from the profile (steps x step cost +
-publication cost) or taken from the trace (``publication="native"``).
+A trace (docs/traces.md) fixes everything that does not depend on cost: the target's greedy
+response and the drafter's work (its pieces and what each made publishable). For the decoupled
+methods that is enough to re-run the request at any budget, drafter niceness and start: the
+drafter's work is priced on the profile (its encoder by audio length, each piece, the end of the
+job) and laid on a timeline beside the target's preparation and then its verification, slowed by
+each other as the profile measured at that niceness (:func:`timeline`); the target loop is then the
+engine's own loop (``engine.target_loop``, ``engine.PublishedProposer``) run on a simulated clock over
+priced stand-ins for the target (:class:`PricedTarget`: greedy tokens from the reference) and the
+record (:class:`PricedRecord`: only what is published by that instant), each round charged the
+profile's loop cost plus the cost of its physical width, beside the drafter while it runs and alone
+once its record is closed, as the engine switches threads.
 
-Serial methods (sd-k*, asp, as2d-no-td) depend on the target prefix, so they
-are priced as traced: their drafting rounds plus their calls.
+Two clocks come out of one replay: the paper's decode clock (``decode_s``, from the end of the
+target's preparation) and the user's (``e2e_s`` = ``prepare_s`` + ``decode_s``, from the audio's
+arrival). A profile without preparation costs (the paper's phones) prices the decode clock only,
+with the drafter started with it (the paper's set-up). With ``publication="native"`` the drafter's
+traced publication times and the traced preparation stand, and only the target loop is priced.
+
+Serial methods (sd-k*, asp, as2d-no-td) depend on the target prefix, so they are priced as traced:
+their drafting rounds plus their calls.
 """
 from __future__ import annotations
 
@@ -29,27 +34,44 @@ import attrs
 
 from as2d_core.engine import Counters, DecodeOptions, PublishedProposer, TargetOnly, target_loop
 from as2d_core.events import EventLog
+from as2d_core.options import STARTS
 from as2d_core.options import parse_budgets  # noqa: F401  (one budget-list rule, with the engine's cap)
-from .costs import Costs
+from .costs import Contention, Costs, DrafterCosts
 
 DECOUPLED = ("as2d", "as2d-prepared", "as2d-no-bc")
 SERIAL = ("sd-k5", "sd-k6", "sd-k7", "sd-k8", "asp", "as2d-no-td")
 PUBLICATION = ("profile", "native")
+CLOCKS = ("e2e", "decode")  # the user's clock (arrival to final token) and the paper's (after preparation)
 NO_EOS_LIMIT = 1 << 30  # a response that ended at its end token: the cap never binds in replay
+RUN_FILE = "run.json"  # beside traces.jsonl: the bench's options (niceness, start) and whether languages were named
 
 
 @attrs.frozen
 class Batch:
     tokens: tuple[int, ...]
-    t: float  # native publication time (s from the request)
-    steps: int  # drafter forwards that produced it
+    t: float  # publication time (s on the decode clock)
+    steps: int = 0  # drafter pieces behind it (informative)
     final: bool = False
     confidences: tuple[float, ...] | None = None
 
 
 @attrs.frozen
+class Unit:
+    """A piece of the drafter's traced work, priced by the profile.
+
+    ``index`` is the piece's place in its job (0: the first), -1 for the call that found the job
+    over; ``tokens`` its drafter tokens; ``published`` the target tokens that became publishable
+    with it (the bridge's output; 0 when it held them back for a later piece).
+    """
+
+    index: int
+    tokens: int
+    published: int
+
+
+@attrs.frozen
 class Record:
-    """What a replay needs from one trace: the reference response and the published record."""
+    """What a replay needs from one trace: the reference response, the published record, the drafter's work."""
 
     window: str
     method: str
@@ -63,6 +85,21 @@ class Record:
     decode_s: float  # native decode clock
     calls: tuple[dict, ...] = ()
     serial_drafted: int = 0  # drafter tokens of serial rounds
+    prepare_s: float | None = None  # native arrival to decode clock
+    start: str | None = None  # when the drafter started: arrival | prepared (None: no drafter, or an older trace)
+    audio_s: float | None = None  # the request's audio length (None: an older trace)
+    named: bool = True  # the request named its language (else the target detected it)
+    niceness: int | None = None  # the drafter's niceness in the traced run (None: not recorded)
+    units: tuple[Unit, ...] = ()
+
+    @property
+    def closed(self) -> bool:
+        """The drafter finished its record natively (its last batch is final)."""
+        return bool(self.batches) and self.batches[-1].final
+
+    @property
+    def native_e2e_s(self) -> float | None:
+        return None if self.prepare_s is None else self.prepare_s + self.decode_s
 
 
 @attrs.define
@@ -82,26 +119,79 @@ class Replayed:
     target_only_steps: int = 0
     rounds: list[dict] = attrs.Factory(list)
     publication: str | None = None  # how drafter times were priced (profile | native)
+    prepare_s: float | None = None  # arrival to decode clock; None: the profile has no preparation costs
+    niceness: int | None = None
+    start: str | None = None
 
     @property
     def tps(self) -> float:
         return len(self.tokens) / self.decode_s if self.decode_s > 0 else 0.0
 
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.prepare_s is None else self.prepare_s + self.decode_s
 
-def _batch_steps(trace: dict) -> list[int]:
-    """Drafter forwards behind each published batch, from the trace's draft and publish spans.
+    def seconds(self, clock: str) -> float | None:
+        """Seconds on ``clock`` (``e2e`` or ``decode``)."""
+        return self.e2e_s if clock == "e2e" else self.decode_s
 
-    The forward that produced the end token has no span (the producer learns of it when the
-    drafter yields nothing), so a final batch counts one more forward.
+
+def _bridged_backlog(spans: list[dict], start: str | None) -> dict | None:
+    """The draft span of the bridge call that converted the pieces held while the target prepared.
+
+    Drafting from arrival, pieces are held until the target is prepared; then one bridge call
+    converts them all and one batch publishes them. That call is recorded as a draft span with
+    their tokens, right before the first publication; it is not a piece of the drafter's own.
     """
-    steps, count = [], 0
-    for span in sorted(trace.get("spans", ()), key=lambda s: s["t0"]):
-        if span["kind"] == "draft" and span.get("tokens"):
-            count += 1
-        elif span["kind"] == "publish":
-            steps.append(count)
-            count = 0
-    return steps
+    if start != "arrival":
+        return None
+    first = next((i for i, s in enumerate(spans) if s["kind"] == "publish"), len(spans))
+    before = [s for s in spans[:first] if s["kind"] == "draft" and s.get("tokens")]
+    if len(before) >= 2 and before[-1]["tokens"] == sum(s["tokens"] for s in before[:-1]) and before[-1]["t1"] <= 1e-6:
+        return before[-1]
+    return None
+
+
+def _units(trace: dict, batches: Sequence[Batch]) -> tuple[Unit, ...]:
+    """The drafter's pieces in order, each with the target tokens published after it.
+
+    A batch published after pieces that were bridged as they came belongs to its last piece (it
+    could not be seen before it). The batch that publishes the pieces held while the target
+    prepared is shared among them by their drafter tokens, so a replay in which fewer of them
+    are ready by then publishes only theirs. Without spans (older traces): one piece per token.
+    """
+    spans = sorted((s for s in trace.get("spans", ()) if s["kind"] in ("draft", "publish")),
+                   key=lambda s: (s["t0"], s["kind"] == "publish"))
+    drafts = [s for s in spans if s["kind"] == "draft"]
+    if len([s for s in spans if s["kind"] == "publish"]) != len(batches) or not drafts:
+        return tuple(Unit(i, 1, 1) for i in range(sum(len(b.tokens) for b in batches)))
+    merged = _bridged_backlog(spans, trace.get("start"))
+    end = drafts[-1] if not drafts[-1].get("tokens") else None
+    units: list[Unit] = []
+    pending: list[Unit] = []
+    backlog = False
+    sizes = iter(len(b.tokens) for b in batches)  # the publish spans are the batches, in order
+    for span in spans:
+        if span is merged:
+            backlog = True
+        elif span["kind"] == "draft":
+            index = -1 if span is end else sum(1 for u in units + pending if u.index >= 0)
+            pending.append(Unit(index, span.get("tokens") or 0, 0))
+        else:
+            count = next(sizes)
+            if backlog and pending:  # shared by drafter tokens, cumulatively rounded down
+                total = sum(u.tokens for u in pending) or 1
+                bounds = [count * c // total for c in itertools.accumulate(u.tokens for u in pending)]
+                bounds[-1] = count
+                pending = [attrs.evolve(u, published=b - a) for u, a, b in zip(pending, [0, *bounds], bounds)]
+            elif pending:
+                pending[-1] = attrs.evolve(pending[-1], published=count)
+            elif units:
+                units[-1] = attrs.evolve(units[-1], published=units[-1].published + count)
+            backlog = False
+            units += pending
+            pending = []
+    return tuple(units + pending)
 
 
 def record_of(trace: dict) -> Record:
@@ -116,39 +206,102 @@ def record_of(trace: dict) -> Record:
     ended = len(reference) > len(tokens)
     max_new = NO_EOS_LIMIT if ended else len(tokens)
     batches = []
+    units: tuple[Unit, ...] = ()
     if trace.get("method") in DECOUPLED:
-        steps = _batch_steps(trace)
-        published = trace.get("published", [])
-        if len(steps) != len(published):  # spans missing: one forward per published target token
-            steps = [len(b["tokens"]) for b in published]
-        for b, n in zip(published, steps):
-            final = bool(b.get("final"))
-            batches.append(Batch(tuple(b["tokens"]), float(b["t"]), n + (1 if final else 0), final,
+        for b in trace.get("published", []):
+            batches.append(Batch(tuple(b["tokens"]), float(b["t"]), 0, bool(b.get("final")),
                                  tuple(b["confidences"]) if b.get("confidences") else None))
+        units = _units(trace, batches)
     drafted = sum(b.get("drafted", 0) for b in trace.get("published", ()) if "drafted" in b)
+    run = trace.get("_run") or {}
+    options = run.get("options") or {}
+    named = not run.get("detect_language", False)
+    niceness = options.get("drafter_nice" if named else "guess_nice")
     return Record(window=trace["window"], method=trace["method"], source=trace.get("source"),
                   budget=trace.get("budget"), language=trace.get("language"), reference=tuple(reference),
                   tokens=len(tokens), max_new_tokens=max_new, batches=tuple(batches),
                   decode_s=float(trace["decode_s"]), calls=tuple(trace.get("calls", ())),
-                  serial_drafted=drafted)
+                  serial_drafted=drafted, prepare_s=trace.get("prepare_s"),
+                  start=trace.get("start") or ("prepared" if trace.get("source") else None),
+                  audio_s=trace.get("audio_s"), named=named, niceness=niceness, units=units)
+
+
+def timeline(target_s: float | None, work: Sequence[float], contention: Contention, start: str,
+             prepared_extra: float = 0.0) -> tuple[float, list[float]]:
+    """When the target is prepared and when each drafter work item ends, in seconds from arrival.
+
+    ``target_s``: the target's preparation alone; ``work``: the drafter's items alone, in order (its
+    encoder first). From arrival both start together: while both run the target's preparation takes
+    ``contention.target_prepare`` times as long and the drafter's work ``drafter_prepare`` times; a
+    drafter done first leaves the target alone. Once the target is prepared it verifies and the
+    drafter's work takes ``drafter_verify`` times as long. Prepared (the paper's set-up): the target
+    prepares alone, then the drafter's encoder runs alone (and ``prepared_extra``, the engine's warm
+    calls), and the drafter's pieces start with the decode clock. Without preparation costs
+    (``target_s`` None) the decode clock starts at 0 and the drafter with it.
+    """
+    if target_s is None or start != "arrival":
+        prepared = 0.0 if target_s is None else target_s + work[0] + prepared_extra
+        ends = [prepared]
+        for w in work[1:]:
+            ends.append(ends[-1] + w * contention.drafter_verify)
+        return prepared, ends
+    ends: list[float] = []
+    t, left_target, prepared = 0.0, target_s, None
+    for w in work:
+        left = w
+        while prepared is None and left > 0:  # both run
+            if left * contention.drafter_prepare <= left_target * contention.target_prepare:
+                t += left * contention.drafter_prepare
+                left_target -= left * contention.drafter_prepare / contention.target_prepare
+                left = 0.0
+            else:
+                t += left_target * contention.target_prepare
+                left -= left_target * contention.target_prepare / contention.drafter_prepare
+                left_target, prepared = 0.0, t
+        t += left * contention.drafter_verify
+        ends.append(t)
+    if prepared is None:
+        prepared = t + left_target
+    return prepared, ends
+
+
+def drafter_schedule(record: Record, drafter: DrafterCosts, contention: Contention, target_s: float | None,
+                     start: str, warm_s: float = 0.0) -> tuple[float, list[Batch]]:
+    """The preparation's length and the replayed batches (times on the decode clock) of one decoupled run."""
+    work = [drafter.prepare_at(record.audio_s) or 0.0]
+    for u in record.units:
+        cost = drafter.end if u.index < 0 else drafter.piece(u.index, u.tokens)
+        work.append(cost + (drafter.publish if u.published else 0.0))
+    prepared, ends = timeline(target_s, work, contention, start, warm_s)
+    tokens = [t for b in record.batches for t in b.tokens]
+    batches, offset = [], 0
+    last = len(record.units) - 1
+    for i, (u, end) in enumerate(zip(record.units, ends[1:])):
+        final = i == last and record.closed
+        if u.published or final:
+            batches.append(Batch(tuple(tokens[offset: offset + u.published]), max(0.0, end - prepared), 1, final))
+            offset += u.published
+    if offset < len(tokens) and batches:  # spans that did not account for every token: the rest with the last
+        batches[-1] = attrs.evolve(batches[-1], tokens=batches[-1].tokens + tuple(tokens[offset:]))
+    return prepared, batches
 
 
 def publication_times(record: Record, costs: Costs, publication: str = "profile") -> list[float]:
-    """When each batch becomes visible: native times, or the drafter re-priced on the profile."""
+    """When each batch becomes visible on the decode clock: native times, or the drafter re-priced on the
+    profile, started with the decode clock (the paper's set-up)."""
     if publication == "native":
         return [b.t for b in record.batches]
     if publication != "profile":
         raise ValueError(f"publication must be one of {PUBLICATION}")
-    step = costs.draft_step(shared=True) if record.batches else 0.0
-    times, t = [], 0.0
-    for b in record.batches:
-        t += b.steps * step + costs.publish
-        times.append(t)
-    return times
+    drafter = costs.drafter(record.source)
+    if drafter is None:
+        return [b.t for b in record.batches]
+    _, batches = drafter_schedule(record, drafter, drafter.at(record.niceness), None, "prepared")
+    return [b.t for b in batches]
 
 
 class _Clock:
-    """The simulated clock of one replay (seconds from the request)."""
+    """The simulated clock of one replay (seconds from the start of the decode clock)."""
 
     def __init__(self) -> None:
         self.t = 0.0
@@ -251,30 +404,45 @@ def _run_loop(record: Record, target: PricedTarget, published: PricedRecord | No
 
 def simulate(record: Record, costs: Costs, budget: int | None, align_window: int = 8,
              publication: str = "profile", confidence_stop: float | None = None,
-             eos_token: int | None = None) -> Replayed:
-    """Re-run the engine's target loop on a simulated clock; ``budget=None`` means target-only."""
-    speculative = budget is not None and bool(record.batches)
-    drafter = costs.for_source(record.source) if speculative else costs
-    if drafter is None:  # the profile does not price this drafter: its native publication times stand
-        drafter, publication = costs, "native"
-    times = publication_times(record, drafter, publication) if speculative else []
+             eos_token: int | None = None, niceness: int | None = None, start: str | None = None) -> Replayed:
+    """Re-run the request on a simulated clock; ``budget=None`` means target-only.
+
+    ``niceness`` and ``start`` re-price the drafter at another niceness or start (default: as traced).
+    """
+    if start is not None and start not in STARTS:
+        raise ValueError(f"start must be one of {STARTS}, got {start!r}")
+    speculative = budget is not None and record.source is not None and bool(record.batches)
+    drafter = costs.drafter(record.source) if speculative else None
+    if speculative and drafter is None:  # the profile does not price this drafter: its native times stand
+        publication = "native"
+    niceness = record.niceness if niceness is None else niceness
+    start = start or record.start or "prepared"
+    contention = drafter.at(niceness) if drafter is not None else None
+    target_s = costs.prepare(record.audio_s, record.named)
+    batches, prepare_s = record.batches, target_s
+    if publication == "native":  # the traced preparation stands too
+        prepare_s = record.prepare_s
+    elif speculative:
+        warm = 0.0
+        if start == "prepared" and target_s is not None:  # the engine's warm calls on both thread counts
+            warm = costs.verify(1, alone=True) + costs.verify(1, alone=False, contention=contention)
+        prepared, batches = drafter_schedule(record, drafter, contention, target_s, start, warm)
+        prepare_s = prepared if target_s is not None else None
+    times = [b.t for b in batches]
     clock = _Clock()
     target = PricedTarget(record.reference, _eos_of(record, eos_token), record.max_new_tokens,
-                          lambda width, alone: costs.loop_for(alone) + costs.verify(width, alone=alone),
+                          lambda width, alone: costs.loop_for(alone) + costs.verify(width, alone, contention),
                           clock, alone=not speculative)
     published = None
     if speculative:  # causal: a round sees only what is published by its start
-        published = PricedRecord(record.batches, lambda: bisect.bisect_right(times, clock.t))
+        published = PricedRecord(batches, lambda: bisect.bisect_right(times, clock.t))
     out = Replayed(record.window, record.method, record.source if speculative else None,
-                   budget if speculative else None, [], 0.0)
+                   budget if speculative else None, [], 0.0, prepare_s=prepare_s,
+                   niceness=niceness if speculative else None, start=start if speculative else None)
     _run_loop(record, target, published, budget, align_window, confidence_stop, out)
     out.publication = publication if speculative else None
-    t = clock.t
-    finished_at = times[-1] if speculative and record.batches[-1].final else float("inf")
-    if speculative and finished_at > t:  # producer drain: the forward in flight when the target ends
-        step = drafter.draft_step(shared=True) if publication == "profile" else 0.0
-        last = max((x for x in times if x <= t), default=0.0)
-        out.drain_s = step - ((t - last) % step) if step else 0.0
+    if speculative and times and times[-1] > clock.t:  # drain: the drafter's work in flight at the last token
+        out.drain_s = next(x for x in times if x > clock.t) - clock.t
     return out
 
 
@@ -298,13 +466,17 @@ def replay_native(record: Record, align_window: int = 8, confidence_stop: float 
         return bisect.bisect_right(ends, seen)
 
     clock.t = starts[0]
-    out = Replayed(record.window, record.method, record.source, record.budget, [], 0.0, publication="native")
+    out = Replayed(record.window, record.method, record.source, record.budget, [], 0.0, publication="native",
+                   prepare_s=record.prepare_s)
     _run_loop(record, target, PricedRecord(record.batches, visible), record.budget, align_window, confidence_stop, out)
     return out
 
 
 def price_serial(record: Record, costs: Costs) -> Replayed:
-    """A serial method as traced: its drafting (alone, the target waits) plus its calls (alone)."""
+    """A serial method as traced: its drafting (alone, the target waits) plus its calls (alone).
+
+    Its preparation is the target's and then the drafter's encoder, one after the other.
+    """
     out = Replayed(record.window, record.method, record.source, record.budget, list(record.reference[: record.tokens]),
                    0.0)
     t = record.serial_drafted * costs.draft_step(shared=False) if record.serial_drafted else 0.0
@@ -317,49 +489,63 @@ def price_serial(record: Record, costs: Costs) -> Replayed:
         else:
             out.target_only_steps += 1
     out.decode_s = t
+    target_s = costs.prepare(record.audio_s, record.named)
+    drafter = costs.drafter(record.source) if record.source is not None else None
+    encoder = drafter.prepare_at(record.audio_s) if drafter is not None else 0.0
+    out.prepare_s = None if target_s is None or encoder is None else target_s + encoder
     return out
 
 
 def replay_record(record: Record, costs: Costs, budget: int | None = None, align_window: int = 8,
-                  publication: str = "profile") -> Replayed:
-    """Price one trace; ``budget`` overrides the traced budget of a decoupled method."""
+                  publication: str = "profile", niceness: int | None = None, start: str | None = None) -> Replayed:
+    """Price one trace; ``budget``, ``niceness`` and ``start`` override the traced ones of a decoupled method."""
     if record.method in SERIAL:
         return price_serial(record, costs)
     if record.method == "target-only" or record.source is None:
         return simulate(record, costs, None, align_window, publication)
+    budget = budget or record.budget
     if record.method == "as2d-no-bc":
         from as2d_bench.runner import NO_BC_THRESHOLD
 
-        return simulate(record, costs, budget or record.budget, align_window, publication, NO_BC_THRESHOLD)
-    return simulate(record, costs, budget or record.budget, align_window, publication)
+        return simulate(record, costs, budget, align_window, publication, NO_BC_THRESHOLD, niceness=niceness,
+                        start=start)
+    return simulate(record, costs, budget, align_window, publication, niceness=niceness, start=start)
 
 
 def read_traces(paths: Iterable[str | Path]) -> list[dict]:
-    """Trace objects from files (``traces.jsonl``) or directories holding one."""
+    """Trace objects from files (``traces.jsonl``) or directories holding one, each with its bench's
+    ``run.json`` (options, named languages) when it lies beside the file."""
     traces = []
     for path in paths:
         path = Path(path)
         if path.is_dir():
             path = path / "traces.jsonl"
+        run_file = path.parent / RUN_FILE
+        run = json.loads(run_file.read_text()) if run_file.is_file() else None
         for line in path.read_text().splitlines():
             if line.strip():
                 trace = json.loads(line)
                 trace["_file"] = str(path)  # runs of one bench pass, for pairing with their own target-only run
+                if run is not None:
+                    trace["_run"] = run
                 traces.append(trace)
     return traces
 
 
 def row_of(replayed: Replayed, record: Record, method: str | None = None) -> dict:
     """A ``results.jsonl``-shaped row (``as2d bench``), so the bench summary applies unchanged."""
+    native_e2e = record.native_e2e_s
     return {
         "window": record.window, "lang": record.language, "method": method or record.method,
         "tokens": len(replayed.tokens), "decode_s": replayed.decode_s, "tps": replayed.tps,
+        "prepare_s": replayed.prepare_s, "e2e_s": replayed.e2e_s,
         "exact": list(replayed.tokens) == list(record.reference[: record.tokens]),
         "proposed": replayed.proposed, "accepted": replayed.accepted, "verify_calls": len(replayed.widths),
         "verify_widths": replayed.widths, "target_only_steps": replayed.target_only_steps,
         "drain_s": replayed.drain_s, "source": replayed.source, "budget": replayed.budget,
-        "publication": replayed.publication,
+        "niceness": replayed.niceness, "start": replayed.start, "publication": replayed.publication,
         "native_tps": record.tokens / record.decode_s if record.decode_s > 0 else None,
+        "native_e2e_tps": record.tokens / native_e2e if native_e2e else None,
     }
 
 
@@ -369,7 +555,7 @@ def load_factors(traces: Sequence[dict], costs: Costs) -> dict[tuple[str, str], 
     On a machine whose load drifts (shared cores), this calibrates every cost of a window with
     the target-only run made just before it (bench runs methods back to back per window), as
     D.3 calibrates immediately before validation. The target-only rows are then exact by
-    construction; only the other methods measure the replay's error.
+    construction on the decode clock; only the other methods measure the replay's error.
     """
     factors = {}
     for trace in traces:
@@ -380,22 +566,28 @@ def load_factors(traces: Sequence[dict], costs: Costs) -> dict[tuple[str, str], 
     return factors
 
 
-def mae(rows: list[dict]) -> dict:
-    """Appendix D.3: signed error 100(TPS_replay/TPS_native - 1) per window, its mean magnitude, pooled error.
+def mae(rows: list[dict], clock: str = "decode") -> dict:
+    """Appendix D.3: signed error 100(TPS_replay/TPS_native - 1) per window, its mean magnitude, pooled error,
+    on ``clock`` (``decode``: tokens over the decode clock; ``e2e``: over arrival to final token).
 
     Repeated native runs of one (window, method) count once, at their median TPS (as D.3 uses the
     median native latency), against the median of their replays.
     """
+    native_key = "native_e2e_tps" if clock == "e2e" else "native_tps"
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
-        if r.get("native_tps"):
+        if r.get(native_key) and (clock != "e2e" or r.get("e2e_s")):
             groups.setdefault((r["window"], r["method"]), []).append(r)
     if not groups:
         return {"replay_mae_pct": None, "windows": 0}
+
+    def tps(r: dict) -> float:
+        return r["tokens"] / r["e2e_s"] if clock == "e2e" else r["tps"]
+
     errors, tokens, native_s, replay_s = [], 0, 0.0, 0.0
     for group in groups.values():
-        native = statistics.median(r["native_tps"] for r in group)
-        replay = statistics.median(r["tps"] for r in group)
+        native = statistics.median(r[native_key] for r in group)
+        replay = statistics.median(tps(r) for r in group)
         errors.append(100 * (replay / native - 1))
         n = group[0]["tokens"]
         tokens, native_s, replay_s = tokens + n, native_s + n / native, replay_s + n / replay

@@ -1,12 +1,14 @@
-"""Offline source/budget selection by replay (Section 4.3, Appendix D.2.6, D.4.3).
+"""Offline selection of source, budget, drafter niceness and start by replay (Section 4.3, Appendix D.2.6, D.4.3).
 
 Trajectories are collected natively once per source (the drafter never reads
 the target, so one as2d run per window and source holds everything every
-budget needs); every feasible (source, budget) pair is then priced by replay.
-The pair with the best pooled throughput on the development windows is kept,
-fixed, for deployment. On the test windows we report that pair's pooled TPS,
-the per-window hindsight oracle (the fastest pair on each window, zero
-selection cost) and the gap 100(1 - TPS_selected / TPS_oracle).
+budget, niceness and start needs); every feasible choice is then priced by
+replay, on the user's clock (arrival to final token) by default or on the
+paper's decode clock. The choice with the best pooled throughput on the
+development windows is kept, fixed, for deployment. On the test windows we
+report that choice's pooled TPS, the per-window hindsight oracle (the fastest
+choice on each window, zero selection cost) and the gap
+100(1 - TPS_selected / TPS_oracle).
 """
 from __future__ import annotations
 
@@ -16,15 +18,23 @@ from pathlib import Path
 import attrs
 
 from as2d_core.engine import DecodeOptions
-from .costs import Costs
+from .costs import Costs, MissingCost
 from .replay import DECOUPLED, Record, record_of, replay_record
 from .tasks import local_map
 
 
 @attrs.frozen
 class Pair:
+    """One choice of the catalog; ``niceness`` and ``start`` None: as traced."""
+
     source: str
     budget: int
+    niceness: int | None = None
+    start: str | None = None
+
+    def key(self) -> tuple:
+        """Ties go to the smaller budget, the lower niceness, arrival, then the source's name."""
+        return self.budget, self.niceness or 0, self.start != "arrival", self.source
 
 
 def records_by_source(traces: Sequence[dict], sources: Sequence[str]) -> dict[str, dict[str, Record]]:
@@ -46,31 +56,44 @@ def records_by_source(traces: Sequence[dict], sources: Sequence[str]) -> dict[st
     return out
 
 
-def price_cells(per: dict[str, Record], costs: Costs, budget: int, windows: Sequence[str], align_window: int = 8
+def missing_windows(records: dict[str, dict[str, Record]], windows: Sequence[str]) -> dict[str, list[str]]:
+    """{source: windows it has no record of}, for the sources that lack any."""
+    out = {s: [w for w in windows if w not in per] for s, per in records.items()}
+    return {s: ws for s, ws in out.items() if ws}
+
+
+def price_cells(per: dict[str, Record], costs: Costs, budget: int, windows: Sequence[str], align_window: int = 8,
+                niceness: int | None = None, start: str | None = None, clock: str = "e2e"
                 ) -> dict[str, tuple[int, float]]:
-    """{window: (tokens, seconds)} of one source at one budget: one job of the grid."""
+    """{window: (tokens, seconds on ``clock``)} of one source at one budget, niceness and start: one job of the grid."""
     cells = {}
     for w in windows:
-        out = replay_record(per[w], costs, budget, align_window)
-        cells[w] = (len(out.tokens), out.decode_s)
+        out = replay_record(per[w], costs, budget, align_window, niceness=niceness, start=start)
+        seconds = out.seconds(clock)
+        if seconds is None:
+            raise MissingCost(f"{w}: the profile has no preparation costs, so the user's clock is not priced")
+        cells[w] = (len(out.tokens), seconds)
     return cells
 
 
 def price_grid(records: dict[str, dict[str, Record]], costs: Costs, budgets: Sequence[int], windows: Sequence[str],
-               align_window: int = 8, mapper: Callable = local_map) -> dict[Pair, dict[str, tuple[int, float]]]:
-    """{pair: {window: (tokens, seconds)}} for every feasible pair that has a record of every window.
+               align_window: int = 8, mapper: Callable = local_map, niceness: Sequence[int | None] = (None,),
+               starts: Sequence[str | None] = (None,), clock: str = "e2e") -> dict[Pair, dict[str, tuple[int, float]]]:
+    """{choice: {window: (tokens, seconds)}} for every feasible choice that has a record of every window.
 
-    Each pair is an independent job; ``mapper`` runs them (here, or as Ray tasks: ``tasks.ray_map``).
+    Each choice is an independent job; ``mapper`` runs them (here, or as Ray tasks: ``tasks.ray_map``).
     """
-    pairs = [Pair(source, budget) for source, per in records.items() if all(w in per for w in windows)
-             for budget in budgets if costs.feasible_budget(budget)]
+    pairs = [Pair(source, budget, nice, start) for source, per in records.items() if all(w in per for w in windows)
+             for budget in budgets for nice in niceness for start in starts
+             if costs.feasible_budget(budget, source=source, niceness=nice)]
     subsets = {s: {w: records[s][w] for w in windows} for s in {p.source for p in pairs}}
-    jobs = [(subsets[p.source], costs, p.budget, list(windows), align_window) for p in pairs]
+    jobs = [(subsets[p.source], costs, p.budget, list(windows), align_window, p.niceness, p.start, clock)
+            for p in pairs]
     return dict(zip(pairs, mapper(price_cells, jobs)))
 
 
-def target_only_cells(records: dict[str, dict[str, Record]], costs: Costs, windows: Sequence[str]
-                      ) -> dict[str, tuple[int, float]]:
+def target_only_cells(records: dict[str, dict[str, Record]], costs: Costs, windows: Sequence[str],
+                      clock: str = "e2e") -> dict[str, tuple[int, float]]:
     """The same windows decoded by the target alone (the reference line of the budget plot)."""
     from .replay import simulate
 
@@ -79,7 +102,8 @@ def target_only_cells(records: dict[str, dict[str, Record]], costs: Costs, windo
     for w in windows:
         if w in per:
             out = simulate(per[w], costs, None)
-            cells[w] = (len(out.tokens), out.decode_s)
+            if out.seconds(clock) is not None:
+                cells[w] = (len(out.tokens), out.seconds(clock))
     return cells
 
 
@@ -92,15 +116,15 @@ def pooled(cells: dict[str, tuple[int, float]]) -> float:
 def choose(grid: dict[Pair, dict[str, tuple[int, float]]]) -> tuple[Pair, float]:
     """The pair with the highest pooled TPS (ties: smaller budget, then source name)."""
     if not grid:
-        raise ValueError("no feasible source/budget pair: the profile lacks their widths or the traces lack windows")
-    best = max(grid, key=lambda p: (pooled(grid[p]), -p.budget, p.source))
+        raise ValueError("no feasible source/budget choice: the profile lacks their widths or the traces lack windows")
+    best = min(grid, key=lambda p: (-pooled(grid[p]), p.key()))
     return best, pooled(grid[best])
 
 
 def oracle(grid: dict[Pair, dict[str, tuple[int, float]]]) -> tuple[float, dict[str, Pair]]:
     """Per window the fastest pair (hindsight, zero selection cost); pooled tokens over pooled time."""
     windows = next(iter(grid.values())).keys()
-    picks = {w: min(grid, key=lambda p: (grid[p][w][1], p.budget, p.source)) for w in windows}
+    picks = {w: min(grid, key=lambda p: (grid[p][w][1], p.key())) for w in windows}
     tokens = sum(grid[picks[w]][w][0] for w in windows)
     seconds = sum(grid[picks[w]][w][1] for w in windows)
     return (tokens / seconds if seconds > 0 else 0.0), picks
@@ -126,22 +150,32 @@ def collect(manifest: Path, target, sources: dict, options, out_dir: Path, progr
     return traces
 
 
-def config_text(base, pair: Pair, note: str) -> str:
-    """A task configuration (TOML) for the selected pair, keeping the rest of ``base`` (a Config)."""
+def config_text(base, pair: Pair, note: str, guessed: bool = False) -> str:
+    """A task configuration (TOML) for the selected choice, keeping the rest of ``base`` (a Config).
+
+    The niceness goes to ``guess_nice`` when the development requests named no language (the drafter then
+    starts on a guess), else to ``nice``.
+    """
     t, s = base.target, base.source
     lines = [f"# {note}", f'task = "{base.task}"']
     if base.language:
         lines.append(f'language = "{base.language}"')
-    lines += [f"budget = {pair.budget}", f"align_window = {base.align_window}",
-              f'on_missing_device = "{base.on_missing_device}"', "", "[target]", f'model = "{t.model}"']
+    lines += [f"budget = {pair.budget}", f"align_window = {base.align_window}"]
+    if pair.start is not None:
+        lines.append(f'start = "{pair.start}"')
+    lines += [f'on_missing_device = "{base.on_missing_device}"', "", "[target]", f'model = "{t.model}"']
     if t.backend:
         lines.append(f'backend = "{t.backend}"')
     lines += [f'device = "{t.device}"', f"threads = {t.threads}", f"shared_threads = {t.shared_threads}", "",
-              "[source]", f'name = "{pair.source}"']
+              "[source]", f'name = "{pair.source.removesuffix("+process")}"']
     if s is not None and s.name == pair.source and s.backend:
         lines.append(f'backend = "{s.backend}"')
     lines += [f'device = "{s.device if s else "cpu"}"', f"threads = {s.threads if s else 1}",
               f"publication_size = {s.publication_size if s else DecodeOptions().publication_size}"]
+    if pair.source.endswith("+process") or (s is not None and s.process and s.name == pair.source):
+        lines.append("process = true")
+    if pair.niceness is not None:
+        lines.append(f"{'guess_nice' if guessed else 'nice'} = {pair.niceness}")
     if base.device_profile:
         lines += ["", "[device_profile]", f'name = "{base.device_profile["name"]}"']
         if base.device_profile.get("description"):
@@ -150,23 +184,26 @@ def config_text(base, pair: Pair, note: str) -> str:
 
 
 def plot_budgets(grid: dict[Pair, dict[str, tuple[int, float]]], selected: Pair, path: Path,
-                 target_only_tps: float | None = None) -> None:
-    """Pooled development TPS against budget, one line per source; the selected pair marked."""
+                 target_only_tps: float | None = None, clock: str = "e2e") -> None:
+    """Pooled development TPS against budget, one line per source, niceness and start; the selected choice marked."""
     from as2d_bench.report import saved_figure
 
+    def label(p: Pair) -> str:
+        return " ".join(x for x in (p.source, None if p.niceness is None else f"nice {p.niceness}", p.start) if x)
+
     with saved_figure(path, (7, 3.5)) as ax:
-        for source in sorted({p.source for p in grid}):
-            pairs = sorted((p for p in grid if p.source == source), key=lambda p: p.budget)
-            ax.plot([p.budget for p in pairs], [pooled(grid[p]) for p in pairs], marker="o", ms=3, label=source)
+        for series in sorted({attrs.evolve(p, budget=0) for p in grid}, key=Pair.key):
+            pairs = sorted((p for p in grid if attrs.evolve(p, budget=0) == series), key=lambda p: p.budget)
+            ax.plot([p.budget for p in pairs], [pooled(grid[p]) for p in pairs], marker="o", ms=3, label=label(series))
         ax.plot([selected.budget], [pooled(grid[selected])], marker="*", ms=14, color="black", ls="none",
-                label=f"selected: {selected.source} b={selected.budget}")
+                label=f"selected: {label(selected)} b={selected.budget}")
         if target_only_tps:
             ax.axhline(target_only_tps, color="gray", ls="--", lw=1, label="target-only")
         ax.set_xlabel("proposal budget b (physical width <= b+1)")
-        ax.set_ylabel("pooled TPS (replay, dev)")
+        ax.set_ylabel(f"pooled TPS (replay, dev, {'arrival to last token' if clock == 'e2e' else 'decode clock'})")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
 
 
-__all__ = ["DECOUPLED", "Pair", "choose", "collect", "config_text", "gap_pct", "oracle", "plot_budgets",
-           "price_cells", "price_grid", "records_by_source", "target_only_cells"]
+__all__ = ["DECOUPLED", "Pair", "choose", "collect", "config_text", "gap_pct", "missing_windows", "oracle",
+           "plot_budgets", "price_cells", "price_grid", "records_by_source", "target_only_cells"]

@@ -33,8 +33,9 @@ def ray_map(fn: Callable, jobs: Sequence[tuple]) -> list:
     return ray.get([task.remote(*(ref(a) for a in args)) for args in jobs])
 
 
-def replay_plan(record, costs, budgets: Sequence[int | None], align_window: int, publication: str) -> list:
-    """One trace replayed at each budget (None: as traced): ``as2d replay``'s job per trace.
+def replay_plan(record, costs, budgets: Sequence[int | None], align_window: int, publication: str,
+                niceness: int | None = None, start: str | None = None) -> list:
+    """One trace replayed at each budget (None: as traced), drafter niceness and start: ``as2d replay``'s job per trace.
 
     A budget the profile cannot price gives the reason (a string) in its place, not an error.
     """
@@ -44,7 +45,7 @@ def replay_plan(record, costs, budgets: Sequence[int | None], align_window: int,
     out = []
     for budget in budgets:
         try:
-            out.append(replay_record(record, costs, budget, align_window, publication))
+            out.append(replay_record(record, costs, budget, align_window, publication, niceness, start))
         except MissingCost as exc:
             out.append(str(exc))
     return out

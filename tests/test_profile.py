@@ -1,13 +1,14 @@
-"""Device profiles: measurement on the contracts (TinyLM), R(K), and the paper's phone files."""
+"""Device profiles: measurement on the contracts (TinyLM), R(K), piece fits, staleness, and the paper's phone files."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from as2d_tuning.costs import MissingCost, costs_of, load_profile
-from as2d_tuning.profile import measure, r_of_k, stat
+from as2d_tuning.costs import MissingCost, costs_of, interpolate, load_profile
+from as2d_tuning.profile import JobTiming, Measurement, ProfileError, fit_pieces, r_of_k, stat, staleness
 
 PROFILES = Path(__file__).resolve().parents[1] / "profiles"
 
@@ -22,25 +23,78 @@ def test_stat_and_r_of_k_by_hand():
     assert r["4"]["err_pct"] == pytest.approx(10.0)  # 100 x 4 / (4 x 10)
 
 
-def test_measure_on_tiny_lm(tiny_request):
+def test_a_measurement_without_samples_names_what_did_not_run():
+    with pytest.raises(ProfileError, match="no sample of the drafter's step was measured"):
+        stat([], "the drafter's step")
+    with pytest.raises(ProfileError, match="drafter quiet drafted no token"):
+        fit_pieces([JobTiming(5.0, 0.01, (), 0.001)], "drafter quiet")
+
+
+def test_piece_fit_separates_a_token_from_a_call():
+    """Pieces of 2 ms + 1 ms per token (later ones 5 ms +): the fit finds both parts; one-token pieces fold the
+    per-token part into the fixed ones."""
+    jobs = [JobTiming(s, 0.01, ((0.002 + 0.001 * n, n), (0.005 + 0.001 * (n + 3), n + 3), (0.005 + 0.001 * 2, 2)), 0.0)
+            for s, n in ((2.0, 4), (5.0, 10), (9.0, 25))]
+    fit = fit_pieces(jobs, "drafter")
+    assert fit["per_token"] == pytest.approx(0.001)
+    assert (fit["first"], fit["next"]) == (pytest.approx(0.002), pytest.approx(0.005))
+    single = fit_pieces([JobTiming(1.0, 0.1, ((0.006, 1), (0.004, 1), (0.004, 1)), 0.004)], "drafter")
+    assert (single["per_token"], single["first"], single["next"], single["end"]) == (0.0, 0.006, 0.004, 0.004)
+
+
+def test_interpolate_by_audio_length():
+    table = {2.0: 0.1, 4.0: 0.3, 10.0: 0.3}
+    assert interpolate(table, 3.0) == pytest.approx(0.2)
+    assert (interpolate(table, 1.0), interpolate(table, 30.0), interpolate(table, None)) == (0.1, 0.3, 0.3)
+    with pytest.raises(MissingCost):
+        interpolate({}, 3.0)
+
+
+def test_measure_on_tiny_lm():
     from as2d_core import DecodeOptions
     from tiny_lm import ScriptedSource, TinyLM
 
-    target = TinyLM()
     source = ScriptedSource([3, 4, 5, 6] * 10, delays=[0.0005] * 40)
     other = ScriptedSource([3, 4] * 20, delays=[0.001] * 40, name="other")
-    body = measure(target, source, tiny_request(1), options=DecodeOptions(budget=3, publication_size=4), kmax=4,
-                   offsets=(0, 3), repeats=2, warmup=1, decodes=1, other_sources={"other": other})
-    assert body["drafters"]["other"]["draft_step_s"]["alone"]["median"] >= 0.001
+    audio = np.random.default_rng(0).normal(0, 0.1, 3200).astype(np.float32)
+    body = Measurement(TinyLM(), {"scripted": source, "other": other}, audio, "en",
+                       DecodeOptions(budget=3, publication_size=4), kmax=4, offsets=(0, 3), repeats=2, warmup=1,
+                       decodes=1, niceness=(0, 5), lengths=(0.1, 0.2), job_repeats=1).run()
+    assert sorted(body["prepare_s"]["alone"]) == ["0.1", "0.2"] and body["prepare_s"]["detect_extra"] >= 0
     for condition in ("alone", "shared"):
         assert sorted(body["verify_s"][condition], key=int) == ["1", "2", "3", "4"]
         assert all(s["n"] == 4 and s["median"] > 0 for s in body["verify_s"][condition].values())
-    assert body["draft_step_s"]["alone"]["median"] > 0 and body["publish_s"]["n"] > 0
+    for name, step in (("scripted", 0.0005), ("other", 0.001)):
+        drafter = body["drafters"][name]
+        assert drafter["piece_s"]["next"] >= step * 0.9 and drafter["piece_s"]["pieces"] == 80
+        assert sorted(drafter["prepare_s"]) == ["0.1", "0.2"] and sorted(drafter["niceness"]) == ["0", "5"]
+        for measured in drafter["niceness"].values():
+            assert set(measured["verify_s"]) == {"1", "2", "3", "4"}
+            assert measured["target_slowdown"]["prepare"] > 0 and measured["drafter_slowdown"]["verify"] > 0
+    assert body["draft_step_s"]["alone"] > 0 and body["publish_s"]["n"] > 0
     assert body["loop_s"]["median"] >= 0 and "loop_shared_s" in body
-    assert set(body["slowdown"]["verify_shared_over_alone"]) == {"1", "2", "3", "4"}
     costs = costs_of({"format": "as2d-profile/1", "source": {"name": "scripted"}, **body})
-    assert costs.feasible_budget(3) and not costs.feasible_budget(4)
-    assert costs.for_source("other").draft_step() >= 0.001 and costs.for_source("unknown") is None
+    assert costs.prepare(0.15) > 0 and costs.feasible_budget(3, source="other", niceness=5)
+    assert not costs.feasible_budget(4, source="other")
+    assert costs.drafter("other").piece(1, 1) >= 0.0009 and costs.drafter("unknown") is None
+
+
+def _profile_made_here() -> dict:
+    from as2d_bench.machine import bench_machine
+    from as2d_tuning.profile import CODE_PACKAGES, code_version
+
+    return {"machine": bench_machine(), "code": code_version(CODE_PACKAGES)}
+
+
+def test_staleness_names_another_machine_and_other_code():
+    here = _profile_made_here()
+    assert staleness(here) == ([], True)
+    elsewhere = dict(here, machine=dict(here["machine"], cpu="Qualcomm SM8650", cores=8))
+    warnings, same = staleness(elsewhere)
+    assert not same and "another machine (Qualcomm SM8650, 8 cores)" in warnings[0]
+    stale = dict(here, code=dict(here["code"], sha256_16="0" * 16))
+    assert "made by other code" in staleness(stale)[0][0]
+    assert "does not say which code" in staleness({"machine": here["machine"]})[0][0]
 
 
 @pytest.mark.parametrize("name", ["redmi-k70-pro.json", "xiaomi-11-pro.json", "xiaomi-14.json",
@@ -70,51 +124,3 @@ def test_this_machines_profile_if_present():
     data = json.loads(path.read_text())
     assert data["machine"]["cores"] >= 1 and data["packages"]
     assert costs_of(data).feasible_budget(7)
-
-
-class _ChunkySource:
-    """A drafter whose pieces carry several tokens each, as a native whole-decode call gives them."""
-
-    name, vocabulary, languages, eos_token = "chunky", "tiny", frozenset({"en"}), 1
-
-    def __init__(self, pieces: int, size: int = 4, sleep_s: float = 0.008):
-        self.count, self.size, self.sleep_s = pieces, size, sleep_s
-
-    def decode_text(self, tokens):
-        return " ".join(f"t{t}" for t in tokens)
-
-    def prepare(self, request, language, threads):
-        source = self
-
-        class Job:
-            ended_with_eos = True
-
-            def pieces(self):
-                from as2d_core.contracts import DraftPiece
-                import time
-
-                for i in range(source.count):
-                    time.sleep(source.sleep_s)
-                    yield DraftPiece(tokens=tuple(range(3 + i * source.size, 3 + (i + 1) * source.size)), boundary=True)
-
-            def close(self):
-                pass
-
-        return Job()
-
-
-def test_draft_steps_price_a_token_not_a_piece(tiny_request):
-    """A 4-token piece that took 8 ms is 2 ms per token; a drafter with one piece per job cannot loop forever."""
-    from tiny_lm import TinyLM
-
-    from as2d_tuning.profile import _draft_steps
-
-    target = TinyLM()
-    request = tiny_request(2)
-    session = target.prepare(request, threads=1)
-    try:
-        times = _draft_steps(_ChunkySource(pieces=3), session, target, request, "en", 1, count=12)
-        assert len(times) >= 5 and all(t >= 0.002 for t in times)  # 8 ms sleeps over 4 tokens each
-        assert _draft_steps(_ChunkySource(pieces=1), session, target, request, "en", 1, count=12) == []
-    finally:
-        session.close()

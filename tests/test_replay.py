@@ -69,7 +69,7 @@ def test_profile_priced_publication():
                       + [{"kind": "draft", "t0": 0.008, "t1": 0.008, "tokens": 0},
                          {"kind": "publish", "t0": 0.0081, "t1": 0.0081}])
     record = record_of(trace)
-    assert [b.steps for b in record.batches] == [4, 3]
+    assert [(u.index, u.published) for u in record.units] == [(0, 0), (1, 0), (2, 0), (3, 4), (4, 0), (5, 0), (-1, 2)]
     out = simulate(record, COSTS, budget=3, publication="profile")  # batches at 20 ms and 35 ms
     # t=0 nothing: step shared -> 21; t=21 sees 10..13: root 11 offers 12,13 (accepted) K3 shared -> 46;
     # t=46 closed record: root 14 offers 15 (accepted) K2 alone -> 59.

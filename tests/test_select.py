@@ -50,7 +50,7 @@ def test_grid_prices_every_feasible_pair_and_falls_back_for_ineligible_windows()
                   draft_step_alone=0.001, draft_step_shared=0.001, loop=0.001)
     records = records_by_source(traces, ["good", "bad"])
     assert records["good"]["w2"].source is None and records["bad"]["w2"].source is None
-    grid = price_grid(records, costs, [1, 2, 3, 4, 5], ["w0", "w1", "w2"])
+    grid = price_grid(records, costs, [1, 2, 3, 4, 5], ["w0", "w1", "w2"], clock="decode")
     assert set(grid) == {Pair(s, b) for s in ("good", "bad") for b in (1, 2, 3, 4)}  # budget 5 needs K6
     best, _ = choose(grid)
     assert best.source == "good"
@@ -87,7 +87,7 @@ def test_select_command_on_saved_traces(tmp_path):
     out = CliRunner().invoke(select, [str(tmp_path / "dev.jsonl"), "--test", str(tmp_path / "test.jsonl"), "--profile",
                                       str(tmp_path / "p.json"), "--sources", "good", "--budgets", "1-8", "--config",
                                       "configs/whisper-asr.toml", "--traces", str(tmp_path), "--out",
-                                      str(tmp_path / "best.toml"), "--json"])
+                                      str(tmp_path / "best.toml"), "--json", "--clock", "decode"])
     assert out.exit_code == 0, out.output
     report = json.loads(out.output)
     assert report["selected"]["source"] == "good" and 1 <= report["selected"]["budget"] <= 5  # K7+ unpriced
@@ -121,7 +121,7 @@ def test_select_on_ray_picks_what_the_local_select_picks(tmp_path):
         args = [str(tmp_path / "dev.jsonl"), "--test", str(tmp_path / "test.jsonl"), "--profile",
                 str(tmp_path / "p.json"), "--sources", "early,late", "--budgets", "1-8", "--config",
                 "configs/whisper-asr.toml", "--traces", str(tmp_path / "traces.jsonl"), "--out",
-                str(tmp_path / f"{name}.toml"), "--json", *extra]
+                str(tmp_path / f"{name}.toml"), "--json", "--clock", "decode", *extra]
         out = CliRunner().invoke(select, args)
         assert out.exit_code == 0, out.output
         return json.loads((tmp_path / f"{name}-select" / "selection.json").read_text())
