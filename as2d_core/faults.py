@@ -121,8 +121,9 @@ class FaultyJob:
         self.landed.set()
         if kind == "raise":
             raise InjectedFault("injected drafter fault: raise")
-        self._closed.wait(self.source.stall_s)  # stall: no pieces, no end, no error
-        raise InjectedFault(f"injected drafter fault: stalled for {self.source.stall_s:.0f} s")
+        stalled = time.perf_counter()
+        self._closed.wait(self.source.stall_s)  # stall: no pieces, no end, no error, until stopped or stall_s
+        raise InjectedFault(f"injected drafter fault: stalled for {time.perf_counter() - stalled:.1f} s")
 
     def _slow(self, real: Iterator[DraftPiece]) -> Iterator[DraftPiece]:
         while True:
@@ -143,14 +144,14 @@ class FaultyJob:
             else:
                 tokens = tuple(self.random.choice((-1 - self.random.randrange(1 << 20), eos + (1 << 24)))
                                for _ in piece.tokens)
+            self.landed.set()  # the producer gets it next, whatever the target does meanwhile
             yield DraftPiece(tokens=tokens, boundary=piece.boundary, span_s=piece.span_s)
-            self.landed.set()  # the producer has taken the piece
 
     def _flood(self, real: Iterator[DraftPiece]) -> Iterator[DraftPiece]:
         seen = [t for piece in itertools.islice(real, REAL_PIECES_FIRST) for t in piece.tokens] or [0]
         for _ in range(FLOOD_LIMIT // 8):
-            yield DraftPiece(tokens=tuple(self.random.choice(seen) for _ in range(8)), boundary=True)
             self.landed.set()
+            yield DraftPiece(tokens=tuple(self.random.choice(seen) for _ in range(8)), boundary=True)
 
     def cancel(self) -> None:
         """A stall or a slowdown ends at once (the drafter was stopped); the real job is told too."""
@@ -168,7 +169,9 @@ class FaultLandingTarget:
     (at most ``wait_s``): the fault then always lands while the target decodes.
 
     For drafters that start with the request (``start="arrival"``, the default): a prepared start
-    calls ``first_token`` once before its drafter runs.
+    calls ``first_token`` once before its drafter runs. The faulty job must run on the engine's
+    producer thread (no ``LookaheadSource`` around it), so that the fault reaches the producer
+    before the request can end: a stopped producer reads nothing more from a drafting thread.
     """
 
     def __init__(self, target: Target, source: FaultySource, wait_s: float = LANDING_WAIT_S) -> None:

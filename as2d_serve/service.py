@@ -179,8 +179,9 @@ class Worker:
                 source = FaultySource(source, fault, publish_as=self.target.vocabulary, stall_s=self.settings.stall_s)
                 if decode.start == "arrival":
                     target = _CancellableTarget(FaultLandingTarget(self.target, source), cancel)
+        # a fault is injected on the producer's own thread, where it lands before the request can end
         options = attrs.evolve(self.options, method=method, language=ask.language or self.options.language,
-                               decode=decode)
+                               decode=decode, lookahead=self.options.lookahead and fault is None)
         pipeline = Pipeline(target, source, options, detector=self.detector)
         transcript = pipeline.transcribe(ask.samples, request_id=f"serve-{id(cancel):x}", check=ask.check)
         outcome = Transcription(transcript, ask.duration_s)

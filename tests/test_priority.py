@@ -70,15 +70,26 @@ class RecordingJob(ScriptedJob):
     """Notes the niceness of the thread that drafts."""
 
     seen: list[int] = []
+    started = threading.Event()
 
     def pieces(self):
         RecordingJob.seen.append(kernel_niceness(threading.get_native_id()))
+        RecordingJob.started.set()
         yield from super().pieces()
 
 
 class RecordingSource(ScriptedSource):
     def prepare(self, request, language, threads):
         return RecordingJob(self)
+
+
+class DraftFirstTarget(SlowTarget):
+    """``SlowTarget`` whose preparation waits (at most 30 s) until a drafter has started drafting: on a busy
+    machine a niced drafter could otherwise first run after the target had finished, and record nothing."""
+
+    def prepare(self, request, threads):
+        RecordingJob.started.wait(30)
+        return super().prepare(request, threads)
 
 
 @pytest.mark.parametrize("start", ["arrival", "prepared"])
@@ -105,8 +116,9 @@ def test_a_file_drafted_ahead_runs_the_drafter_at_the_drafter_niceness_even_on_a
     """No language named. Several windows: the drafter drafts the next one ahead at ``drafter_nice``
     (a niced drafter could not get ahead of the target); one window: a guess, at ``guess_nice``."""
     samples = np.random.default_rng(0).normal(0, 0.1, int(seconds * 16_000)).astype(np.float32)
-    target = SlowTarget(delay=0.005)
+    target = DraftFirstTarget(delay=0.005)
     RecordingJob.seen = []
+    RecordingJob.started.clear()
     decode = DecodeOptions(drafter_nice=3, guess_nice=9)
     pipeline = Pipeline(target, RecordingSource(list(range(2, 30))),
                         PipelineOptions(language=None, max_window_s=2.0, decode=decode), detector=None)
