@@ -22,11 +22,12 @@ from .buffer import CandidateBuffer
 from .catalog import bridge_for
 from . import drafter_threads
 from .contracts import (Bridge, CancellableJob, DraftJob, DraftPiece, KnownVocabulary, PublishedBatch, Request, Source,
-                        Target, TargetSession, serves_language, serves_task, unsupported_features)
+                        Target, TargetSession, TimestampVocabulary, serves_language, serves_task,
+                        unsupported_features)
 from .events import Decomposition, Event, EventLog, decompose
 from .options import MAX_BUDGET, STARTS, DecodeOptions  # noqa: F401  (the engine's options, declared once)
 from .priority import lower_thread_priority
-from .timestamps import Segment, response_segments
+from .timestamps import Segment, TextView, response_segments
 
 METHODS = ("target-only", "as2d")
 
@@ -365,11 +366,14 @@ class PublishedProposer:
     so the target takes all its threads (``session.use_threads``).
     """
 
-    def __init__(self, record, session: TargetSession, options: DecodeOptions, events: EventLog | None = None) -> None:
+    def __init__(self, record, session: TargetSession, options: DecodeOptions, events: EventLog | None = None,
+                 timestamps: tuple[int, int] | None = None) -> None:
         self.record = record
         self.session = session
         self.options = options
         self.events = events
+        # in timestamp mode, (first timestamp id, end token): the aligner reads the record's text (``TextView``)
+        self.text_view = TextView(*timestamps) if timestamps is not None else None
         self.aligner = Aligner(window=options.align_window)
         self.widened = False
         self.proposal = None
@@ -382,17 +386,25 @@ class PublishedProposer:
         if not self.widened and snapshot.closed:
             self.session.use_threads(self.options.target_threads)
             self.widened = True
-        previous = response[-2] if len(response) > 1 else None
-        proposal = self.aligner.propose(snapshot.tokens, root, min(self.options.budget, limit), previous)
+        limit = min(self.options.budget, limit)
+        lead, positions = [], None
+        if self.text_view is None:
+            previous = response[-2] if len(response) > 1 else None
+            proposal = self.aligner.propose(snapshot.tokens, root, limit, previous)
+        else:
+            proposal, lead, positions = self.text_view.propose(self.aligner, snapshot.tokens, response, root, limit)
         candidates = list(proposal.candidates)
         if self.options.confidence_stop is not None and candidates:
-            candidates = confidence_cut(candidates, self._published_confidences(proposal.anchor + 1 + len(candidates)),
-                                        proposal.anchor + 1, self.options.confidence_stop)
+            first = proposal.anchor + 1
+            confidences = self._published_confidences(len(snapshot.tokens) if positions else first + len(candidates))
+            if positions:  # the aligner's positions are in the record's text
+                confidences = [confidences[i] if i < len(confidences) else None for i in positions]
+            candidates = confidence_cut(candidates, confidences, first, self.options.confidence_stop)
             proposal = attrs.evolve(proposal, candidates=tuple(candidates))
         self.proposal = proposal
         if self.events is not None:
             self.events.add("align", start)
-        return candidates, {"anchor": proposal.anchor, "published": len(snapshot)}
+        return lead + candidates, {"anchor": proposal.anchor, "published": len(snapshot)}
 
     def _published_confidences(self, needed: int) -> list[float | None]:
         if needed > len(self._confidences):  # read only the batches published since the last look
@@ -402,7 +414,9 @@ class PublishedProposer:
         return self._confidences
 
     def settle(self, accepted: int) -> None:
-        if self.proposal.candidates:
+        if self.text_view is not None:
+            self.text_view.settle(self.aligner, self.proposal, accepted)
+        elif self.proposal.candidates:
             self.aligner.verified(self.proposal, accepted)
         else:
             self.aligner.stepped(self.proposal)
@@ -553,7 +567,10 @@ def run_request(
         clock_start = time.perf_counter()
         if producer is not None and producer.ident is None:
             producer.start()
-        proposer = PublishedProposer(buffer, session, options, events) if buffer is not None else TargetOnly()
+        timestamps = ((session.timestamp_begin, session.eos_token)
+                      if request.timestamps != "none" and isinstance(session, TimestampVocabulary) else None)
+        proposer = (PublishedProposer(buffer, session, options, events, timestamps) if buffer is not None
+                    else TargetOnly())
         tokens = target_loop(session, proposer, events, counters, trace)
         clock_end = time.perf_counter()
         text = session.decode_text(tokens)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import numpy as np
 
+from .align import Aligner, Proposal
 from .contracts import Request
 
 TIME_PRECISION_S = 0.02
@@ -86,6 +87,50 @@ class TimestampRules:
             if stamps_logprob > row[:begin].max():
                 row[:begin] = -np.inf
         return row
+
+
+class TextView:
+    """Proposals in timestamp mode: the aligner reads the published record without its timestamp tokens.
+
+    A drafter's timestamps are seldom the target's to the hundredth, and it often closes a segment where
+    the target does not, or the reverse: a proposal through a drafted timestamp then ends in a rejection,
+    and the aligner loses its place around it. So candidates are drafted text only. The target's own call
+    commits each closing timestamp (the token after its accepted candidates); after it the proposal opens
+    the next segment at that time (Whisper writes ``<|e|><|e|>``), then offers the text the aligner expects
+    next. A timestamp root moves the aligner only by the text its verification accepted.
+    """
+
+    def __init__(self, begin: int, eot: int) -> None:
+        self.begin, self.eot = begin, eot
+        self._text_root = True
+        self._lead: list[int] = []
+
+    def propose(self, aligner: Aligner, tokens: Sequence[int], response: Sequence[int], root: int,
+                limit: int) -> tuple[Proposal, list[int], list[int]]:
+        """The aligner's proposal over the record's text, the timestamp to put before its candidates, and where
+        the record's text tokens are in it."""
+        positions = [i for i, token in enumerate(tokens) if token < self.begin]
+        text = [tokens[i] for i in positions]
+        self._text_root, self._lead = root < self.begin, []
+        if self._text_root:
+            previous = next((t for t in reversed(response[:-1]) if t < self.begin), None)
+            return aligner.propose(text, root, limit, previous), [], positions
+        at = max(aligner.expected, aligner.floor)
+        following = text[at:] if limit > 0 else []
+        closing = len(response) > 1 and response[-2] < self.begin
+        if closing and limit > 0 and not following[:1] == [self.eot]:
+            self._lead = [root]  # the next segment opens where this one closed (or the end comes)
+        return Proposal(at - 1, tuple(following[: limit - len(self._lead)])), self._lead, positions
+
+    def settle(self, aligner: Aligner, proposal: Proposal, accepted: int) -> None:
+        """``accepted``: of the lead and the candidates together, as verified."""
+        if self._text_root:
+            if proposal.candidates:
+                aligner.verified(proposal, accepted)
+            else:
+                aligner.stepped(proposal)
+        elif proposal.candidates and accepted >= len(self._lead):
+            aligner.verified(proposal, accepted - len(self._lead))
 
 
 @attrs.frozen

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from as2d_core import DecodeOptions, run_request
 from as2d_core.contracts import Request
-from as2d_core.timestamps import TimestampRules, split_segments
+from as2d_core.align import Aligner
+from as2d_core.timestamps import TextView, TimestampRules, split_segments
 from tiny_lm import ScriptedSource, TinyLM, edited_draft
 
 EOT, NO_TIMESTAMPS, BEGIN, VOCAB = 9, 10, 11, 21  # Whisper's layout: text 0..8, the end, timestamps 11..20
@@ -63,6 +64,21 @@ def test_batched_rows_equal_one_row_at_a_time():
     rows = rng.normal(0, 2, (len(appended), VOCAB))
     one_by_one = [RULES.apply(rows[j].copy(), history + appended[: j + 1]) for j in range(len(appended))]
     assert np.array_equal(RULES.apply_rows(rows.copy(), history, appended), np.stack(one_by_one))
+
+
+def test_proposals_read_the_drafted_text_and_open_each_segment_where_the_target_closed_the_last():
+    """The drafter closed its segment at 0.08 s, the target at 0.1 s (timestamp 16): the candidates after the
+    target's closing timestamp are its opening twin, then the drafted text that follows."""
+    view, aligner = TextView(BEGIN, EOT), Aligner()
+    record = [11, 2, 3, 4, 15, 15, 5, 6, EOT]
+    proposal, lead, _ = view.propose(aligner, record, [11], 11, 8)  # the first timestamp: text follows
+    assert lead == [] and proposal.candidates == (2, 3, 4, 5, 6, EOT)
+    view.settle(aligner, proposal, 3)  # 2, 3, 4 accepted; the target closed the segment at 16
+    proposal, lead, _ = view.propose(aligner, record, [11, 2, 3, 4, 16], 16, 8)
+    assert lead == [16] and proposal.candidates == (5, 6, EOT)
+    view.settle(aligner, proposal, 2)  # the opening 16 and 5 accepted; the target went on with 7
+    proposal, lead, _ = view.propose(aligner, record, [11, 2, 3, 4, 16, 16, 5, 7], 7, 8)
+    assert lead == [] and proposal.candidates == (EOT,)  # 7 stands where the draft has 6 (a substitution)
 
 
 def _text(tokens):
