@@ -1,4 +1,4 @@
-"""The HTTP side: OpenAI's transcription endpoint, admission, limits, errors, health and metrics.
+"""The HTTP side: OpenAI's transcription and translation endpoints, admission, limits, errors, health and metrics.
 
 Every request is checked in full (form, parameters, audio) before it queues,
 so bad input costs no decode slot. At most ``decodes`` transcriptions run at a
@@ -37,6 +37,7 @@ POLL_S = 0.05  # how often a running request looks at its deadline and its clien
 # Retry-After, so a client that honours one finds the socket closed (refused), not reset.
 QUIET_S = 0.3
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
+TRANSLATIONS = "/v1/audio/translations"  # the same, with Whisper's translate task (into English)
 # OpenAI clients name a model; these names mean "the model this server runs".
 MODEL_ALIASES = ("whisper-1",)
 
@@ -252,21 +253,28 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
 
     @app.post(TRANSCRIPTIONS)
     async def transcriptions(request: Request):
+        return await _serve(request, "asr")
+
+    @app.post(TRANSLATIONS)
+    async def translations(request: Request):
+        return await _serve(request, "translate")
+
+    async def _serve(request: Request, task: str) -> Response:
         if not authorized(request):
             metrics.requests.labels("401").inc()
             return unauthorized()
         try:
             with drain.serving():
-                response = await _transcribe(request)
+                response = await _transcribe(request, task)
         except Exception as exc:  # a server fault, not the request's: answered, counted, and the server goes on
             response = error(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error")
         metrics.requests.labels(str(response.status_code)).inc()
         return response
 
-    async def _transcribe(request: Request) -> Response:
+    async def _transcribe(request: Request, task: str) -> Response:
         arrived = time.monotonic()
         try:
-            ask, response_format = await _read_ask(request)
+            ask, response_format = await _read_ask(request, task)
         except InputError as exc:
             return error(400, str(exc))
         if drain.started:  # checked after the upload is read: answering mid-upload would reset the connection
@@ -300,7 +308,7 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
             admission.leave(took)
         outcome.queued_s = queued_s
         metrics.served(outcome)
-        return _render(outcome, response_format)
+        return _render(outcome, response_format, task)
 
     async def _watch(future, request: Request, cancel: Cancel, arrived: float):
         """Wait for ``future``; meanwhile flag the request when its client leaves or its deadline passes."""
@@ -329,7 +337,7 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
                          kind="timeout_error")
         return error(499, "the client closed the connection", kind="client_closed")
 
-    async def _read_ask(request: Request) -> tuple[Ask, str]:
+    async def _read_ask(request: Request, task: str) -> tuple[Ask, str]:
         try:
             form = await request.form(max_files=1, max_fields=16)
         except Exception as exc:  # malformed multipart
@@ -340,9 +348,6 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
         response_format = _form_field(form, "response_format") or "json"
         if response_format not in FORMATS:
             raise InputError(f"unknown response_format {response_format!r}; choose one of {', '.join(FORMATS)}")
-        if _form_field(form, "prompt"):
-            raise InputError("'prompt' is not supported: as2d decodes from the audio alone, so the target's output "
-                             "stays its own greedy output; send the request without a prompt")
         temperature = _form_field(form, "temperature")
         if temperature is not None:
             try:
@@ -365,14 +370,16 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
         service.check(language, method, source, budget)
         data = await upload.read()
         samples = await run_in_threadpool(decode_upload, data)
-        ask = Ask(samples, language=language, method=method, source=source, budget=budget, check=check)
+        # Whisper's previous-text prompt: the target refuses one over its limit (400), as the command line does
+        ask = Ask(samples, language=language, method=method, source=source, budget=budget, check=check, task=task,
+                  prompt=_form_field(form, "prompt"))
         return ask, response_format
 
-    def _render(outcome, response_format: str) -> Response:
+    def _render(outcome, response_format: str, task: str) -> Response:
         if response_format == "json":
             return JSONResponse({"text": outcome.transcript.text})
         if response_format == "verbose_json":
-            return JSONResponse(verbose_json(outcome))
+            return JSONResponse(verbose_json(outcome, task))
         if response_format == "text":
             return PlainTextResponse(outcome.transcript.text)
         return PlainTextResponse(subtitles(outcome, response_format),

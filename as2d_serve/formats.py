@@ -1,7 +1,8 @@
 """The OpenAI response formats (json, text, verbose_json, srt, vtt) of one transcription.
 
-Whisper decodes here without timestamps, so a segment is one window of the
-core's ``Pipeline`` (at most 30 s, cut at pauses), with the window's times.
+A segment is one of the transcript's segments: in timestamp mode (``timestamps = "segment"`` in the
+server's configuration, or ``--timestamps segment``) one per pair of Whisper's timestamps, otherwise one
+window of the core's ``Pipeline`` (at most 30 s, cut at pauses), with the window's times.
 """
 from __future__ import annotations
 
@@ -43,15 +44,15 @@ def as2d_fields(t: Transcription) -> dict:
     return out
 
 
-def verbose_json(t: Transcription) -> dict:
-    segments = [{"id": i, "seek": 0, "start": w.start_s, "end": w.end_s, "text": w.result.text, "tokens": w.tokens,
+def verbose_json(t: Transcription, task: str = "asr") -> dict:
+    segments = [{"id": i, "seek": 0, "start": s.start_s, "end": s.end_s, "text": s.text, "tokens": list(s.tokens),
                  "temperature": 0.0}  # greedy; no log-probabilities are computed, so none are reported
-                for i, w in enumerate(t.transcript.windows)]
+                for i, s in enumerate(t.transcript.segments)]
     language = t.results[0].language if t.results else None
-    return {"task": "transcribe", "language": language, "duration": t.duration_s, "text": t.transcript.text,
-            "segments": segments, "as2d": as2d_fields(t)}
+    return {"task": "translate" if task == "translate" else "transcribe", "language": language,
+            "duration": t.duration_s, "text": t.transcript.text, "segments": segments, "as2d": as2d_fields(t)}
 
 
 def subtitles(t: Transcription, kind: str) -> str:
-    cues = [(w.start_s, w.end_s, w.text) for w in t.transcript.windows]
+    cues = [(s.start_s, s.end_s, s.text) for s in t.transcript.segments]
     return to_srt(cues) if kind == "srt" else to_vtt(cues)

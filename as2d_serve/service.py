@@ -82,6 +82,7 @@ class _CancellableTarget:
     def __init__(self, target, cancel: Cancel):
         self._target, self._cancel = target, cancel
         self.name, self.vocabulary, self.device_in_use = target.name, target.vocabulary, target.device_in_use
+        self.features = getattr(target, "features", frozenset())  # what a request may ask of it (prompt, ...)
 
     def prepare(self, request: Request, threads: int):
         self._cancel.check()
@@ -102,6 +103,8 @@ class Ask:
     source: str | None = None
     budget: int | None = None
     check: bool = False  # also decode target-only and say whether the tokens are equal
+    task: str = "asr"  # translate: POST /v1/audio/translations
+    prompt: str | None = None  # Whisper's previous-text prompt, over the server's own (--prompt)
 
     @property
     def duration_s(self) -> float:
@@ -168,6 +171,7 @@ class Worker:
     def transcribe(self, ask: Ask, cancel: Cancel, fault: str | None) -> Transcription:
         method = ask.method or self.options.method
         decode = self.options.decode if ask.budget is None else attrs.evolve(self.options.decode, budget=ask.budget)
+        decode = decode if ask.prompt is None else attrs.evolve(decode, prompt=ask.prompt)
         target = _CancellableTarget(self.target, cancel)
         source = source_name = None
         if method == "as2d":
@@ -181,7 +185,8 @@ class Worker:
                     target = _CancellableTarget(FaultLandingTarget(self.target, source), cancel)
         # a fault is injected on the producer's own thread, where it lands before the request can end
         options = attrs.evolve(self.options, method=method, language=ask.language or self.options.language,
-                               decode=decode, lookahead=self.options.lookahead and fault is None)
+                               decode=decode, lookahead=self.options.lookahead and fault is None,
+                               task="translate" if ask.task == "translate" else self.options.task)
         pipeline = Pipeline(target, source, options, detector=self.detector)
         transcript = pipeline.transcribe(ask.samples, request_id=f"serve-{id(cancel):x}", check=ask.check)
         outcome = Transcription(transcript, ask.duration_s)

@@ -119,6 +119,18 @@ def test_every_response_format(server, clips, target_only):
     assert {"whisper-base", "whisper-tiny.en"} <= {m["id"] for m in listed}
 
 
+def test_translations_and_prompts_are_served(server, clips):
+    """POST /v1/audio/translations runs Whisper's translate task, target-only (tiny.en cannot translate), and
+    says so; a prompt reaches the target and the answer is still exact."""
+    translated = httpx.post(server.url + "/v1/audio/translations", files={"file": ("a.wav", clips["a"], "audio/wav")},
+                            data={"response_format": "verbose_json", "check": "true"}, timeout=WAIT_S).json()
+    assert translated["task"] == "translate" and translated["as2d"]["exact"] is True and translated["text"].strip()
+    assert translated["as2d"]["source"] is None and any("does not draft the task 'translate'" in note
+                                                        for note in translated["as2d"]["notes"])
+    prompted = server.post(clips["a"], response_format="verbose_json", check="true", prompt="Printing, in the").json()
+    assert prompted["as2d"]["exact"] is True and prompted["task"] == "transcribe" and prompted["text"].strip()
+
+
 def _bad_inputs(speech, clips):
     nan = speech[: 16_000].astype(np.float32) / 32768
     nan[100] = np.nan
@@ -134,7 +146,7 @@ def _bad_inputs(speech, clips):
         ("budget 65", clips["a"], {"budget": 65}, 400, "budget must be between 1 and 64"),
         ("budget text", clips["a"], {"budget": "many"}, 400, "budget must be a whole number"),
         ("oversize", b"\0" * (2 * 1024 * 1024), {}, 413, "larger than this server's limit"),
-        ("prompt", clips["a"], {"prompt": "Printing"}, 400, "'prompt' is not supported"),
+        ("long prompt", clips["a"], {"prompt": "one " * 300}, 400, "the prompt is 300 tokens; whisper-base takes"),
         ("temperature", clips["a"], {"temperature": 0.7}, 400, "greedily"),
         ("response format", clips["a"], {"response_format": "xml"}, 400, "unknown response_format"),
         ("model", clips["a"], {"model": "gpt-4o-transcribe"}, 400, "unknown model"),
