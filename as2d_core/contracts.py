@@ -53,6 +53,8 @@ class Request:
     prompt: str | None = None
     previous_text: str | None = None
     hotwords: str | None = None
+    # the target keeps what it needs to time the response's words after decoding (``WordAligner``)
+    word_timestamps: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.sample_rate != SAMPLE_RATE:
@@ -68,7 +70,7 @@ class Request:
     def features(self) -> frozenset[str]:
         """What the request asks of its target beyond audio and task (a target lists those it has in ``features``)."""
         asked = {"timestamps": self.timestamps != "none", "prompt": bool(self.prompt or self.previous_text),
-                 "hotwords": bool(self.hotwords)}
+                 "hotwords": bool(self.hotwords), "word_timestamps": self.word_timestamps}
         return frozenset(name for name, on in asked.items() if on)
 
     def fields(self) -> dict:
@@ -214,6 +216,40 @@ class TimestampVocabulary(Protocol):
 
     timestamp_begin: int
     time_precision_s: float
+
+
+@attrs.frozen
+class Word:
+    """One word of a response: seconds from the request's start (``shifted`` moves them) and the mean
+    probability of its tokens; ``word`` keeps its leading space, as Whisper's words do."""
+
+    word: str
+    start_s: float
+    end_s: float
+    probability: float
+
+    def shifted(self, offset_s: float) -> "Word":
+        return attrs.evolve(self, start_s=self.start_s + offset_s, end_s=self.end_s + offset_s)
+
+    def as_dict(self) -> dict:
+        return {"word": self.word, "start_s": self.start_s, "end_s": self.end_s, "probability": self.probability}
+
+
+@runtime_checkable
+class WordAligner(Protocol):
+    """Optional for a target: word timestamps for a committed response, in one pass after decoding.
+
+    They depend only on the request and the tokens, so every method that commits the same tokens gets
+    the same words at the same cost. A request that wants them says so (``Request.word_timestamps``),
+    so its session can keep what the pass needs (the audio's encoding); the target lists
+    ``"word_timestamps"`` in its ``features``.
+    """
+
+    def prepare_words(self, threads: int) -> None:
+        """Load what aligning needs (once), or raise saying what to install."""
+
+    def align_words(self, request: Request, language: str, tokens: Sequence[int], threads: int) -> list[Word]:
+        """The words of ``tokens`` (response tokens, timestamp tokens included) in order, inside their segments."""
 
 
 @runtime_checkable

@@ -22,7 +22,7 @@ from .buffer import CandidateBuffer
 from .catalog import bridge_for
 from . import drafter_threads
 from .contracts import (Bridge, CancellableJob, DraftJob, DraftPiece, KnownVocabulary, PublishedBatch, Request, Source,
-                        Target, TargetSession, TimestampVocabulary, serves_language, serves_task,
+                        Target, TargetSession, TimestampVocabulary, Word, serves_language, serves_task,
                         unsupported_features)
 from .events import Decomposition, Event, EventLog, decompose
 from .options import MAX_BUDGET, STARTS, DecodeOptions  # noqa: F401  (the engine's options, declared once)
@@ -61,6 +61,9 @@ class DecodeResult:
     exact: bool | None = None
     # by the response's timestamp tokens in timestamp mode, else the request as one; times from the request's start
     segments: list[Segment] = attrs.Factory(list)
+    # with ``Request.word_timestamps``: the response's words (``as2d_core.words``) and what timing them cost
+    words: list[Word] = attrs.Factory(list)
+    words_s: float | None = None
 
     @property
     def e2e_s(self) -> float:
@@ -98,6 +101,9 @@ class DecodeResult:
         }
         if self.decomposition is not None:
             out["decomposition"] = self.decomposition.as_dict()
+        if self.words_s is not None:
+            out["words"] = [word.as_dict() for word in self.words]
+            out["words_s"] = self.words_s
         if self.exact is not None:
             out["exact"] = self.exact
         return out

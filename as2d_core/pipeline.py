@@ -39,6 +39,7 @@ from .lookahead import LookaheadSource
 from .timestamps import Segment, marked_up
 from .plugins import load_registry
 from .process_source import ProcessSource
+from .words import add_words, prepare_words
 from .windows import MAX_WINDOW_S, SpeechDetector, Window, WindowPlan, plan_windows
 
 AUTO = "auto"
@@ -54,6 +55,7 @@ class PipelineOptions:
     decode: DecodeOptions = attrs.Factory(DecodeOptions)
     max_window_s: float = MAX_WINDOW_S
     lookahead: bool = True  # draft window n+1 while the target verifies window n
+    word_timestamps: bool = False  # each window's words, by its target after decoding (``as2d_core.words``)
 
 
 @attrs.define
@@ -91,9 +93,14 @@ class WindowResult:
         out = {"index": self.window.index, "start_s": self.start_s, "end_s": self.end_s, **self.result.summary()}
         out["text"] = self.text
         out["segments"] = [segment.as_dict() for segment in self.segments]
+        if self.result.words_s is not None:
+            out["words"] = [word.shifted(self.start_s).as_dict() for word in self.result.words]
         if self.reference is not None:
             out["exact"] = self.exact
             out["target_only_decode_s"] = self.reference.decode_s
+            if self.reference.words_s is not None:  # timing words costs every method the same: shown side by side
+                out["words_exact"] = self.reference.words == self.result.words
+                out["target_only_words_s"] = self.reference.words_s
         return out
 
 
@@ -145,6 +152,9 @@ class Transcript:
             out["target_only_e2e_s"] = sum(r.e2e_s for r in references)
             out["e2e_speedup"] = out["target_only_e2e_s"] / out["e2e_s"] if out["e2e_s"] > 0 else None
             out["exact"] = self.exact
+        for name, runs in (("words_s", results), ("target_only_words_s", references)):  # timing words, by method
+            if runs and all(r.words_s is not None for r in runs):
+                out[name] = sum(r.words_s for r in runs)
         return out
 
     def as_dict(self) -> dict:
@@ -218,16 +228,20 @@ class Pipeline:
         if not (first or o.decode.condition_on_previous_text):
             fields["prompt"] = None
         return Request(request_id=request_id, audio=samples, language=o.language, task=o.task,
-                       instruction=o.instruction, previous_text=previous_text, **fields)
+                       instruction=o.instruction, previous_text=previous_text, word_timestamps=o.word_timestamps,
+                       **fields)
 
     def decode(self, request: Request, options: DecodeOptions | None = None) -> DecodeResult:
+        options = options or self.options.decode
         if self._decode is not None:
-            return self._decode(request)
-        return run_request(request, self.target, self.source, self.options.method, options or self.options.decode)
+            return add_words(self.target, request, self._decode(request), options.target_threads)
+        return add_words(self.target, request, run_request(request, self.target, self.source, self.options.method,
+                                                          options), options.target_threads)
 
     def reference(self, request: Request) -> DecodeResult:
         """Target-only greedy decoding of the same request: what every method must reproduce."""
-        return run_request(request, self.target, None, "target-only", self.options.decode)
+        return add_words(self.target, request, run_request(request, self.target, None, "target-only",
+                                                          self.options.decode), self.options.decode.target_threads)
 
     def transcribe(
         self, audio: str | Path | np.ndarray | DecodedAudio, request_id: str | None = None, check: bool = False
@@ -238,6 +252,8 @@ class Pipeline:
         samples = decoded.samples if isinstance(decoded, DecodedAudio) else np.asarray(audio, dtype=np.float32)
         request_id = request_id or (Path(audio).stem if isinstance(audio, (str, Path)) else "audio")
         with self._lock:
+            if self.options.word_timestamps:
+                prepare_words(self.target, self.options.decode.target_threads)
             start = time.perf_counter()
             plan = self.plan(samples)
             requests, results = self._decode_all(
