@@ -107,3 +107,17 @@ def test_identity_maps_end_token():
     bridge = IdentityBridge(source_eos=9, target_eos=1)
     assert bridge.push([3, 9], [0.5, 0.4]) == ([3, 1], [0.5, 0.4])
     assert bridge.finish(True) == ([1], None)
+
+
+def test_timestamps_cross_between_whisper_vocabularies_and_end_their_segments_text():
+    """A drafter timestamp (ids from 1000 here) passes as the target's of the same time (from 5000), and the
+    text before it is converted whole: a segment's text is encoded on its own."""
+    bridge = TextBridge(lambda ids: CharTokenizer().decode([i for i in ids if i < 1000]), WordTokenizer().encode,
+                        target_eos=-1, timestamps=(1000, 5000))
+    segment = [ord(c) for c in " ab cd"]
+    tokens, confidences = bridge.push([1000, *segment[:5]], [0.9] * 6)
+    assert tokens == [5000, *WordTokenizer().encode(" ab")] and confidences == [0.9] * 2  # " c" is held back
+    tokens, _ = bridge.push([*segment[5:], 1120, 1120, ord(" "), ord("e")], None)
+    assert tokens == [*WordTokenizer().encode(" cd"), 5120, 5120]  # " cd" ended by its closing timestamp
+    tokens, _ = bridge.finish(ended_with_eos=True)
+    assert tokens == [*WordTokenizer().encode(" e"), -1]
