@@ -1,0 +1,143 @@
+"""Word timestamps (issue 23): as2d's words against faster-whisper's ``word_timestamps=True``, and what they cost.
+
+On each window of a manifest (default: the English windows of ../shared/data/speech), as2d transcribes
+with ``word_timestamps`` and checks against target-only (words too), and faster-whisper (float32, the
+same whisper-base weights, greedy, no timestamps) transcribes with ``word_timestamps=True``. Reported:
+
+- ``own decode``: faster-whisper's words from its own whole decode (its first pass over the window;
+  it then decodes again from its last word's end, which as2d's fixed windows do not), paired with
+  as2d's by their text;
+- ``same tokens``: faster-whisper's word timing (``add_word_timestamps``) of as2d's committed tokens,
+  which isolates the method from the decode;
+- the aligner pass per window (``words_s``) for as2d and for target-only (equal work: equal tokens).
+
+    .venv/bin/python scripts/word_timestamps.py --out bench-out/word_timestamps.json
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import inspect
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from as2d_core.audio import load_audio
+from as2d_core.build import DEFAULT_SOURCE, DEFAULT_TARGET, build_part, build_source
+from as2d_core.pipeline import Pipeline, PipelineOptions
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech" / "windows.jsonl"
+
+
+def faster_whisper_model(threads: int = 2):
+    """faster-whisper on whisper-base's CTranslate2 folder (built from the PyPI packages, no download)."""
+    from faster_whisper import WhisperModel
+
+    from as2d_whisper.peers import build_ct2_folder
+
+    return WhisperModel(str(build_ct2_folder()), device="cpu", compute_type="float32", cpu_threads=threads)
+
+
+def same_token_words(model, audio: np.ndarray, language: str, tokens: list[int]) -> list[dict]:
+    """faster-whisper's word timing (``add_word_timestamps``, what ``word_timestamps=True`` runs after each
+    decode) of ``tokens`` on the window, from its own features and encoder."""
+    from faster_whisper.audio import pad_or_trim
+    from faster_whisper.tokenizer import Tokenizer
+
+    defaults = inspect.signature(model.transcribe).parameters
+    tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language)
+    features = model.feature_extractor(audio)
+    frames = features.shape[-1] - 1  # transcribe() drops the last frame
+    segment = {"seek": 0, "start": 0.0, "end": frames / 100, "tokens": tokens}
+    model.add_word_timestamps([[segment]], tokenizer, model.encode(pad_or_trim(features[:, :frames])), frames,
+                              defaults["prepend_punctuations"].default, defaults["append_punctuations"].default, 0.0)
+    return segment["words"]
+
+
+def own_decode_words(model, audio: np.ndarray, language: str) -> list[dict]:
+    """faster-whisper's public ``transcribe(word_timestamps=True)``, greedy and without timestamps: the words
+    of its first pass over the window."""
+    segments, _ = model.transcribe(audio, language=language, beam_size=1, best_of=1, temperature=0.0,
+                                   without_timestamps=True, word_timestamps=True, condition_on_previous_text=False,
+                                   vad_filter=False)
+    return [{"word": w.word, "start": w.start, "end": w.end} for s in segments if s.seek == 0 for w in s.words]
+
+
+def paired_differences(ours, theirs: list[dict]) -> tuple[list[float], list[float], int]:
+    """|start| and |end| differences (s) of the words with the same text in the same place, and their count."""
+    matcher = difflib.SequenceMatcher(None, [w.word for w in ours], [w["word"] for w in theirs], autojunk=False)
+    starts, ends = [], []
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            a, b = ours[block.a + k], theirs[block.b + k]
+            starts.append(abs(a.start_s - b["start"]))
+            ends.append(abs(a.end_s - b["end"]))
+    return starts, ends, len(starts)
+
+
+def stats(values: list[float]) -> dict:
+    return {"median_ms": 1000 * float(np.median(values)), "p95_ms": 1000 * float(np.percentile(values, 95)),
+            "max_ms": 1000 * float(np.max(values))}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("manifest", nargs="?", type=Path, default=SHARED)
+    parser.add_argument("--lang", default="en", help="only the windows in this language ('' for all)")
+    parser.add_argument("--target", default=DEFAULT_TARGET)
+    parser.add_argument("--source", default=DEFAULT_SOURCE)
+    parser.add_argument("--out", type=Path, default=None, help="JSON with every window's numbers and words")
+    args = parser.parse_args(argv)
+    rows = [json.loads(line) for line in args.manifest.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if not args.lang or r.get("lang") == args.lang]
+    target, source = build_part("target", args.target), build_source(args.source)
+    fw = faster_whisper_model()
+    windows, totals = [], {"own": ([], [], 0, 0), "same": ([], [], 0, 0)}
+    for row in rows:
+        audio = load_audio(args.manifest.parent / row["path"])
+        options = PipelineOptions(language=row.get("lang"), word_timestamps=True)
+        transcript = Pipeline(target, source, options).transcribe(audio, request_id=row["id"], check=True)
+        (window,) = transcript.windows
+        result, reference = window.result, window.reference
+        started = time.perf_counter()
+        own = own_decode_words(fw, audio, result.language)
+        fw_s = time.perf_counter() - started
+        same = same_token_words(fw, audio, result.language, result.tokens)
+        entry = {"id": row["id"], "exact": window.exact, "words_exact": result.words == reference.words,
+                 "words": len(result.words), "as2d_words_s": result.words_s, "target_only_words_s": reference.words_s,
+                 "faster_whisper_transcribe_s": fw_s}
+        for name, theirs in (("own", own), ("same", same)):
+            starts, ends, paired = paired_differences(result.words, theirs)
+            s, e, p, n = totals[name]
+            totals[name] = (s + starts, e + ends, p + paired, n + len(result.words))
+            entry[name] = {"paired": paired, "theirs": len(theirs), "start": stats(starts) if starts else None,
+                           "end": stats(ends) if ends else None}
+        entry["as2d"] = [w.as_dict() for w in result.words]
+        entry["faster_whisper"] = own
+        windows.append(entry)
+        print(json.dumps({k: v for k, v in entry.items() if k not in ("as2d", "faster_whisper")}), flush=True)
+    summary = {"windows": len(windows), "all_exact": all(w["exact"] and w["words_exact"] for w in windows),
+               "as2d_words_ms_median": 1000 * float(np.median([w["as2d_words_s"] for w in windows])),
+               "target_only_words_ms_median": 1000 * float(np.median([w["target_only_words_s"] for w in windows]))}
+    for name, (starts, ends, paired, total) in totals.items():
+        summary[name] = {"paired": paired, "words": total, "start": stats(starts), "end": stats(ends)}
+    print(json.dumps(summary))
+    print(f"\n| against faster-whisper | words paired | start diff median / p95 / max (ms) | "
+          f"end diff median / p95 / max (ms) |\n|---|---|---|---|")
+    for name, label in (("own", "its own decode"), ("same", "the same tokens")):
+        s = summary[name]
+        print(f"| {label} | {s['paired']} of {s['words']} | "
+              f"{s['start']['median_ms']:.0f} / {s['start']['p95_ms']:.0f} / {s['start']['max_ms']:.0f} | "
+              f"{s['end']['median_ms']:.0f} / {s['end']['p95_ms']:.0f} / {s['end']['max_ms']:.0f} |")
+    print(f"\naligner pass per window, median: as2d {summary['as2d_words_ms_median']:.0f} ms, "
+          f"target-only {summary['target_only_words_ms_median']:.0f} ms; "
+          f"as2d's words equal target-only's on every window: {summary['all_exact']}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"summary": summary, "windows": windows}, ensure_ascii=False, indent=1))
+
+
+if __name__ == "__main__":
+    main()
