@@ -66,7 +66,7 @@ def run(ctx, audio, method, resample, check, output_format, as_json, word_timest
         fail(str(exc))
     try:
         transcript = pipeline.transcribe(decoded, request_id=audio.stem, check=check)
-    except ValueError as exc:
+    except (ValueError, FileNotFoundError) as exc:  # bad input; a model file a requested feature needs
         fail(str(exc))
     for note in transcript.notes:
         click.echo(f"warning: {note}", err=True)
