@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from as2d_core import Request, run_request
 from as2d_core.audio import load_audio
 from as2d_core.cli import cli
-from as2d_core.paths import ModelFilesMissing, models_dir
+from as2d_core.paths import models_dir
 from as2d_core.pipeline import Pipeline, PipelineOptions
 from conftest import HAVE_SHARED, speech_audio, speech_row
 from tiny_lm import TinyLM
@@ -213,15 +213,19 @@ def test_a_target_of_another_family_says_it_has_no_words(tiny_request):
 
 
 def test_a_folder_without_the_aligner_names_the_install_command(tmp_path):
-    from as2d_whisper.alignment import WhisperAligner
-
-    folder = tmp_path / "whisper-base"
+    """A whisper-base folder installed before word timestamps existed: one line, exit 2, the command that adds it."""
+    installed, folder = models_dir() / "whisper-base", tmp_path / "whisper-base"
     folder.mkdir()
-    meta = json.loads((models_dir() / "whisper-base" / "model.json").read_text())
+    for name in ("encoder.onnx", "decoder.onnx", "tokenizer.json"):
+        (folder / name).symlink_to(installed / name)
+    meta = json.loads((installed / "model.json").read_text())
     meta.pop("alignment", None)
     (folder / "model.json").write_text(json.dumps(meta))
-    with pytest.raises(ModelFilesMissing, match=r"no aligner graph \(aligner.onnx\).*as2d models install whisper-base"):
-        WhisperAligner(folder, "cpu")
+    args = ["run", str(speech_row("cmu_cards_en_w00")["file"]), "--language", "en", "--method", "target-only",
+            "--word-timestamps"]
+    out = CliRunner().invoke(cli, args, env={"AS2D_MODELS_DIR": str(tmp_path)})
+    assert out.exit_code == 2
+    assert "has no aligner graph (aligner.onnx)" in out.output and "`as2d models install whisper-base`" in out.output
 
 
 def test_a_request_without_word_timestamps_keeps_no_audio(whisper_target):
