@@ -30,6 +30,8 @@ from .priority import lower_thread_priority
 from .timestamps import Segment, TextView, response_segments
 
 METHODS = ("target-only", "as2d")
+# Hears each verification's newly committed tokens, with the session (their text: ``decode_text``).
+OnCommit = Callable[[TargetSession, list[int]], None]
 
 
 @attrs.define
@@ -434,16 +436,23 @@ def target_loop(
     events: EventLog,
     counters: Counters,
     trace: list[dict] | None = None,
+    on_commit: OnCommit | None = None,
 ) -> list[int]:
     """Greedy decoding of one response, the one loop of every method.
 
     Candidates, whoever proposes them, only decide how many tokens a call checks: each call
     commits the target's own greedy tokens (``verify_and_commit``), so the output is exact.
+    ``on_commit`` hears the tokens each call commits as soon as they are verified (a committed
+    token is final, so a listener never has to take one back); without it the loop does no more.
     """
     response: list[int] = []
+    told = 0  # committed tokens handed to on_commit
     root = session.first_token()
     while root != session.eos_token and len(response) < session.max_new_tokens:
         response.append(root)
+        if on_commit is not None:  # the root and the candidates accepted before it
+            on_commit(session, response[told:])
+            told = len(response)
         room = session.max_new_tokens - len(response)  # tokens still allowed after the root
         if room <= 0:
             break
@@ -454,9 +463,12 @@ def target_loop(
                           "candidates": candidates, "accepted": accepted, "next": predictions[accepted], **fields})
         proposer.settle(accepted)
         if extend_until_eos(response, candidates[:accepted], session.eos_token):
-            return response
+            break
         root = predictions[accepted]
-    return response[: session.max_new_tokens]
+    response = response[: session.max_new_tokens]
+    if on_commit is not None and len(response) > told:
+        on_commit(session, response[told:])
+    return response
 
 
 def greedy_reference(session: TargetSession, max_new_tokens: int | None = None) -> list[int]:
@@ -499,12 +511,14 @@ def run_request(
     source: Source | None = None,
     method: str = "as2d",
     options: DecodeOptions | None = None,
+    on_commit: OnCommit | None = None,
 ) -> DecodeResult:
     """Decode one response; ``prepare_s + decode_s`` is the user's clock from the audio's arrival.
 
     With ``options.start == "arrival"`` the drafter starts when the request arrives and encodes and
     drafts while the target encodes, detects the language and prefills; with ``"prepared"`` (the
     paper's set-up) both models are prepared first and the drafter starts with the decode clock.
+    ``on_commit`` hears the committed tokens as the target verifies them (``target_loop``).
     """
     options = options or DecodeOptions()
     if method not in METHODS:
@@ -577,7 +591,7 @@ def run_request(
                       if request.timestamps != "none" and isinstance(session, TimestampVocabulary) else None)
         proposer = (PublishedProposer(buffer, session, options, events, timestamps) if buffer is not None
                     else TargetOnly())
-        tokens = target_loop(session, proposer, events, counters, trace)
+        tokens = target_loop(session, proposer, events, counters, trace, on_commit)
         clock_end = time.perf_counter()
         text = session.decode_text(tokens)
     finally:

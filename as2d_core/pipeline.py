@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
@@ -34,7 +34,8 @@ import numpy as np
 
 from .audio import AudioInfo, DecodedAudio, read_audio
 from .contracts import SAMPLE_RATE, Request, Source, Target
-from .engine import METHODS, DecodeOptions, DecodeResult, run_request
+from .deltas import TextDeltas
+from .engine import METHODS, DecodeOptions, DecodeResult, OnCommit, run_request
 from .lookahead import LookaheadSource
 from .timestamps import Segment, marked_up
 from .plugins import load_registry
@@ -231,12 +232,14 @@ class Pipeline:
                        instruction=o.instruction, previous_text=previous_text, word_timestamps=o.word_timestamps,
                        **fields)
 
-    def decode(self, request: Request, options: DecodeOptions | None = None) -> DecodeResult:
+    def decode(self, request: Request, options: DecodeOptions | None = None,
+               on_commit: OnCommit | None = None) -> DecodeResult:
+        """One request; ``on_commit`` hears its tokens as they are committed (not with a ``decode`` of its own)."""
         options = options or self.options.decode
         if self._decode is not None:
             return add_words(self.target, request, self._decode(request), options.target_threads)
         return add_words(self.target, request, run_request(request, self.target, self.source, self.options.method,
-                                                          options), options.target_threads)
+                                                          options, on_commit), options.target_threads)
 
     def reference(self, request: Request) -> DecodeResult:
         """Target-only greedy decoding of the same request: what every method must reproduce."""
@@ -244,9 +247,14 @@ class Pipeline:
                                                           self.options.decode), self.options.decode.target_threads)
 
     def transcribe(
-        self, audio: str | Path | np.ndarray | DecodedAudio, request_id: str | None = None, check: bool = False
+        self, audio: str | Path | np.ndarray | DecodedAudio, request_id: str | None = None, check: bool = False,
+        on_text: Callable[[str], None] | None = None,
     ) -> Transcript:
-        """All of ``audio`` (a file, decoded audio, or 16 kHz mono float32 samples), window by window."""
+        """All of ``audio`` (a file, decoded audio, or 16 kHz mono float32 samples), window by window.
+
+        ``on_text`` hears the transcript's text as the target commits it: pieces that are never taken
+        back and that spell ``Transcript.text`` (``as2d_core.deltas``).
+        """
         decoded = read_audio(audio) if isinstance(audio, (str, Path)) else audio
         info = decoded.info if isinstance(decoded, DecodedAudio) else None
         samples = decoded.samples if isinstance(decoded, DecodedAudio) else np.asarray(audio, dtype=np.float32)
@@ -256,9 +264,8 @@ class Pipeline:
                 prepare_words(self.target, self.options.decode.target_threads)
             start = time.perf_counter()
             plan = self.plan(samples)
-            requests, results = self._decode_all(
-                lambda w, previous: self.request(f"{request_id}-w{w.index:03d}", samples[w.start : w.end],
-                                                 first=w.index == 0, previous_text=previous), plan.windows)
+            pairs = list(self._decoded(samples, plan.windows, request_id, on_text))
+            requests, results = [r for r, _ in pairs], [r for _, r in pairs]
             wall_s = time.perf_counter() - start
             references = [self.reference(r) for r in requests] if check else [None] * len(requests)
         notes = ([plan.note] if plan.note else []) + (list(info.warnings) if info else [])
@@ -269,9 +276,32 @@ class Pipeline:
         needs_detector = samples.size > self.options.max_window_s * SAMPLE_RATE
         return plan_windows(samples, self.detector if needs_detector else None, self.options.max_window_s)
 
-    def _decode_all(self, make: Callable[[Window, str | None], Request],
-                    windows: tuple[Window, ...]) -> tuple[list[Request], list[DecodeResult]]:
-        """Every window's request (``make``: a window and the text before it, when conditioning) and result."""
+    def decode_windows(self, samples: np.ndarray, plan: WindowPlan, request_id: str = "audio",
+                       on_text: Callable[[str], None] | None = None) -> Iterator[WindowResult]:
+        """The windows of ``plan`` (``self.plan(samples)``), each decoded only when the caller asks for it.
+
+        For callers that hand out results as they come (``as2d.WhisperModel``'s lazy segments); the
+        pipeline stays locked until the last window is taken or the iterator is closed.
+        """
+        with self._lock:
+            if self.options.word_timestamps:
+                prepare_words(self.target, self.options.decode.target_threads)
+            decoded = self._decoded(samples, plan.windows, request_id, on_text)
+            try:
+                for window, (_request, result) in zip(plan.windows, decoded):
+                    yield WindowResult(window, result)
+            finally:  # a caller that stops early stops the lookahead before the lock is free
+                decoded.close()
+
+    def _decoded(self, samples: np.ndarray, windows: tuple[Window, ...], request_id: str,
+                 on_text: Callable[[str], None] | None) -> Iterator[tuple[Request, DecodeResult]]:
+        """Each window's request and result, one window at a time (the caller holds the lock)."""
+
+        def make(w: Window, previous: str | None) -> Request:  # previous: the text before it, when conditioning
+            return self.request(f"{request_id}-w{w.index:03d}", samples[w.start : w.end], first=w.index == 0,
+                                previous_text=previous)
+
+        deltas = TextDeltas(on_text) if on_text is not None else None
         options = self.options.decode
         conditioned = options.condition_on_previous_text
         ahead = self.source if isinstance(self.source, LookaheadSource) and self._decode is None else None
@@ -284,17 +314,18 @@ class Pipeline:
         requests = [] if conditioned else [make(w, None) for w in windows]
         texts: list[str] = []
         try:
-            results = []
             for i, window in enumerate(windows):
                 if conditioned:
                     requests.append(make(window, " ".join(texts) if texts else None))
                 if ahead is not None and i + 1 < len(windows):
                     ahead.queue_next(requests[i + 1], options.drafter_threads)
-                results.append(self.decode(requests[i], options))
-                if results[-1].text.strip():  # Whisper feeds back the window's tokens: its timestamps too
+                result = self.decode(requests[i], options, deltas.commit if deltas is not None else None)
+                if deltas is not None:
+                    deltas.end_window(result.text)
+                if result.text.strip():  # Whisper feeds back the window's tokens: its timestamps too
                     timed = requests[i].timestamps != "none"
-                    texts.append(marked_up(results[-1].segments) if timed else results[-1].text.strip())
-            return requests, results
+                    texts.append(marked_up(result.segments) if timed else result.text.strip())
+                yield requests[i], result
         finally:
             if ahead is not None:
                 ahead.cancel()
