@@ -218,6 +218,15 @@ class TimestampVocabulary(Protocol):
     time_precision_s: float
 
 
+@runtime_checkable
+class LanguageDetector(Protocol):
+    """Optional for a target: how likely each language is in a request's audio, by the detection its
+    ``prepare`` runs when the request names none (which takes the likeliest)."""
+
+    def language_probabilities(self, request: Request, threads: int) -> dict[str, float]:
+        """Language code -> probability, likeliest first."""
+
+
 @attrs.frozen
 class Word:
     """One word of a response: seconds from the request's start (``shifted`` moves them) and the mean

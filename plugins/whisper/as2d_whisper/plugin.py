@@ -26,7 +26,9 @@ MODEL_PACKAGES = {
 
 
 def _model_dir(options: dict, name: str) -> Path:
-    return Path(options["models_dir"]) / name
+    """``options["model_dir"]`` (a folder the caller names, e.g. ``as2d.WhisperModel("/path")``), else the part's
+    folder in the models folder."""
+    return Path(options["model_dir"]) if options.get("model_dir") else Path(options["models_dir"]) / name
 
 
 def _backend(options: dict) -> str:

@@ -459,6 +459,24 @@ class WhisperTarget(WordTimestamps):
         features that keep one more STFT frame: half a second a window on 2 cores here, for
         the same language on all 33 dev windows (BENCHMARKS.md section 6).
         """
+        names, logits = self._language_logits(request, threads, cross_kv)
+        return names[int(np.argmax(logits))]
+
+    def language_probabilities(self, request: Request, threads: int,
+                               cross_kv: np.ndarray | None = None) -> dict[str, float]:
+        """Each language's probability, likeliest first: the softmax over the language tokens of the step
+        ``detect_language`` takes the arg-max of, as openai-whisper's and faster-whisper's detection give it."""
+        if not self._model.meta["multilingual"]:
+            return {"en": 1.0}
+        names, logits = self._language_logits(request, threads, cross_kv)
+        values = logits.astype(np.float64)
+        probabilities = np.exp(values - values.max())
+        probabilities /= probabilities.sum()
+        return {names[i]: float(probabilities[i]) for i in np.argsort(-values, kind="stable")}
+
+    def _language_logits(self, request: Request, threads: int,
+                         cross_kv: np.ndarray | None) -> tuple[list[str], np.ndarray]:
+        """The language codes and their tokens' logits after ``<|startoftranscript|>``."""
         model = self._model
         if cross_kv is None:
             cross_kv = _audio_kv(model, request, threads)
@@ -468,8 +486,7 @@ class WhisperTarget(WordTimestamps):
         finally:
             state.close()
         names = list(model.language_ids)
-        ids = np.asarray([model.language_ids[n] for n in names])
-        return names[int(np.argmax(logits[ids]))]
+        return names, logits[np.asarray([model.language_ids[n] for n in names])]
 
 
 # --------------------------------------------------------------------------- drafter
