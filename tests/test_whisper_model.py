@@ -142,3 +142,19 @@ def test_segments_come_window_by_window_as_the_caller_iterates(model):
         assert len(prepared) == 1
     finally:
         model.target = target
+
+
+def test_an_as2d_model_folder_works_and_other_folders_say_why_not(tmp_path):
+    from as2d import WhisperModel
+    from as2d_core.paths import models_dir
+
+    assert WhisperModel(str(models_dir() / "whisper-base-int8"), source=None).target.name == "whisper-base-int8"
+    faster_whispers = tmp_path / "whisper-base-ct2"
+    faster_whispers.mkdir()
+    (faster_whispers / "model.bin").write_bytes(b"")
+    with pytest.raises(ValueError, match="is a CTranslate2 folder .faster-whisper's format., not an as2d model folder"):
+        WhisperModel(str(faster_whispers))
+    with pytest.raises(ValueError, match="holds 'whisper-tiny.en-ct2', which is not one of as2d's Whisper targets"):
+        WhisperModel(str(models_dir() / "whisper-tiny.en-ct2"))
+    with pytest.raises(ValueError, match="compute_type 'int8' asks for whisper-base-int8"):
+        WhisperModel(str(models_dir() / "whisper-base"), compute_type="int8")
