@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -108,7 +109,8 @@ def _numbers(text: str, what: str, kind=int) -> list:
 @click.option("--lengths", default=None,
               help="Audio lengths (s) at which the preparation and the drafters' jobs are measured; default: "
                    "1 to 30 s in 13 steps.")
-@click.option("--job-repeats", type=click.IntRange(1), default=2, show_default=True, help="Drafter jobs per audio length.")
+@click.option("--job-repeats", type=click.IntRange(1), default=3, show_default=True,
+              help="Target preparations and drafter jobs per audio length.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="R(K) figure (default: OUT with .png).")
 @click.option("--sources", "other_names", default=None,
@@ -140,9 +142,11 @@ def profile(config_path, out_path, audio_paths, kmax, offsets, repeats, warmup, 
     except UnknownPart as exc:
         _fail(str(exc))
 
+    started = time.perf_counter()
+
     def say(message: str) -> None:
         if not quiet:
-            click.echo(f"[profile] {message}", err=True)
+            click.echo(f"[profile {time.perf_counter() - started:4.0f} s] {message}", err=True)
 
     measurement = Measurement(target, sources, audio, config.language, options, kmax=kmax, offsets=_numbers(offsets, "--offsets"),
                               repeats=repeats, warmup=warmup, decodes=decodes, niceness=nice, lengths=sorted(grid),
@@ -237,9 +241,9 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
         if record.method in DECOUPLED and wanted is not None and record.source is not None \
                 and record.source not in wanted:
             continue
-        plan = [(None, record.method)]
+        plan = [(None, record.name)]
         if record.method == "as2d" and budget_list:
-            plan = [(b, record.method if len(budget_list) == 1 else f"as2d-b{b}") for b in budget_list]
+            plan = [(b, record.name if len(budget_list) == 1 else record.name_at(b)) for b in budget_list]
         jobs.append((record, costs, [b for b, _ in plan], align_window, publication, niceness, start))
         plans.append((record, plan))
     with _mapper(ray_address) as mapper:

@@ -11,9 +11,10 @@ a missing width is an error, never a zero cost (Appendix D.2.1).
     verify_s.shared.K   the same call while the configured drafter runs (shared threads, concurrent slowdown)
     shared_ratio        optional: shared cost = ratio x alone cost for widths without a shared entry
     target_step_s       optional: a target-only step if it uses another entry point than verify K=1
-    prepare_s           optional: {alone: {L: s}, detect_extra: s}: the target's preparation (audio encoding,
-                        prompt prefill) alone, by audio seconds L, with the language named, and what detecting
-                        the language adds; without it only the decode clock is priced
+    prepare_s           optional: {alone: {L: s}, line: {intercept, slope}, detect_extra: s}: the target's
+                        preparation (audio encoding, prompt prefill) alone, by audio seconds L, with the language
+                        named (priced on ``line`` when given), and what detecting the language adds; without it
+                        only the decode clock is priced
     draft_step_s        {alone, shared}: one drafted token incl. bridge conversion, for the configured source
     drafters.NAME       per drafter, either {draft_step_s, publish_s} (a step cost, as the paper's phones give it)
                         or what ``as2d profile`` measures: prepare_s {L: s} (its encoder alone), piece_s {first,
@@ -275,6 +276,10 @@ def costs_of(profile: dict) -> Costs:
     entries = profile.get("drafters") or {}
     measured = {name: d for name, d in ((n, _measured_drafter(n, e)) for n, e in entries.items()) if d is not None}
     prepare = profile.get("prepare_s") or {}
+    line = prepare.get("line")
+    alone = _lengths(prepare.get("alone"))
+    if line and alone:  # priced on the line through the samples: noise at one length does not set its price
+        alone = {length: line["intercept"] + line["slope"] * length for length in alone}
     return Costs(
         verify_alone=_widths(verify.get("alone")),
         verify_shared=_widths(verify.get("shared")),
@@ -288,7 +293,7 @@ def costs_of(profile: dict) -> Costs:
         source=(profile.get("source") or {}).get("name"),
         drafters={name: (value((d.get("draft_step_s") or {}).get("alone")), value((d.get("draft_step_s") or {}).get("shared")),
                          value(d.get("publish_s")) or 0.0) for name, d in entries.items() if name not in measured},
-        prepare_alone=_lengths(prepare.get("alone")),
+        prepare_alone=alone,
         detect_extra=value(prepare.get("detect_extra")),
         measured=measured,
     )

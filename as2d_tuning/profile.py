@@ -181,6 +181,14 @@ def continuation(session, length: int, reference: Sequence[int]) -> list[int]:
     return tokens[:length]
 
 
+def spread(values: Sequence[float], count: int) -> list[float]:
+    """At most ``count`` of the sorted ``values``, evenly spread, the first and last included."""
+    values = sorted(values)
+    if len(values) <= count:
+        return values
+    return sorted({values[round(i * (len(values) - 1) / (count - 1))] for i in range(count)})
+
+
 def calibration_request(audio: np.ndarray, seconds: float, language: str | None, name: str = "calibration") -> Request:
     """The first ``seconds`` of ``audio`` (repeated when shorter) as one request."""
     samples = int(round(seconds * 16_000))
@@ -297,22 +305,20 @@ def fit_pieces(jobs: Sequence[JobTiming], what: str) -> dict:
     """A piece's seconds as ``first`` (a job's first piece) or ``next`` (a later one) plus ``per_token`` x its tokens.
 
     A job's first piece carries the prompt's prefill (one token a step) or a chunk's whole decode;
-    a later one may carry the next chunk's encoding. When all pieces have one token the per-token
-    part cannot be told apart and is folded into the fixed parts. ``end`` is the call that found the
-    job over (the forward that produced the end token).
+    a later one may carry the next chunk's encoding. The per-token part is the median slope between
+    pieces of one kind, the fixed parts the median rest, so one slow piece on a busy machine moves
+    neither. When all pieces have one token the per-token part cannot be told apart and is folded
+    into the fixed parts. ``end`` is the call that found the job over (the forward that produced
+    the end token).
     """
     first = [(s, n) for job in jobs for s, n in job.pieces[:1]]
     later = [(s, n) for job in jobs for s, n in job.pieces[1:]]
     if not first:
         raise ProfileError(f"{what} drafted no token: give --audio with speech in a language it drafts")
     every = first + later
-    per_token = 0.0
-    if len({n for _, n in every}) > 1:  # least squares on [is_first, is_later, tokens]
-        rows = np.array([[1.0, 0.0, n] for _, n in first] + [[0.0, 1.0, n] for _, n in later])
-        if not later:
-            rows = rows[:, [0, 2]]
-        coef, *_ = np.linalg.lstsq(rows, np.array([s for s, _ in every]), rcond=None)
-        per_token = max(0.0, float(coef[-1]))
+    # the median slope over pairs of pieces of one kind (first with first, later with later): robust to a slow one
+    slopes = [x for group in (first, later) for x in _slopes([(n, s) for s, n in group])]
+    per_token = max(0.0, statistics.median(slopes)) if slopes else 0.0
     fixed_first = statistics.median(s - per_token * n for s, n in first)
     fixed_next = statistics.median(s - per_token * n for s, n in later) if later else fixed_first
     predicted = [fixed_first + per_token * n for _, n in first] + [fixed_next + per_token * n for _, n in later]
@@ -320,6 +326,19 @@ def fit_pieces(jobs: Sequence[JobTiming], what: str) -> dict:
     return {"first": max(0.0, fixed_first), "next": max(0.0, fixed_next), "per_token": per_token,
             "end": statistics.median(job.end_s for job in jobs), "pieces": len(every),
             "tokens": sum(n for _, n in every), "median_abs_error_pct": error}
+
+
+def _slopes(points: Sequence[tuple[float, float]]) -> list[float]:
+    """The slope between every two points of different x."""
+    return [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(points) for x2, y2 in points[i + 1:] if x2 != x1]
+
+
+def theil_sen(points: Sequence[tuple[float, float]]) -> dict:
+    """A line through noisy (x, y) points that one slow sample cannot tilt: the median of pairwise slopes,
+    then the median intercept."""
+    slopes = _slopes(points)
+    slope = statistics.median(slopes) if slopes else 0.0
+    return {"intercept": statistics.median(y - slope * x for x, y in points), "slope": slope}
 
 
 def _publish_cost(size: int, count: int = 200) -> list[float]:
@@ -370,8 +389,8 @@ class Measurement:
     decodes: int = 3
     niceness: Sequence[int] = (0, 19)
     lengths: Sequence[float] = LENGTHS
-    job_repeats: int = 2
-    limit_s: float = 30.0  # no further drafter job starts in one measurement after this long
+    job_repeats: int = 3
+    limit_s: float = 15.0  # no further drafter job starts in one measurement after this long
     seed: int = 0
     say: Callable[[str], None] = lambda message: None
 
@@ -447,14 +466,18 @@ class Measurement:
         return min(self.niceness, key=lambda n: (abs(n - wanted), n))
 
     def _prepare_alone(self) -> dict:
-        """The target's preparation alone by audio length (language named), and what detecting it adds."""
+        """The target's preparation alone by audio length (language named), a line through it, and what
+        detecting the language adds. Five of the lengths are swept in turn, ``job_repeats`` times, so a
+        drift of the machine's speed touches every length alike (the line needs no more)."""
         threads = self.options.target_threads
-        self.say(f"target preparation alone at {len(self.lengths)} audio lengths")
+        self.say(f"target preparation alone at {len(spread(self.lengths, 5))} audio lengths")
         time_prepare(self.target, self.request(self.full), threads)  # warm-up
-        named = {f"{s:g}": stat([time_prepare(self.target, self.request(s), threads)
-                                 for _ in range(self.job_repeats)], f"the target's preparation of {s:g} s")
-                 for s in self.lengths}
-        out = {"alone": named}
+        samples: dict[float, list[float]] = {s: [] for s in spread(self.lengths, 5)}
+        for _ in range(self.job_repeats):
+            for s in self.lengths:
+                samples[s].append(time_prepare(self.target, self.request(s), threads))
+        out = {"alone": {f"{s:g}": stat(v, f"the target's preparation of {s:g} s") for s, v in samples.items()},
+               "line": theil_sen([(s, x) for s, v in samples.items() for x in v])}
         try:
             detect = [time_prepare(self.target, self.request(self.full, None), threads)
                       for _ in range(max(3, self.job_repeats))]
@@ -494,7 +517,7 @@ class Measurement:
                                    f"{type(exc).__name__}: {exc}") from exc
 
         self.say(f"{name}: whole jobs alone at {len(self.lengths)} audio lengths")
-        alone = jobs([self.request(s) for s in self.lengths for _ in range(self.job_repeats)])
+        alone = jobs([self.request(s) for _ in range(self.job_repeats) for s in self.lengths])
         fit = fit_pieces(alone, f"drafter {name}")
         out = {
             "prepare_s": {f"{s:g}": stat([j.prepare_s for j in alone if abs(j.audio_s - s) < 1e-3],

@@ -91,6 +91,16 @@ class Record:
     named: bool = True  # the request named its language (else the target detected it)
     niceness: int | None = None  # the drafter's niceness in the traced run (None: not recorded)
     units: tuple[Unit, ...] = ()
+    label: str | None = None  # the bench's name of the run (``as2d@SOURCE`` for a later source)
+
+    @property
+    def name(self) -> str:
+        return self.label or self.method
+
+    def name_at(self, budget: int) -> str:
+        """The run's name re-priced at ``budget``: ``as2d-b5``, ``as2d-b5@SOURCE``."""
+        method, sep, source = self.name.partition("@")
+        return f"{method}-b{budget}{sep}{source}"
 
     @property
     def closed(self) -> bool:
@@ -223,7 +233,7 @@ def record_of(trace: dict) -> Record:
                   decode_s=float(trace["decode_s"]), calls=tuple(trace.get("calls", ())),
                   serial_drafted=drafted, prepare_s=trace.get("prepare_s"),
                   start=trace.get("start") or ("prepared" if trace.get("source") else None),
-                  audio_s=trace.get("audio_s"), named=named, niceness=niceness, units=units)
+                  audio_s=trace.get("audio_s"), named=named, niceness=niceness, units=units, label=trace.get("label"))
 
 
 def timeline(target_s: float | None, work: Sequence[float], contention: Contention, start: str,
@@ -536,7 +546,7 @@ def row_of(replayed: Replayed, record: Record, method: str | None = None) -> dic
     """A ``results.jsonl``-shaped row (``as2d bench``), so the bench summary applies unchanged."""
     native_e2e = record.native_e2e_s
     return {
-        "window": record.window, "lang": record.language, "method": method or record.method,
+        "window": record.window, "lang": record.language, "method": method or record.name,
         "tokens": len(replayed.tokens), "decode_s": replayed.decode_s, "tps": replayed.tps,
         "prepare_s": replayed.prepare_s, "e2e_s": replayed.e2e_s,
         "exact": list(replayed.tokens) == list(record.reference[: record.tokens]),

@@ -42,6 +42,20 @@ def test_piece_fit_separates_a_token_from_a_call():
     assert (single["per_token"], single["first"], single["next"], single["end"]) == (0.0, 0.006, 0.004, 0.004)
 
 
+def test_a_line_that_one_slow_sample_does_not_tilt():
+    from as2d_tuning.profile import theil_sen
+
+    points = [(s, 0.5 + 0.01 * s) for s in (1, 2, 4, 8, 16, 30)] + [(30, 2.0)]  # one sample under a burst of load
+    line = theil_sen(points)
+    assert line["slope"] == pytest.approx(0.01) and line["intercept"] == pytest.approx(0.5)
+
+
+def test_the_target_is_prepared_at_five_lengths_spread_over_the_drafters():
+    from as2d_tuning.profile import LENGTHS, spread
+
+    assert spread(LENGTHS, 5) == [1.0, 6.0, 11.0, 20.0, 30.0] and spread([2.0, 6.0], 5) == [2.0, 6.0]
+
+
 def test_interpolate_by_audio_length():
     table = {2.0: 0.1, 4.0: 0.3, 10.0: 0.3}
     assert interpolate(table, 3.0) == pytest.approx(0.2)

@@ -250,19 +250,57 @@ def test_native_traces_replay_call_by_call_tiny(tiny_request, seed):
     _native_replay_matches(result, reference.tokens)
 
 
-def test_native_traces_replay_call_by_call_whisper(whisper_target, whisper_source):
-    """The real Whisper pair on the bundled clip: the replay's loop is the engine's loop."""
+@pytest.mark.parametrize("drafter", ["whisper_source", "whisper_ct2_source"])
+def test_native_traces_replay_call_by_call_whisper(whisper_target, drafter, request):
+    """The real Whisper pair on the bundled clip, with either drafter from arrival: the replay's loop is the
+    engine's loop."""
     from pathlib import Path
 
     from as2d_core import DecodeOptions, Request, run_request
     from as2d_core.audio import load_audio
 
+    source = request.getfixturevalue(drafter)
     clip = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
-    request = Request(request_id="ljspeech", audio=load_audio(clip), language="en")
-    reference = run_request(request, whisper_target, None, "target-only")
-    result = run_request(request, whisper_target, whisper_source, "as2d", DecodeOptions(budget=7))
-    assert result.tokens == reference.tokens
+    speech = Request(request_id="ljspeech", audio=load_audio(clip), language="en")
+    reference = run_request(speech, whisper_target, None, "target-only")
+    result = run_request(speech, whisper_target, source, "as2d", DecodeOptions(budget=7))
+    assert result.tokens == reference.tokens and result.start == "arrival"
     _native_replay_matches(result, reference.tokens)
+
+
+def test_timeline_from_arrival_by_hand():
+    """Target preparation 1.0 s alone, x1.5 beside the drafter; the drafter's work x2 beside it, x1.2 beside
+    verification. Encoder 0.2 and a piece 0.3 (alone): both end by t=1.0 while the target has done 1.0/1.5 of
+    its work; it finishes the last third alone at t=1.333. A second piece of 0.5 overlaps: the target's work
+    ends at t=1.5 (all of it beside the drafter) and the drafter's remaining 0.25 s of work costs 0.3 after it."""
+    from as2d_tuning.costs import Contention
+    from as2d_tuning.replay import timeline
+
+    contention = Contention(target_prepare=1.5, drafter_prepare=2.0, drafter_verify=1.2)
+    prepared, ends = timeline(1.0, [0.2, 0.3], contention, "arrival")
+    assert ends == [pytest.approx(0.4), pytest.approx(1.0)] and prepared == pytest.approx(1.0 + 1 / 3)
+    prepared, ends = timeline(1.0, [0.2, 0.3, 0.5], contention, "arrival")
+    assert prepared == pytest.approx(1.5) and ends[-1] == pytest.approx(1.5 + 0.25 * 1.2)
+    prepared, ends = timeline(1.0, [0.2, 0.3], contention, "prepared", 0.05)  # encoder after the target, alone
+    assert prepared == pytest.approx(1.25) and ends == [pytest.approx(1.25), pytest.approx(1.25 + 0.36)]
+
+
+def test_held_pieces_share_the_batch_that_publishes_them():
+    """Drafting from arrival: two pieces held while the target prepared, one bridge call publishing 9 target
+    tokens of their 10 drafter tokens (recorded as a draft span of 10 tokens), then the end of the job."""
+    trace = _trace(0.0)
+    trace["start"] = "arrival"
+    trace["published"] = [{"offset": 0, "tokens": list(range(10, 19)), "t": 0.0, "final": False},
+                          {"offset": 9, "tokens": [19], "t": 0.0, "final": True}]
+    trace["spans"] = [{"kind": "draft-prepare", "t0": -0.5, "t1": -0.4, "tokens": 0},
+                      {"kind": "draft", "t0": -0.4, "t1": -0.3, "tokens": 6},
+                      {"kind": "draft", "t0": -0.3, "t1": -0.2, "tokens": 4},
+                      {"kind": "draft", "t0": -0.001, "t1": -0.0005, "tokens": 10},
+                      {"kind": "publish", "t0": -0.0004, "t1": -0.0004, "tokens": 9},
+                      {"kind": "draft", "t0": -0.0003, "t1": -0.0002, "tokens": 0},
+                      {"kind": "publish", "t0": -0.0001, "t1": -0.0001, "tokens": 1}]
+    units = record_of(trace).units
+    assert [(u.index, u.tokens, u.published) for u in units] == [(0, 6, 5), (1, 4, 4), (-1, 0, 1)]
 
 
 def test_replay_on_ray_writes_what_the_local_replay_writes(tmp_path, tiny_request):
