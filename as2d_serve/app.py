@@ -10,24 +10,31 @@ next call and the engine stops its drafter, so the slot is free again.
 After SIGINT or SIGTERM (``Drain``), new and waiting requests are answered 503
 with Retry-After, decodes under way get ``grace_s`` to finish and are then
 stopped the same way and answered 503; the server closes once nothing is left.
+
+``stream=true`` answers with OpenAI's transcription events (server-sent events): a
+``transcript.text.delta`` for each piece of text as the target commits it, then
+``transcript.text.done``. as2d commits only verified tokens, so no delta is ever taken
+back, and the deltas spell the final text exactly (``as2d_core.deltas``). The answer's
+status waits for the first piece, so a request the target refuses is still a 4xx.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import hmac
+import json
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import attrs
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
-from .formats import FORMATS, subtitles, verbose_json
+from .formats import FORMATS, stream_done, subtitles, verbose_json
 from .metrics import Metrics
 from .service import Ask, Cancel, Cancelled, InputError, TranscriptionService
 from .upload import decode_upload
@@ -40,6 +47,9 @@ TRANSCRIPTIONS = "/v1/audio/transcriptions"
 TRANSLATIONS = "/v1/audio/translations"  # the same, with Whisper's translate task (into English)
 # OpenAI clients name a model; these names mean "the model this server runs".
 MODEL_ALIASES = ("whisper-1",)
+GRANULARITIES = ("word", "segment")  # timestamp_granularities: words, and Whisper's timestamp segments
+STREAMED = ("json", "text")  # response formats a stream can carry whole (text only; OpenAI's rule too)
+_END = object()  # a stream's decode has finished
 
 
 @attrs.frozen
@@ -195,6 +205,23 @@ def _flag(value: str | None, name: str) -> bool:
     raise InputError(f"'{name}' must be true or false, not {value!r}")
 
 
+def _granularities(form) -> tuple[str, ...]:
+    """``timestamp_granularities[]`` (how the openai client sends a list) or ``timestamp_granularities``."""
+    given = [value for key in ("timestamp_granularities[]", "timestamp_granularities") for value in form.getlist(key)]
+    if any(isinstance(value, UploadFile) for value in given):
+        raise InputError("timestamp_granularities must be text: word or segment")
+    names = [part.strip() for value in given for part in value.split(",") if part.strip()]
+    unknown = [name for name in names if name not in GRANULARITIES]
+    if unknown:
+        raise InputError(f"unknown timestamp granularity {unknown[0]!r}; choose {' or '.join(GRANULARITIES)}")
+    return tuple(dict.fromkeys(names))
+
+
+def _event(data: dict) -> bytes:
+    """One server-sent event."""
+    return f"data: {json.dumps(data)}\n\n".encode()
+
+
 def create_app(service: TranscriptionService, limits: Limits = Limits()) -> FastAPI:
     metrics = Metrics()
     admission = Admission(service.settings.decodes, limits.queue_size, metrics)
@@ -274,7 +301,7 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
     async def _transcribe(request: Request, task: str) -> Response:
         arrived = time.monotonic()
         try:
-            ask, response_format = await _read_ask(request, task)
+            ask, response_format, stream = await _read_ask(request, task)
         except InputError as exc:
             return error(400, str(exc))
         if drain.started:  # checked after the upload is read: answering mid-upload would reset the connection
@@ -294,12 +321,15 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
                 admission.leave(None)
             return _cancelled(cancel.reason)
         queued_s = time.monotonic() - arrived
+        if stream:
+            return await _stream(ask, request, cancel, arrived, queued_s)
         took = None
         try:
             work = asyncio.get_running_loop().run_in_executor(executor, service.transcribe, ask, cancel)
             try:
                 outcome = await _watch(work, request, cancel, arrived)
             except Cancelled as exc:
+                metrics.stopped.labels(exc.reason).inc()
                 return _cancelled(exc.reason)
             except InputError as exc:
                 return error(400, str(exc))
@@ -308,7 +338,83 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
             admission.leave(took)
         outcome.queued_s = queued_s
         metrics.served(outcome)
-        return _render(outcome, response_format, task)
+        return _render(outcome, response_format, task, ask.word_timestamps)
+
+    async def _stream(ask: Ask, request: Request, cancel: Cancel, arrived: float, queued_s: float) -> Response:
+        """``stream=true``: the decode runs on its slot while its pieces of text go out as events.
+
+        The slot is given back when the decode ends (also when the client has gone: it is stopped at its
+        next target call). The status is decided at the first piece: before it, a refusal is a 4xx.
+        """
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue = asyncio.Queue()
+        work = loop.run_in_executor(executor, service.transcribe, ask, cancel,
+                                    lambda piece: loop.call_soon_threadsafe(pieces.put_nowait, piece))
+
+        def problem() -> BaseException | None:
+            """What stopped the decode (None: it gave a transcript); only once it has ended."""
+            return Cancelled("shutdown") if work.cancelled() else work.exception()
+
+        def ended(_done) -> None:  # after every piece: they were queued on the loop before the decode returned
+            admission.leave(None if problem() else work.result().total_s)
+            if isinstance(problem(), Cancelled):
+                metrics.stopped.labels(problem().reason).inc()
+            pieces.put_nowait(_END)
+
+        work.add_done_callback(ended)
+
+        async def next_piece(client_watched: bool):
+            """The next piece or _END; meanwhile the deadline and a stop signal (and, before the stream, the
+            client) are watched, as for any request; a flagged decode stops at its next target call."""
+            getting = asyncio.ensure_future(pieces.get())
+            try:
+                while True:
+                    done, _ = await asyncio.wait({getting}, timeout=POLL_S)
+                    if done:
+                        return getting.result()
+                    if client_watched and await request.is_disconnected():
+                        cancel.set("client disconnected")
+                    elif time.monotonic() - arrived > limits.deadline_s:
+                        cancel.set("deadline")
+                    elif drain.overdue():
+                        cancel.set("shutdown")
+            finally:
+                getting.cancel()
+
+        def failure(exc: BaseException) -> Response:
+            if isinstance(exc, Cancelled):
+                return _cancelled(exc.reason)
+            if isinstance(exc, InputError):
+                return error(400, str(exc))
+            return error(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error")
+
+        try:
+            first = await next_piece(client_watched=True)
+        except BaseException:
+            cancel.set("client disconnected")
+            raise
+        if first is _END and problem() is not None:
+            return failure(problem())
+
+        async def events():
+            with drain.serving():
+                try:  # once the response has started, the client's leaving cancels this generator
+                    piece = first
+                    while piece is not _END:
+                        yield _event({"type": "transcript.text.delta", "delta": piece})
+                        piece = await next_piece(client_watched=False)
+                    if problem() is not None:  # stopped mid-stream: OpenAI's error object, as an event
+                        yield _event({"type": "error", "error": json.loads(failure(problem()).body)["error"]})
+                        return
+                    outcome = work.result()
+                    outcome.queued_s = queued_s
+                    metrics.served(outcome)
+                    yield _event(stream_done(outcome))
+                finally:
+                    if not work.done():
+                        cancel.set("client disconnected")
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     async def _watch(future, request: Request, cancel: Cancel, arrived: float):
         """Wait for ``future``; meanwhile flag the request when its client leaves or its deadline passes."""
@@ -337,9 +443,9 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
                          kind="timeout_error")
         return error(499, "the client closed the connection", kind="client_closed")
 
-    async def _read_ask(request: Request, task: str) -> tuple[Ask, str]:
+    async def _read_ask(request: Request, task: str) -> tuple[Ask, str, bool]:
         try:
-            form = await request.form(max_files=1, max_fields=16)
+            form = await request.form(max_files=1, max_fields=24)
         except Exception as exc:  # malformed multipart
             raise InputError(f"the request body is not a valid multipart form ({exc})") from exc
         upload = form.get("file")
@@ -348,6 +454,13 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
         response_format = _form_field(form, "response_format") or "json"
         if response_format not in FORMATS:
             raise InputError(f"unknown response_format {response_format!r}; choose one of {', '.join(FORMATS)}")
+        granularities = _granularities(form)
+        if granularities and response_format != "verbose_json":
+            raise InputError(f"timestamp_granularities need response_format 'verbose_json', not {response_format!r}")
+        stream = _flag(_form_field(form, "stream"), "stream")
+        if stream and response_format not in STREAMED:
+            raise InputError(f"stream=true sends text only: response_format must be {' or '.join(STREAMED)}, "
+                             f"not {response_format!r} (its segments and times would be lost)")
         temperature = _form_field(form, "temperature")
         if temperature is not None:
             try:
@@ -372,14 +485,15 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
         samples = await run_in_threadpool(decode_upload, data)
         # Whisper's previous-text prompt: the target refuses one over its limit (400), as the command line does
         ask = Ask(samples, language=language, method=method, source=source, budget=budget, check=check, task=task,
-                  prompt=_form_field(form, "prompt"))
-        return ask, response_format
+                  prompt=_form_field(form, "prompt"), timestamps="segment" if "segment" in granularities else None,
+                  word_timestamps="word" in granularities)
+        return ask, response_format, stream
 
-    def _render(outcome, response_format: str, task: str) -> Response:
+    def _render(outcome, response_format: str, task: str, words: bool = False) -> Response:
         if response_format == "json":
             return JSONResponse({"text": outcome.transcript.text})
         if response_format == "verbose_json":
-            return JSONResponse(verbose_json(outcome, task))
+            return JSONResponse(verbose_json(outcome, task, words))
         if response_format == "text":
             return PlainTextResponse(outcome.transcript.text)
         return PlainTextResponse(subtitles(outcome, response_format),

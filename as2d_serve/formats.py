@@ -1,8 +1,9 @@
 """The OpenAI response formats (json, text, verbose_json, srt, vtt) of one transcription.
 
 A segment is one of the transcript's segments: in timestamp mode (``timestamps = "segment"`` in the
-server's configuration, or ``--timestamps segment``) one per pair of Whisper's timestamps, otherwise one
-window of the core's ``Pipeline`` (at most 30 s, cut at pauses), with the window's times.
+server's configuration, ``--timestamps segment``, or a request's ``timestamp_granularities`` segment) one
+per pair of Whisper's timestamps, otherwise one window of the core's ``Pipeline`` (at most 30 s, cut at
+pauses), with the window's times. With the word granularity, ``words`` lists every word in the file's time.
 """
 from __future__ import annotations
 
@@ -44,13 +45,28 @@ def as2d_fields(t: Transcription) -> dict:
     return out
 
 
-def verbose_json(t: Transcription, task: str = "asr") -> dict:
+def verbose_json(t: Transcription, task: str = "asr", words: bool = False) -> dict:
     segments = [{"id": i, "seek": 0, "start": s.start_s, "end": s.end_s, "text": s.text, "tokens": list(s.tokens),
                  "temperature": 0.0}  # greedy; no log-probabilities are computed, so none are reported
                 for i, s in enumerate(t.transcript.segments)]
     language = t.results[0].language if t.results else None
-    return {"task": "translate" if task == "translate" else "transcribe", "language": language,
-            "duration": t.duration_s, "text": t.transcript.text, "segments": segments, "as2d": as2d_fields(t)}
+    out = {"task": "translate" if task == "translate" else "transcribe", "language": language,
+           "duration": t.duration_s, "text": t.transcript.text, "segments": segments,
+           "usage": {"type": "duration", "seconds": t.duration_s}}
+    if words:  # in the file's time; OpenAI's words carry no spaces (Whisper's keep the leading one)
+        timed = [w.shifted(window.start_s) for window in t.transcript.windows for w in window.result.words]
+        out["words"] = [{"word": w.word.strip(), "start": w.start_s, "end": w.end_s, "probability": w.probability}
+                        for w in timed]
+    out["as2d"] = as2d_fields(t)
+    return out
+
+
+def stream_done(t: Transcription) -> dict:
+    """The last event of ``stream=true``: the whole text, the tokens it took, and as2d's account."""
+    tokens = sum(len(r.tokens) for r in t.results)  # the audio is not counted in tokens: input_tokens 0
+    return {"type": "transcript.text.done", "text": t.transcript.text,
+            "usage": {"type": "tokens", "input_tokens": 0, "output_tokens": tokens, "total_tokens": tokens},
+            "as2d": as2d_fields(t)}
 
 
 def subtitles(t: Transcription, kind: str) -> str:

@@ -21,6 +21,8 @@ class Metrics:
                                       registry=r)
         self.rebuilds = Counter("as2d_drafter_rebuilds", "Drafters dropped after a failure, rebuilt on next use",
                                 registry=r)
+        self.stopped = Counter("as2d_decodes_stopped", "Decodes stopped at a target call before their end, by reason",
+                               ["reason"], registry=r)
         self.waiting = Gauge("as2d_queue_waiting", "Requests waiting for a decode slot", registry=r)
         self.active = Gauge("as2d_decodes_active", "Transcriptions running", registry=r)
 

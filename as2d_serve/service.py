@@ -13,6 +13,7 @@ import itertools
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 import attrs
 import numpy as np
@@ -24,6 +25,7 @@ from as2d_core.engine import METHODS, DecodeOptions
 from as2d_core.faults import FaultLandingTarget, FaultySource, check_fault
 from as2d_core.pipeline import Pipeline, Transcript, default_detector
 from as2d_core.plugins import load_registry
+from as2d_core.words import prepare_words
 
 
 class InputError(ValueError):
@@ -84,6 +86,9 @@ class _CancellableTarget:
         self.name, self.vocabulary, self.device_in_use = target.name, target.vocabulary, target.device_in_use
         self.features = getattr(target, "features", frozenset())  # what a request may ask of it (prompt, ...)
 
+    def __getattr__(self, name):  # the target's optional parts (word timestamps) as they are
+        return getattr(self._target, name)
+
     def prepare(self, request: Request, threads: int):
         self._cancel.check()
         try:
@@ -105,6 +110,8 @@ class Ask:
     check: bool = False  # also decode target-only and say whether the tokens are equal
     task: str = "asr"  # translate: POST /v1/audio/translations
     prompt: str | None = None  # Whisper's previous-text prompt, over the server's own (--prompt)
+    timestamps: str | None = None  # "segment" (timestamp_granularities segment): Whisper's segments; None: the server's
+    word_timestamps: bool = False  # timestamp_granularities word
 
     @property
     def duration_s(self) -> float:
@@ -168,10 +175,18 @@ class Worker:
             except Exception:
                 pass
 
-    def transcribe(self, ask: Ask, cancel: Cancel, fault: str | None) -> Transcription:
+    def transcribe(self, ask: Ask, cancel: Cancel, fault: str | None,
+                   on_text: Callable[[str], None] | None = None) -> Transcription:
+        """``on_text`` hears the text as it is committed (``Pipeline.transcribe``), for ``stream=true``."""
         method = ask.method or self.options.method
         decode = self.options.decode if ask.budget is None else attrs.evolve(self.options.decode, budget=ask.budget)
         decode = decode if ask.prompt is None else attrs.evolve(decode, prompt=ask.prompt)
+        decode = decode if ask.timestamps is None else attrs.evolve(decode, timestamps=ask.timestamps)
+        if ask.word_timestamps:
+            try:  # loads the aligner once; a target without one is the request's answer, not a server fault
+                prepare_words(self.target, decode.target_threads)
+            except (ValueError, OSError) as exc:
+                raise InputError(f"word timestamps are not available on this server: {exc}") from exc
         target = _CancellableTarget(self.target, cancel)
         source = source_name = None
         if method == "as2d":
@@ -186,9 +201,11 @@ class Worker:
         # a fault is injected on the producer's own thread, where it lands before the request can end
         options = attrs.evolve(self.options, method=method, language=ask.language or self.options.language,
                                decode=decode, lookahead=self.options.lookahead and fault is None,
-                               task="translate" if ask.task == "translate" else self.options.task)
+                               task="translate" if ask.task == "translate" else self.options.task,
+                               word_timestamps=ask.word_timestamps)
         pipeline = Pipeline(target, source, options, detector=self.detector)
-        transcript = pipeline.transcribe(ask.samples, request_id=f"serve-{id(cancel):x}", check=ask.check)
+        transcript = pipeline.transcribe(ask.samples, request_id=f"serve-{id(cancel):x}", check=ask.check,
+                                         on_text=on_text)
         outcome = Transcription(transcript, ask.duration_s)
         drafted = any(r.source for r in outcome.results)
         outcome.fault = fault if drafted else None
@@ -274,13 +291,14 @@ class TranscriptionService:
             return None
         return faults[(number // self.settings.fault_every - 1) % len(faults)]
 
-    def transcribe(self, ask: Ask, cancel: Cancel) -> Transcription:
+    def transcribe(self, ask: Ask, cancel: Cancel, on_text: Callable[[str], None] | None = None) -> Transcription:
         """Run on a decode thread: take a worker, transcribe, give it back (also when cancelled)."""
         start = time.perf_counter()
         worker = self.workers.get()
         try:
             cancel.check()
-            outcome = worker.transcribe(ask, cancel, self.next_fault() if (ask.method or self.method) == "as2d" else None)
+            fault = self.next_fault() if (ask.method or self.method) == "as2d" else None
+            outcome = worker.transcribe(ask, cancel, fault, on_text)
         finally:
             return_free_memory()
             self.workers.put(worker)

@@ -119,16 +119,69 @@ def test_every_response_format(server, clips, target_only):
     assert {"whisper-base", "whisper-tiny.en"} <= {m["id"] for m in listed}
 
 
+def _openai(server):
+    openai = pytest.importorskip("openai")
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=WAIT_S)
+
+
+@pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # OpenAI deprecates its translations endpoint
 def test_translations_and_prompts_are_served(server, clips):
-    """POST /v1/audio/translations runs Whisper's translate task, target-only (tiny.en cannot translate), and
-    says so; a prompt reaches the target and the answer is still exact."""
-    translated = httpx.post(server.url + "/v1/audio/translations", files={"file": ("a.wav", clips["a"], "audio/wav")},
-                            data={"response_format": "verbose_json", "check": "true"}, timeout=WAIT_S).json()
-    assert translated["task"] == "translate" and translated["as2d"]["exact"] is True and translated["text"].strip()
-    assert translated["as2d"]["source"] is None and any("does not draft the task 'translate'" in note
-                                                        for note in translated["as2d"]["notes"])
-    prompted = server.post(clips["a"], response_format="verbose_json", check="true", prompt="Printing, in the").json()
-    assert prompted["as2d"]["exact"] is True and prompted["task"] == "transcribe" and prompted["text"].strip()
+    """The openai client's translation runs Whisper's translate task, target-only (tiny.en cannot translate),
+    and says so; its prompt reaches the target and the answer is still exact."""
+    client = _openai(server)
+    translated = client.audio.translations.create(model="whisper-1", file=("a.wav", clips["a"]),
+                                                  response_format="verbose_json", extra_body={"check": "true"})
+    ours = translated.model_extra["as2d"]
+    assert translated.model_extra["task"] == "translate" and ours["exact"] is True and translated.text.strip()
+    assert ours["source"] is None and any("does not draft the task 'translate'" in note for note in ours["notes"])
+    prompted = client.audio.transcriptions.create(model="whisper-1", file=("a.wav", clips["a"]),
+                                                  response_format="verbose_json", prompt="Printing, in the",
+                                                  extra_body={"check": "true"})
+    assert prompted.model_extra["as2d"]["exact"] is True and prompted.model_extra["task"] == "transcribe"
+    assert prompted.text.strip()
+
+
+def test_openai_client_streams_verified_deltas(server, clips, target_only):
+    """stream=True: OpenAI's transcription events, whose deltas spell the final text, which is as2d's
+    non-streamed answer (the target's own greedy text); each delta is verified text, never revised."""
+    events = list(_openai(server).audio.transcriptions.create(model="whisper-1", file=("a.wav", clips["a"]),
+                                                              stream=True))
+    *deltas, done = events
+    assert [e.type for e in deltas] == ["transcript.text.delta"] * len(deltas) and done.type == "transcript.text.done"
+    assert len(deltas) > 1 and "".join(e.delta for e in deltas) == done.text == target_only["a"][1]
+    tokens = done.model_extra["as2d"]["tokens"]
+    assert tokens == target_only["a"][0] and done.usage.output_tokens == done.usage.total_tokens == len(tokens)
+
+
+def test_openai_client_gets_words_and_segments(server, clips, target_only):
+    """verbose_json with timestamp_granularities word and segment (sent as timestamp_granularities[]): Whisper's
+    timestamp segments (exact in timestamp mode) and every word, in order, spelling the text; the spelling
+    without brackets (timestamp_granularities=word) gives the words too."""
+    both = _openai(server).audio.transcriptions.create(
+        model="whisper-1", file=("a.wav", clips["a"]), response_format="verbose_json",
+        timestamp_granularities=["word", "segment"], extra_body={"check": "true"})
+    assert both.model_extra["as2d"]["exact"] is True
+    timestamp_begin = 50364  # whisper-base's <|0.00|>: each segment opens with its timestamp
+    assert both.segments and all(s.tokens[0] >= timestamp_begin and s.start < s.end <= 4.0 for s in both.segments)
+    assert "".join(w.word for w in both.words) == "".join(both.text.split())
+    assert all(0 <= w.start <= w.end <= 4.0 for w in both.words)
+    assert all(a.end <= b.start for a, b in zip(both.words, both.words[1:]))
+    words = server.post(clips["a"], response_format="verbose_json", timestamp_granularities="word").json()
+    assert words["text"] == target_only["a"][1] and words["as2d"]["tokens"] == target_only["a"][0]
+    assert "".join(w["word"] for w in words["words"]) == "".join(words["text"].split())
+
+
+def test_a_streaming_client_that_leaves_stops_its_decode(server, clips):
+    stopped = 'as2d_decodes_stopped_total{reason="client disconnected"}'
+    before = server.metric(stopped)
+    with httpx.stream("POST", server.url + "/v1/audio/transcriptions", timeout=WAIT_S,
+                      files={"file": ("long.wav", clips["long"], "audio/wav")},
+                      data={"stream": "true", "check": "true"}) as response:  # check: a target-only decode follows
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        first = json.loads(next(response.iter_lines()).removeprefix("data: "))
+        assert first["type"] == "transcript.text.delta" and first["delta"]
+    server.wait_for(lambda s: s["active"] == 0, "the slot is free again")
+    assert server.metric(stopped) == before + 1  # stopped at a target call, not finished
 
 
 def _bad_inputs(speech, clips):
@@ -151,6 +204,17 @@ def _bad_inputs(speech, clips):
         ("response format", clips["a"], {"response_format": "xml"}, 400, "unknown response_format"),
         ("model", clips["a"], {"model": "gpt-4o-transcribe"}, 400, "unknown model"),
         ("method", clips["a"], {"method": "beam"}, 400, "unknown method"),
+        ("granularity", clips["a"], {"timestamp_granularities[]": "sentence", "response_format": "verbose_json"}, 400,
+         "unknown timestamp granularity 'sentence'; choose word or segment"),
+        ("granularity format", clips["a"], {"timestamp_granularities": "word"}, 400,
+         "timestamp_granularities need response_format 'verbose_json'"),
+        ("stream subtitles", clips["a"], {"stream": "true", "response_format": "srt"}, 400,
+         "stream=true sends text only"),
+        ("stream segments", clips["a"], {"stream": "true", "response_format": "verbose_json"}, 400,
+         "stream=true sends text only"),
+        ("stream flag", clips["a"], {"stream": "maybe"}, 400, "'stream' must be true or false"),
+        ("stream long prompt", clips["a"], {"stream": "true", "prompt": "one " * 300}, 400,
+         "the prompt is 300 tokens"),  # refused before the first event: a status, not an event
     ]
 
 
