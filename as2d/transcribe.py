@@ -206,16 +206,16 @@ def resolve_target(model_size_or_path: str | Path, compute_type: str) -> tuple[s
     return SIZES[name][precision], None
 
 
-# faster-whisper options as2d has no use for in greedy decoding: accepted at any value (no effect there either)
-_INERT = ("best_of", "prompt_reset_on_temperature", "language_detection_threshold", "log_progress")
-
-
 def _refuse(name: str, value: Any, why: str) -> ValueError:
     return ValueError(f"{name}={value!r} is not supported: {why}")
 
 
 def check_options(given: dict[str, Any]) -> None:
-    """Refuse every option whose value asks for something as2d does not do (a ValueError naming it and why)."""
+    """Refuse every option whose value asks for something as2d does not do (a ValueError naming it and why).
+
+    ``best_of``, ``prompt_reset_on_temperature`` and ``language_detection_threshold`` take any value: they act
+    only in sampling, after a temperature rise, or with several detection segments, none of which as2d does.
+    """
     greedy = "as2d decodes greedily, one hypothesis (beam_size=1), so its tokens are the target's own greedy output"
     if given["beam_size"] != 1:
         raise _refuse("beam_size", given["beam_size"], greedy)
