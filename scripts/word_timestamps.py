@@ -9,9 +9,12 @@ same whisper-base weights, greedy, no timestamps) transcribes with ``word_timest
   as2d's by their text;
 - ``same tokens``: faster-whisper's word timing (``add_word_timestamps``) of as2d's committed tokens,
   which isolates the method from the decode;
-- the aligner pass per window (``words_s``) for as2d and for target-only (equal work: equal tokens).
+- the aligner pass per window (``words_s``) for as2d and for target-only (equal work: equal tokens): as
+  each ran in the pipeline (as2d first, then its check), and the median of ``--repeats`` more rounds of
+  both methods decoding and timing words, in alternating order (on a busy machine one sample says little).
 
     .venv/bin/python scripts/word_timestamps.py --out bench-out/word_timestamps.json
+    .venv/bin/python scripts/word_timestamps.py --repeats 5 --no-faster-whisper   # the cost alone
 """
 from __future__ import annotations
 
@@ -26,8 +29,12 @@ import numpy as np
 
 from as2d_core.audio import load_audio
 from as2d_core.build import DEFAULT_SOURCE, DEFAULT_TARGET, build_part, build_source
+from as2d_core.engine import run_request
 from as2d_core.pipeline import Pipeline, PipelineOptions
+from as2d_core.words import add_words
 
+COST_LABELS = {"as2d_words_s": "as2d in the pipeline", "target_only_words_s": "target-only in its check",
+               "as2d_words_s_rounds": "as2d over rounds", "target_only_words_s_rounds": "target-only over rounds"}
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech" / "windows.jsonl"
 
 
@@ -77,6 +84,19 @@ def paired_differences(ours, theirs: list[dict]) -> tuple[list[float], list[floa
     return starts, ends, len(starts)
 
 
+def alternating_costs(pipeline: Pipeline, request, repeats: int) -> dict[str, float]:
+    """Median seconds of timing the words after each method's decode, over ``repeats`` rounds of both
+    methods, the order reversed every round."""
+    costs: dict[str, list[float]] = {"as2d": [], "target-only": []}
+    threads = pipeline.options.decode.target_threads
+    for round_ in range(repeats):
+        for method in (("as2d", "target-only") if round_ % 2 == 0 else ("target-only", "as2d")):
+            source = pipeline.source if method == "as2d" else None
+            result = run_request(request, pipeline.target, source, method, pipeline.options.decode)
+            costs[method].append(add_words(pipeline.target, request, result, threads).words_s)
+    return {method: float(np.median(values)) for method, values in costs.items()}
+
+
 def stats(values: list[float]) -> dict:
     return {"median_ms": 1000 * float(np.median(values)), "p95_ms": 1000 * float(np.percentile(values, 95)),
             "max_ms": 1000 * float(np.max(values))}
@@ -88,52 +108,61 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lang", default="en", help="only the windows in this language ('' for all)")
     parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--source", default=DEFAULT_SOURCE)
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of both methods timing words, per window")
+    parser.add_argument("--no-faster-whisper", dest="faster_whisper", action="store_false",
+                        help="measure the cost only")
     parser.add_argument("--out", type=Path, default=None, help="JSON with every window's numbers and words")
     args = parser.parse_args(argv)
     rows = [json.loads(line) for line in args.manifest.read_text().splitlines() if line.strip()]
     rows = [r for r in rows if not args.lang or r.get("lang") == args.lang]
     target, source = build_part("target", args.target), build_source(args.source)
-    fw = faster_whisper_model()
+    fw = faster_whisper_model() if args.faster_whisper else None
     windows, totals = [], {"own": ([], [], 0, 0), "same": ([], [], 0, 0)}
     for row in rows:
         audio = load_audio(args.manifest.parent / row["path"])
-        options = PipelineOptions(language=row.get("lang"), word_timestamps=True)
-        transcript = Pipeline(target, source, options).transcribe(audio, request_id=row["id"], check=True)
+        pipeline = Pipeline(target, source, PipelineOptions(language=row.get("lang"), word_timestamps=True))
+        transcript = pipeline.transcribe(audio, request_id=row["id"], check=True)
         (window,) = transcript.windows
         result, reference = window.result, window.reference
-        started = time.perf_counter()
-        own = own_decode_words(fw, audio, result.language)
-        fw_s = time.perf_counter() - started
-        same = same_token_words(fw, audio, result.language, result.tokens)
         entry = {"id": row["id"], "exact": window.exact, "words_exact": result.words == reference.words,
-                 "words": len(result.words), "as2d_words_s": result.words_s, "target_only_words_s": reference.words_s,
-                 "faster_whisper_transcribe_s": fw_s}
-        for name, theirs in (("own", own), ("same", same)):
-            starts, ends, paired = paired_differences(result.words, theirs)
-            s, e, p, n = totals[name]
-            totals[name] = (s + starts, e + ends, p + paired, n + len(result.words))
-            entry[name] = {"paired": paired, "theirs": len(theirs), "start": stats(starts) if starts else None,
-                           "end": stats(ends) if ends else None}
+                 "words": len(result.words), "tokens": len(result.tokens), "as2d_words_s": result.words_s,
+                 "target_only_words_s": reference.words_s}
+        if args.repeats:
+            costs = alternating_costs(pipeline, pipeline.request(f"{row['id']}-cost", audio), args.repeats)
+            entry.update(as2d_words_s_rounds=costs["as2d"], target_only_words_s_rounds=costs["target-only"])
+        if fw is not None:
+            started = time.perf_counter()
+            own = own_decode_words(fw, audio, result.language)
+            entry["faster_whisper_transcribe_s"] = time.perf_counter() - started
+            for name, theirs in (("own", own), ("same", same_token_words(fw, audio, result.language, result.tokens))):
+                starts, ends, paired = paired_differences(result.words, theirs)
+                s, e, p, n = totals[name]
+                totals[name] = (s + starts, e + ends, p + paired, n + len(result.words))
+                entry[name] = {"paired": paired, "theirs": len(theirs), "start": stats(starts) if starts else None,
+                               "end": stats(ends) if ends else None}
+            entry["faster_whisper"] = own
         entry["as2d"] = [w.as_dict() for w in result.words]
-        entry["faster_whisper"] = own
         windows.append(entry)
         print(json.dumps({k: v for k, v in entry.items() if k not in ("as2d", "faster_whisper")}), flush=True)
-    summary = {"windows": len(windows), "all_exact": all(w["exact"] and w["words_exact"] for w in windows),
-               "as2d_words_ms_median": 1000 * float(np.median([w["as2d_words_s"] for w in windows])),
-               "target_only_words_ms_median": 1000 * float(np.median([w["target_only_words_s"] for w in windows]))}
-    for name, (starts, ends, paired, total) in totals.items():
-        summary[name] = {"paired": paired, "words": total, "start": stats(starts), "end": stats(ends)}
+    summary = {"windows": len(windows), "all_exact": all(w["exact"] and w["words_exact"] for w in windows)}
+    # the aligner pass per window, median over the windows (ms): in the pipeline, and over the alternating rounds
+    summary["words_ms"] = {label: 1000 * float(np.median([w[key] for w in windows]))
+                           for key, label in COST_LABELS.items() if all(key in w for w in windows)}
+    if fw is not None:
+        for name, (starts, ends, paired, total) in totals.items():
+            summary[name] = {"paired": paired, "words": total, "start": stats(starts), "end": stats(ends)}
     print(json.dumps(summary))
-    print(f"\n| against faster-whisper | words paired | start diff median / p95 / max (ms) | "
-          f"end diff median / p95 / max (ms) |\n|---|---|---|---|")
-    for name, label in (("own", "its own decode"), ("same", "the same tokens")):
-        s = summary[name]
-        print(f"| {label} | {s['paired']} of {s['words']} | "
-              f"{s['start']['median_ms']:.0f} / {s['start']['p95_ms']:.0f} / {s['start']['max_ms']:.0f} | "
-              f"{s['end']['median_ms']:.0f} / {s['end']['p95_ms']:.0f} / {s['end']['max_ms']:.0f} |")
-    print(f"\naligner pass per window, median: as2d {summary['as2d_words_ms_median']:.0f} ms, "
-          f"target-only {summary['target_only_words_ms_median']:.0f} ms; "
-          f"as2d's words equal target-only's on every window: {summary['all_exact']}")
+    if fw is not None:
+        print("\n| against faster-whisper | words paired | start diff median / p95 / max (ms) | "
+              "end diff median / p95 / max (ms) |\n|---|---|---|---|")
+        for name, label in (("own", "its own decode"), ("same", "the same tokens")):
+            s = summary[name]
+            print(f"| {label} | {s['paired']} of {s['words']} | "
+                  f"{s['start']['median_ms']:.0f} / {s['start']['p95_ms']:.0f} / {s['start']['max_ms']:.0f} | "
+                  f"{s['end']['median_ms']:.0f} / {s['end']['p95_ms']:.0f} / {s['end']['max_ms']:.0f} |")
+    print("\ntiming the words per window, median over the windows: "
+          + ", ".join(f"{label} {ms:.0f} ms" for label, ms in summary["words_ms"].items())
+          + f"; as2d's words equal target-only's on every window: {summary['all_exact']}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"summary": summary, "windows": windows}, ensure_ascii=False, indent=1))
