@@ -26,8 +26,8 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 
-from .contracts import (CancellableJob, DraftPiece, KnownVocabulary, Request, Source, Target, TargetSession,
-                        TimestampVocabulary)
+from .contracts import (CancellableJob, DraftPiece, KnownVocabulary, LanguageDetector, Request, Source, Target,
+                        TargetSession, TimestampVocabulary, WordAligner)
 
 FAULTS = ("raise", "stall", "slow", "garbage-in", "garbage-out", "flood")
 REAL_PIECES_FIRST = 3  # raise and stall draft this many real pieces first, so the fault hits mid-request
@@ -178,6 +178,11 @@ class FaultLandingTarget:
         self.target, self.source, self.wait_s = target, source, wait_s
         self.name, self.vocabulary, self.device_in_use = target.name, target.vocabulary, target.device_in_use
         self.features = getattr(target, "features", frozenset())
+        # the target's optional parts, as they are (word timestamps after decoding, language probabilities)
+        if isinstance(target, WordAligner):
+            self.prepare_words, self.align_words = target.prepare_words, target.align_words
+        if isinstance(target, LanguageDetector):
+            self.language_probabilities = target.language_probabilities
 
     def prepare(self, request: Request, threads: int) -> TargetSession:
         return _LandingSession(self.target.prepare(request, threads), self.source, request.request_id, self.wait_s)

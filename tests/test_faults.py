@@ -102,3 +102,14 @@ def test_bench_with_a_fault_stays_exact(tmp_path):
     as2d = [r for r in rows if r["method"] == "as2d"]
     assert as2d and all(r["exact"] for r in rows)
     assert all("injected drafter fault: raise" in r["producer_error"] for r in as2d)
+
+
+def test_a_fault_landing_target_keeps_the_targets_optional_parts(whisper_target):
+    """Word timestamps and language probabilities still reach the real target behind the fault harness."""
+    from as2d_core.contracts import LanguageDetector, WordAligner
+    from as2d_core.faults import FaultLandingTarget
+
+    assert isinstance(whisper_target, WordAligner) and isinstance(whisper_target, LanguageDetector)
+    landing = FaultLandingTarget(whisper_target, FaultySource(ScriptedSource([1]), "raise"))
+    assert isinstance(landing, WordAligner) and isinstance(landing, LanguageDetector)
+    assert landing.features == whisper_target.features
