@@ -198,7 +198,8 @@ def profile(config_path, out_path, audio_paths, kmax, offsets, repeats, warmup, 
 @click.option("--start", type=click.Choice(STARTS), default=None,
               help="Re-price the as2d runs with the drafter started at arrival or once prepared (default: as traced).")
 @click.option("--load-calibrate", is_flag=True,
-              help="Scale each window's costs by its own native target-only run (drifting load on shared cores).")
+              help="Scale each window's costs by its own native target-only run, its preparation and its decode "
+                   "apart (drifting load on shared cores).")
 @_ray_option
 def replay(traces, profile_path, out_dir, sources, budgets, publication, align_window, compare_native, languages,
            niceness, start, load_calibrate, ray_address):
@@ -237,7 +238,7 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
         if load_calibrate and factor is None:
             skipped.append({"window": record.window, "method": record.method, "reason": "no target-only run to calibrate"})
             continue
-        costs = base_costs.scaled(factor) if factor else base_costs
+        costs = base_costs.scaled(*factor) if factor else base_costs
         if record.method in DECOUPLED and wanted is not None and record.source is not None \
                 and record.source not in wanted:
             continue
@@ -267,9 +268,10 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
                          "publication": publication, "budgets": budget_list, "sources": sorted(wanted or []),
                          "niceness": niceness, "start": start, "load_calibrated": load_calibrate,
                          "warnings": warnings, "skipped": skipped}
-    if factors:
-        summary["replay"]["load_factors"] = {"median": statistics.median(factors.values()),
-                                             "min": min(factors.values()), "max": max(factors.values())}
+    for name, index in (("load_factors", 0), ("prepare_load_factors", 1)):
+        values = [f[index] for f in factors.values() if f[index] is not None]
+        if values:
+            summary["replay"][name] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
     if compare_native:
         by_method: dict[str, list[dict]] = {}
         runs: dict[str, list[dict]] = {}

@@ -123,11 +123,14 @@ class DrafterCosts:
         wanted = 0 if niceness is None else niceness
         return self.contention[min(self.contention, key=lambda n: (abs(n - wanted), n))]
 
-    def scaled(self, factor: float) -> "DrafterCosts":
+    def scaled(self, factor: float, verify_factor: float | None = None) -> "DrafterCosts":
+        """Its work times ``factor``; the target's calls beside it times ``verify_factor`` (default ``factor``)."""
+        verify_factor = factor if verify_factor is None else verify_factor
         return attrs.evolve(self, prepare={k: v * factor for k, v in self.prepare.items()}, first=self.first * factor,
                             next=self.next * factor, per_token=self.per_token * factor, end=self.end * factor,
                             publish=self.publish * factor,
-                            contention={n: attrs.evolve(c, verify_shared={k: v * factor for k, v in c.verify_shared.items()})
+                            contention={n: attrs.evolve(c, verify_shared={k: v * verify_factor
+                                                                          for k, v in c.verify_shared.items()})
                                         for n, c in self.contention.items()})
 
 
@@ -181,19 +184,27 @@ class Costs:
         return attrs.evolve(self, source=name, draft_step_alone=step,
                             draft_step_shared=step * drafter.at(None).drafter_verify, publish=drafter.publish)
 
-    def scaled(self, factor: float) -> "Costs":
-        """Every cost times ``factor``: the same machine under uniformly heavier or lighter load."""
+    def scaled(self, factor: float, prepare_factor: float | None = None) -> "Costs":
+        """Every cost times ``factor``: the same machine under uniformly heavier or lighter load.
+
+        ``prepare_factor`` (default ``factor``) scales the preparation instead, and the drafters' work,
+        which mostly runs beside it: on shared cores the two-thread encoder and the one-thread decode
+        steps slow by different amounts.
+        """
+        prepare_factor = factor if prepare_factor is None else prepare_factor
+
         def times(x):
             return None if x is None else x * factor
+
         return Costs(verify_alone={k: v * factor for k, v in self.verify_alone.items()},
                      verify_shared={k: v * factor for k, v in self.verify_shared.items()},
                      shared_ratio=self.shared_ratio, target_step=times(self.target_step),
                      draft_step_alone=times(self.draft_step_alone), draft_step_shared=times(self.draft_step_shared),
                      publish=self.publish * factor, loop=self.loop * factor, loop_shared=times(self.loop_shared),
                      source=self.source, drafters={n: tuple(times(x) for x in v) for n, v in self.drafters.items()},
-                     prepare_alone={k: v * factor for k, v in self.prepare_alone.items()},
-                     detect_extra=times(self.detect_extra),
-                     measured={n: d.scaled(factor) for n, d in self.measured.items()})
+                     prepare_alone={k: v * prepare_factor for k, v in self.prepare_alone.items()},
+                     detect_extra=None if self.detect_extra is None else self.detect_extra * prepare_factor,
+                     measured={n: d.scaled(prepare_factor, factor) for n, d in self.measured.items()})
 
     def loop_for(self, alone: bool) -> float:
         return self.loop if alone or self.loop_shared is None else self.loop_shared

@@ -163,7 +163,7 @@ def _bridged_backlog(spans: list[dict], start: str | None) -> dict | None:
 
 
 def _units(trace: dict, batches: Sequence[Batch]) -> tuple[Unit, ...]:
-    """The drafter's pieces in order, each with the target tokens published after it.
+    """The drafter's pieces in the order they were done, each with the target tokens published after it.
 
     A batch published after pieces that were bridged as they came belongs to its last piece (it
     could not be seen before it). The batch that publishes the pieces held while the target
@@ -171,7 +171,7 @@ def _units(trace: dict, batches: Sequence[Batch]) -> tuple[Unit, ...]:
     are ready by then publishes only theirs. Without spans (older traces): one piece per token.
     """
     spans = sorted((s for s in trace.get("spans", ()) if s["kind"] in ("draft", "publish")),
-                   key=lambda s: (s["t0"], s["kind"] == "publish"))
+                   key=lambda s: (s["t1"], s["kind"] == "publish"))
     drafts = [s for s in spans if s["kind"] == "draft"]
     if len([s for s in spans if s["kind"] == "publish"]) != len(batches) or not drafts:
         return tuple(Unit(i, 1, 1) for i in range(sum(len(b.tokens) for b in batches)))
@@ -559,20 +559,24 @@ def row_of(replayed: Replayed, record: Record, method: str | None = None) -> dic
     }
 
 
-def load_factors(traces: Sequence[dict], costs: Costs) -> dict[tuple[str, str], float]:
-    """Per (file, window): native target-only decode time over its replay under ``costs``.
+def load_factors(traces: Sequence[dict], costs: Costs) -> dict[tuple[str, str], tuple[float, float | None]]:
+    """Per (file, window): native target-only decode time over its replay under ``costs``, and the same of its
+    preparation (None when the profile has no preparation costs or the trace no preparation).
 
     On a machine whose load drifts (shared cores), this calibrates every cost of a window with
     the target-only run made just before it (bench runs methods back to back per window), as
     D.3 calibrates immediately before validation. The target-only rows are then exact by
-    construction on the decode clock; only the other methods measure the replay's error.
+    construction on both clocks; only the other methods measure the replay's error.
     """
     factors = {}
     for trace in traces:
         if trace.get("method") == "target-only" and trace.get("decode_s"):
             replayed = simulate(record_of(trace), costs, None)
             if replayed.decode_s > 0:
-                factors[(trace.get("_file", ""), trace["window"])] = trace["decode_s"] / replayed.decode_s
+                prepare = trace.get("prepare_s")
+                factors[(trace.get("_file", ""), trace["window"])] = (
+                    trace["decode_s"] / replayed.decode_s,
+                    prepare / replayed.prepare_s if prepare and replayed.prepare_s else None)
     return factors
 
 

@@ -65,7 +65,8 @@ def test_profile_priced_publication():
     trace = _trace(0.060)
     trace["spans"] = ([{"kind": "draft", "t0": i * 0.001, "t1": i * 0.001, "tokens": 1} for i in range(4)]
                       + [{"kind": "publish", "t0": 0.0041, "t1": 0.0041}]
-                      + [{"kind": "draft", "t0": 0.005 + i * 0.001, "t1": 0, "tokens": 1} for i in range(2)]
+                      + [{"kind": "draft", "t0": 0.005 + i * 0.001, "t1": 0.0055 + i * 0.001, "tokens": 1}
+                         for i in range(2)]
                       + [{"kind": "draft", "t0": 0.008, "t1": 0.008, "tokens": 0},
                          {"kind": "publish", "t0": 0.0081, "t1": 0.0081}])
     record = record_of(trace)
@@ -301,6 +302,15 @@ def test_held_pieces_share_the_batch_that_publishes_them():
                       {"kind": "publish", "t0": -0.0001, "t1": -0.0001, "tokens": 1}]
     units = record_of(trace).units
     assert [(u.index, u.tokens, u.published) for u in units] == [(0, 6, 5), (1, 4, 4), (-1, 0, 1)]
+    # a third piece still in its call when the target was ready: done after the bridge call, it publishes itself
+    trace["published"][1:] = [{"offset": 9, "tokens": [19, 20], "t": 0.2, "final": False},
+                              {"offset": 11, "tokens": [], "t": 0.2, "final": True}]
+    trace["spans"][5:] = [{"kind": "draft", "t0": -0.15, "t1": 0.2, "tokens": 3},
+                          {"kind": "publish", "t0": 0.2001, "t1": 0.2001, "tokens": 2},
+                          {"kind": "draft", "t0": 0.2002, "t1": 0.2002, "tokens": 0},
+                          {"kind": "publish", "t0": 0.2003, "t1": 0.2003, "tokens": 0}]
+    units = record_of(trace).units
+    assert [(u.index, u.tokens, u.published) for u in units] == [(0, 6, 5), (1, 4, 4), (2, 3, 2), (-1, 0, 0)]
 
 
 def test_replay_on_ray_writes_what_the_local_replay_writes(tmp_path, tiny_request):

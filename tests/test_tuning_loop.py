@@ -80,6 +80,11 @@ def test_replay_prices_both_clocks_of_the_bench(loop):
     rows = [json.loads(line) for line in (tmp / "replay" / "results.jsonl").read_text().splitlines()]
     assert all(r["e2e_s"] == pytest.approx(r["prepare_s"] + r["decode_s"]) for r in rows)
     assert {r["start"] for r in rows if r["method"] == "as2d"} == {"arrival"}
+    calibrated = _invoke(replay, [tmp / "bench", "--profile", tmp / "p.json", "--out", tmp / "replay-cal",
+                                  "--load-calibrate"])
+    assert calibrated.exit_code == 0, calibrated.stdout + calibrated.stderr
+    stats = json.loads((tmp / "replay-cal" / "summary.json").read_text())["methods"]["target-only"]
+    assert stats["replay_mae_pct"] < 1e-6 and stats["replay_e2e_mae_pct"] < 1e-6  # calibrated on itself
 
 
 def test_replay_warns_of_a_profile_from_elsewhere(loop):
