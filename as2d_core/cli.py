@@ -304,19 +304,25 @@ class Stopped(BaseException):
 _signalled: list[int] = []  # the stop signal received, if any: whatever unwinds after it is its consequence
 
 
+def _on_stop_signals(handler) -> None:
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, handler)
+
+
+def _leave_at_once(signum, frame) -> None:
+    os._exit(128 + signum)
+
+
 def _stop(signum, frame) -> None:
     _signalled.append(signum)
-    # A second signal while the first unwinds leaves at once.
-    for other in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(other, lambda number, _frame: os._exit(128 + number))
+    _on_stop_signals(_leave_at_once)  # a second signal while the first unwinds
     raise Stopped(signum)
 
 
 def main() -> None:
     """Run the command; exit with its status once every drafter thread has ended (``drafter_threads``)."""
     register_commands(cli)
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, _stop)
+    _on_stop_signals(_stop)
     try:
         cli()
         status = 0
@@ -332,6 +338,7 @@ def main() -> None:
     if _signalled:
         click.echo(f"as2d: stopped by {signal.Signals(_signalled[0]).name}", err=True)
         status = 128 + _signalled[0]
+    _on_stop_signals(_leave_at_once)  # a signal while the drafters are joined
     sys.exit(drafter_threads.exit_status(status))
 
 

@@ -17,6 +17,8 @@ import os
 import sys
 import threading
 
+from . import drafter_threads
+
 MAX_NICENESS = 19
 _PER_THREAD = sys.platform.startswith("linux") or sys.platform == "android"
 
@@ -53,8 +55,8 @@ def run_at_lower_priority(increment: int, work):
         except BaseException as exc:  # re-raised in the caller's thread
             outcome["error"] = exc
 
-    thread = threading.Thread(target=body, name="as2d-lower-priority", daemon=True)
-    thread.start()
+    # tracked: a stop signal can end the wait below while the thread still loads a runtime's model
+    thread = drafter_threads.start(body, "as2d-lower-priority")
     thread.join()
     if "error" in outcome:
         raise outcome["error"]

@@ -425,6 +425,10 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
                 return future.result()
             if cancel.is_set():
                 if not isinstance(future, asyncio.Task):
+                    if cancel.reason == "shutdown":
+                        # the grace period is over: answered now, before the server closes; the decode
+                        # stops at its next target call, which on a busy machine can be seconds away
+                        raise Cancelled("shutdown")
                     continue  # a decode stops at its next target call; wait for it to give its slot back
                 return None
             if await request.is_disconnected():
