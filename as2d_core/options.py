@@ -89,9 +89,9 @@ class DecodeOptions:
         None, "hotwords", "Words to favour, placed before the previous text of every window as faster-whisper does.",
         kind=str)
     condition_on_previous_text: bool = _option(
-        False, "condition_on_previous_text", "Prompt each window with the text before it (after --prompt), as "
-        "Whisper's long-form transcription does; the drafter then drafts a window only once the one before it is "
-        "done.")
+        False, "condition_on_previous_text", "Prompt each window of a file with the text before it (after --prompt), "
+        "as Whisper's long-form transcription does; the drafter then drafts a window only once the one before it is "
+        "done. Files only: bench windows and stream blocks are each decoded alone.")
     drain_timeout_s: float = 2.0
     # as2d-no-bc (SpecASR's budget rule kept with decoupled drafting): candidates end at the first
     # published token whose confidence is below this (that token included); None keeps the fixed budget.
