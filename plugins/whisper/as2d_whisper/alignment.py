@@ -270,6 +270,7 @@ class _WordState:
     lock: threading.Lock = attrs.Factory(threading.Lock)
     kept: dict = attrs.Factory(dict)  # request id -> the encoder's output (cross K/V), oldest first
     aligner: WhisperAligner | None = None
+    warm: set = attrs.Factory(set)  # thread counts whose session has run once
 
 
 class WordTimestamps:
@@ -296,12 +297,14 @@ class WordTimestamps:
 
     def prepare_words(self, threads: int) -> None:
         """The aligner graph's session for ``threads``, run once on silence so that its first real pass
-        costs what every later one does (a clear error if the folder lacks the graph)."""
-        model = self._model
+        costs what every later one does (a clear error if the folder lacks the graph); then nothing."""
+        model, aligner = self._model, self._aligner()
+        if threads in self._words.warm:
+            return
         dims = model.meta["dims"]
         cross = np.zeros((model.n_layers, 2, model.n_heads, dims["n_audio_ctx"], model.head_dim), np.float32)
-        self._aligner().token_timing(cross, 2 * dims["n_audio_ctx"], [model.sot], [model.eot - 1], model.eot,
-                                     threads)
+        aligner.token_timing(cross, 2 * dims["n_audio_ctx"], [model.sot], [model.eot - 1], model.eot, threads)
+        self._words.warm.add(threads)
 
     def align_words(self, request: Request, language: str, tokens: Sequence[int], threads: int) -> list[Word]:
         """The words of ``tokens`` (a response to ``request`` in ``language``), seconds from the request's start."""
