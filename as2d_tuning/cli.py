@@ -111,13 +111,16 @@ def _numbers(text: str, what: str, kind=int) -> list:
                    "1 to 30 s in 13 steps.")
 @click.option("--job-repeats", type=click.IntRange(1), default=3, show_default=True,
               help="Target preparations and drafter jobs per audio length.")
+@click.option("--rounds", type=click.IntRange(1), default=8, show_default=True,
+              help="Rounds of the contention measurements (the target and each drafter alone and side by side), "
+                   "per drafter and niceness.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="R(K) figure (default: OUT with .png).")
 @click.option("--sources", "other_names", default=None,
               help="Other drafters to price too (comma-separated), for replay and select across sources.")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 def profile(config_path, out_path, audio_paths, kmax, offsets, repeats, warmup, decodes, niceness, lengths,
-            job_repeats, plot_path, other_names, quiet):
+            job_repeats, rounds, plot_path, other_names, quiet):
     """Measure the configured target and drafters on this machine and write a device profile."""
     from as2d_core.build import build_source
     from as2d_core.paths import models_dir
@@ -150,7 +153,7 @@ def profile(config_path, out_path, audio_paths, kmax, offsets, repeats, warmup, 
 
     measurement = Measurement(target, sources, audio, config.language, options, kmax=kmax, offsets=_numbers(offsets, "--offsets"),
                               repeats=repeats, warmup=warmup, decodes=decodes, niceness=nice, lengths=sorted(grid),
-                              job_repeats=job_repeats, say=say)
+                              job_repeats=job_repeats, rounds=rounds, say=say)
     try:
         data = build_profile(config, measurement, models_dir=models_dir())
     except ProfileError as exc:

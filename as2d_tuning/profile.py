@@ -14,9 +14,11 @@ its own process) is profiled the same way, and the costs are those of what the e
   the drafter drafting beside it (the engine's threads while drafting);
 - each drafter's whole jobs (its encoder in ``prepare``, then every piece with its bridge
   conversion, then the call that finds the job over) on real speech cut to several lengths,
-  alone; a piece's cost is fitted as a fixed part plus a part per token. Then the same jobs
-  beside the target's preparation and beside its verification, at each niceness, in a fresh
-  thread at that niceness as the engine's producer is: the slowdowns the replay applies;
+  alone; a piece's cost is fitted as a fixed part plus a part per token. Then, at each
+  niceness, in a fresh thread at that niceness as the engine's producer is, in rounds that take
+  each in turn (so a drift of a shared machine touches all alike): the target's preparation
+  alone and beside the drafter, and the drafter's job alone, beside the target's preparation
+  and beside its verification: the slowdowns the replay applies;
 - the residual loop cost per target round: decode clock minus target time, over rounds, in
   real target-only and as2d decodes; and one publication.
 
@@ -305,38 +307,41 @@ def fit_pieces(jobs: Sequence[JobTiming], what: str) -> dict:
     """A piece's seconds as ``first`` (a job's first piece) or ``next`` (a later one) plus ``per_token`` x its tokens.
 
     A job's first piece carries the prompt's prefill (one token a step) or a chunk's whole decode;
-    a later one may carry the next chunk's encoding. The per-token part is the median slope between
-    pieces of one kind, the fixed parts the median rest, so one slow piece on a busy machine moves
-    neither. When all pieces have one token the per-token part cannot be told apart and is folded
-    into the fixed parts. ``end`` is the call that found the job over (the forward that produced
-    the end token).
+    a later one may carry the next chunk's encoding. Each piece of a job (its audio length and its
+    place) is taken at its median over the repeats, so a cold first call or a burst of load on a
+    shared machine moves nothing; a least-squares line with one intercept for first pieces and one for
+    later ones then goes through those medians. When all pieces have one token the per-token part cannot
+    be told apart and is folded into the fixed parts. ``end`` is the call that found the job over (the
+    forward that produced the end token).
     """
-    first = [(s, n) for job in jobs for s, n in job.pieces[:1]]
-    later = [(s, n) for job in jobs for s, n in job.pieces[1:]]
-    if not first:
+    places: dict[tuple[float, int], list[tuple[float, int]]] = {}
+    for job in jobs:
+        for index, (seconds, tokens) in enumerate(job.pieces):
+            places.setdefault((round(job.audio_s, 3), index), []).append((seconds, tokens))
+    if not places:
         raise ProfileError(f"{what} drafted no token: give --audio with speech in a language it drafts")
-    every = first + later
-    # the median slope over pairs of pieces of one kind (first with first, later with later): robust to a slow one
-    slopes = [x for group in (first, later) for x in _slopes([(n, s) for s, n in group])]
-    per_token = max(0.0, statistics.median(slopes)) if slopes else 0.0
-    fixed_first = statistics.median(s - per_token * n for s, n in first)
-    fixed_next = statistics.median(s - per_token * n for s, n in later) if later else fixed_first
-    predicted = [fixed_first + per_token * n for _, n in first] + [fixed_next + per_token * n for _, n in later]
-    error = 100 * statistics.median(abs(p - s) / s for p, (s, _) in zip(predicted, every) if s > 0)
+    pieces = [(index > 0, statistics.median(s for s, _ in v), statistics.median(n for _, n in v))
+              for (_, index), v in sorted(places.items())]
+    later = any(is_later for is_later, _, _ in pieces)
+    per_token = 0.0
+    if len({n for _, _, n in pieces}) > 1:
+        rows = np.array([[not is_later, is_later, n] if later else [1.0, n] for is_later, _, n in pieces], dtype=float)
+        coef, *_ = np.linalg.lstsq(rows, np.array([s for _, s, _ in pieces]), rcond=None)
+        per_token = max(0.0, float(coef[-1]))
+    fixed = {kind: [s - per_token * n for is_later, s, n in pieces if is_later == kind] for kind in (False, True)}
+    fixed_first = statistics.median(fixed[False]) if fixed[False] else 0.0
+    fixed_next = statistics.median(fixed[True]) if fixed[True] else fixed_first
+    error = [abs((fixed_next if is_later else fixed_first) + per_token * n - s) / s for is_later, s, n in pieces if s > 0]
     return {"first": max(0.0, fixed_first), "next": max(0.0, fixed_next), "per_token": per_token,
-            "end": statistics.median(job.end_s for job in jobs), "pieces": len(every),
-            "tokens": sum(n for _, n in every), "median_abs_error_pct": error}
-
-
-def _slopes(points: Sequence[tuple[float, float]]) -> list[float]:
-    """The slope between every two points of different x."""
-    return [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(points) for x2, y2 in points[i + 1:] if x2 != x1]
+            "end": statistics.median(job.end_s for job in jobs), "pieces": sum(len(j.pieces) for j in jobs),
+            "tokens": sum(n for j in jobs for _, n in j.pieces),
+            "median_abs_error_pct": 100 * statistics.median(error) if error else 0.0}
 
 
 def theil_sen(points: Sequence[tuple[float, float]]) -> dict:
     """A line through noisy (x, y) points that one slow sample cannot tilt: the median of pairwise slopes,
     then the median intercept."""
-    slopes = _slopes(points)
+    slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(points) for x2, y2 in points[i + 1:] if x2 != x1]
     slope = statistics.median(slopes) if slopes else 0.0
     return {"intercept": statistics.median(y - slope * x for x, y in points), "slope": slope}
 
@@ -390,7 +395,8 @@ class Measurement:
     niceness: Sequence[int] = (0, 19)
     lengths: Sequence[float] = LENGTHS
     job_repeats: int = 3
-    limit_s: float = 15.0  # no further drafter job starts in one measurement after this long
+    rounds: int = 8  # of the contention measurements, per drafter and niceness
+    limit_s: float = 40.0  # past this, no further round starts (after three)
     seed: int = 0
     say: Callable[[str], None] = lambda message: None
 
@@ -474,7 +480,7 @@ class Measurement:
         time_prepare(self.target, self.request(self.full), threads)  # warm-up
         samples: dict[float, list[float]] = {s: [] for s in spread(self.lengths, 5)}
         for _ in range(self.job_repeats):
-            for s in self.lengths:
+            for s in samples:
                 samples[s].append(time_prepare(self.target, self.request(s), threads))
         out = {"alone": {f"{s:g}": stat(v, f"the target's preparation of {s:g} s") for s, v in samples.items()},
                "line": theil_sen([(s, x) for s, v in samples.items() for x in v])}
@@ -497,17 +503,13 @@ class Measurement:
         def bridge():
             return bridge_for(source, target, session)
 
-        def jobs(requests: Sequence[Request], niceness: int = 0, limit_s: float = float("inf")) -> list[JobTiming]:
-            """A job per request (after one untimed) in a fresh thread at ``niceness``, as a producer runs them;
-            past ``limit_s`` no further job starts (a niced drafter on a busy machine can crawl)."""
+        def jobs(requests: Sequence[Request], niceness: int = 0, warm: bool = True) -> list[JobTiming]:
+            """A job per request (after one untimed, if ``warm``) in a fresh thread at ``niceness``, as a
+            producer runs them."""
             def work():
-                time_job(source, bridge, requests[-1], language, threads)
-                started, out = time.perf_counter(), []
-                for request in requests:
-                    out.append(time_job(source, bridge, request, language, threads))
-                    if time.perf_counter() - started > limit_s:
-                        break
-                return out
+                if warm:
+                    time_job(source, bridge, requests[-1], language, threads)
+                return [time_job(source, bridge, request, language, threads) for request in requests]
             try:
                 return run_at_lower_priority(niceness, work)
             except ProfileError:
@@ -528,7 +530,6 @@ class Measurement:
         }
         full = self.request(self.full)
         full_copy = calibration_request(self.audio, self.full, self.language, "beside")  # its own log-mel
-        count = max(3, self.repeats)
 
         def prepare_loop(stop):
             time_prepare(target, full_copy, opts.target_threads)
@@ -541,31 +542,36 @@ class Measurement:
 
         for nice in self.niceness:
             self.say(f"{name} at niceness {nice}: beside the target's preparation and verification")
-            alone_now = jobs([full] * 2, nice)  # alone just before and after, at the same niceness: drift cancels
-            with _Background(prepare_loop) as load:
-                beside_prepare = jobs([full] * count, nice, self.limit_s)
-            self._check(load, f"the target's preparation beside {name}")
-            session.use_threads(opts.shared_target_threads)
-            with _Background(verify_loop) as load:
-                beside_verify = jobs([full] * count, nice, self.limit_s)
-            self._check(load, f"the target's verification beside {name}")
-            alone_now += jobs([full] * 2, nice)
-            before = [time_prepare(target, full, opts.target_threads) for _ in range(count // 2 + 1)]
+            jobs([full], nice)  # the runtime at this niceness, warmed
+            taken: dict[str, list[float]] = {k: [] for k in ("alone", "prepare", "verify", "target", "target beside")}
+            started = time.perf_counter()
+            for rounds in range(1, self.rounds + 1):  # each kind in turn, so a drift touches all of them alike
+                taken["target"].append(time_prepare(target, full, opts.target_threads))
+                with _Background(drafter_loop, nice) as load:
+                    taken["target beside"].append(time_prepare(target, full, opts.target_threads))
+                self._check(load, f"drafter {name} at niceness {nice}")
+                taken["alone"] += [j.total_s for j in jobs([full], nice, warm=False)]
+                with _Background(prepare_loop) as load:
+                    taken["prepare"] += [j.total_s for j in jobs([full], nice, warm=False)]
+                self._check(load, f"the target's preparation beside {name}")
+                session.use_threads(opts.shared_target_threads)
+                with _Background(verify_loop) as load:
+                    taken["verify"] += [j.total_s for j in jobs([full], nice, warm=False)]
+                self._check(load, f"the target's verification beside {name}")
+                if rounds >= 3 and time.perf_counter() - started > self.limit_s:
+                    break  # a niced drafter on a busy machine can crawl: fewer rounds, not an endless profile
             with _Background(drafter_loop, nice) as load:
-                prepared_beside = [time_prepare(target, full, opts.target_threads) for _ in range(count)]
                 shared = _verify_sweep(session, sequence, self.widths, self.offsets, self.repeats, self.warmup, rng)
             self._check(load, f"drafter {name} at niceness {nice}")
-
-            def slowdown(beside: list[JobTiming]) -> float:
-                return _ratio([j.total_s for j in beside], [j.total_s for j in alone_now], f"{name}'s job")
-
-            after = [time_prepare(target, full, opts.target_threads) for _ in range(count // 2 + 1)]
             session.use_threads(opts.target_threads)
             out["niceness"][str(nice)] = {
                 "verify_s": _pool(shared, self.widths, f"verification beside {name}"),
-                "prepare_beside_s": stat(prepared_beside, f"the target's preparation beside {name}"),
-                "target_slowdown": {"prepare": _ratio(prepared_beside, before + after, "the target's preparation")},
-                "drafter_slowdown": {"prepare": slowdown(beside_prepare), "verify": slowdown(beside_verify)},
+                "prepare_beside_s": stat(taken["target beside"], f"the target's preparation beside {name}"),
+                "target_slowdown": {"prepare": _ratio(taken["target beside"], taken["target"],
+                                                      "the target's preparation")},
+                "drafter_slowdown": {kind: _ratio(taken[kind], taken["alone"], f"{name}'s job")
+                                     for kind in ("prepare", "verify")},
+                "rounds": rounds,
             }
         return out
 

@@ -73,15 +73,17 @@ def test_measure_on_tiny_lm():
     audio = np.random.default_rng(0).normal(0, 0.1, 3200).astype(np.float32)
     body = Measurement(TinyLM(), {"scripted": source, "other": other}, audio, "en",
                        DecodeOptions(budget=3, publication_size=4), kmax=4, offsets=(0, 3), repeats=2, warmup=1,
-                       decodes=1, niceness=(0, 5), lengths=(0.1, 0.2), job_repeats=1).run()
-    assert sorted(body["prepare_s"]["alone"]) == ["0.1", "0.2"] and body["prepare_s"]["detect_extra"] >= 0
+                       decodes=1, niceness=(0, 5), lengths=(0.05, 0.1, 0.15, 0.2, 0.25, 0.3), job_repeats=1,
+                       rounds=2).run()
+    assert sorted(body["prepare_s"]["alone"]) == ["0.05", "0.1", "0.15", "0.25", "0.3"]  # five spread over six
+    assert body["prepare_s"]["detect_extra"] >= 0 and set(body["prepare_s"]["line"]) == {"intercept", "slope"}
     for condition in ("alone", "shared"):
         assert sorted(body["verify_s"][condition], key=int) == ["1", "2", "3", "4"]
         assert all(s["n"] == 4 and s["median"] > 0 for s in body["verify_s"][condition].values())
     for name, step in (("scripted", 0.0005), ("other", 0.001)):
         drafter = body["drafters"][name]
-        assert drafter["piece_s"]["next"] >= step * 0.9 and drafter["piece_s"]["pieces"] == 80
-        assert sorted(drafter["prepare_s"]) == ["0.1", "0.2"] and sorted(drafter["niceness"]) == ["0", "5"]
+        assert drafter["piece_s"]["next"] >= step * 0.9 and drafter["piece_s"]["pieces"] == 240
+        assert len(drafter["prepare_s"]) == 6 and sorted(drafter["niceness"]) == ["0", "5"]
         for measured in drafter["niceness"].values():
             assert set(measured["verify_s"]) == {"1", "2", "3", "4"}
             assert measured["target_slowdown"]["prepare"] > 0 and measured["drafter_slowdown"]["verify"] > 0

@@ -15,7 +15,7 @@ CONFIG = ROOT / "configs" / "whisper-asr-ct2.toml"
 DEV, TEST = ("cmu_cards_en_w00", "librivox_sense_en_w01"), ("cmu_cards_en_w01",)
 # The smallest protocol that still measures every part: one width sweep at one offset, two audio lengths, one niceness.
 QUICK = ["--kmax", "8", "--offsets", "0", "--repeats", "1", "--warmup", "0", "--decodes", "1", "--lengths", "2,6",
-         "--job-repeats", "1", "--nice", "0", "--quiet"]
+         "--job-repeats", "1", "--rounds", "1", "--nice", "0", "--quiet"]
 
 
 def _manifest(path: Path, ids) -> Path:
