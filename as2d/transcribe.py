@@ -1,7 +1,7 @@
 """faster-whisper's ``WhisperModel`` on as2d: the same call and the same objects, the target's own greedy output.
 
 ``from as2d import WhisperModel`` in place of ``from faster_whisper import WhisperModel``: the model is
-built by name through the core (``as2d_core.build``), the audio goes through the core's ``Pipeline``
+built by name through the core (``as2d_core.setup.build``), the audio goes through the core's ``Pipeline``
 (windows of at most 30 s at pauses, each exactly the target's greedy output, drafted by as2d's
 drafter), and ``transcribe`` returns faster-whisper's lazy generator of segments and its info object,
 with its field names. An option as2d does not have (beam search, sampling, temperature fallback, a
@@ -23,15 +23,15 @@ from typing import Any, BinaryIO
 import attrs
 import numpy as np
 
-from as2d_core import catalog
-from as2d_core.audio import read_audio
-from as2d_core.build import DEFAULT_SOURCE, build_part, build_source
+from as2d_core.setup import catalog
+from as2d_core.input.audio import read_audio
+from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source
 from as2d_core.contracts import SAMPLE_RATE, LanguageDetector, Request
-from as2d_core.engine import DecodeOptions
-from as2d_core.pipeline import Pipeline, PipelineOptions, WindowResult
-from as2d_core.plugins import load_registry
-from as2d_core.timestamps import Segment as _Segment
-from as2d_core.windows import WindowPlan
+from as2d_core.setup.options import DecodeOptions
+from as2d_core.input.pipeline import Pipeline, PipelineOptions, WindowResult
+from as2d_core.setup.plugins import load_registry
+from as2d_core.decode.timestamps import Segment as _Segment
+from as2d_core.input.windows import WindowPlan
 
 # faster-whisper's size names that as2d has a target for, by compute type
 SIZES = {"base": {"float32": "whisper-base", "int8": "whisper-base-int8"}}
@@ -136,7 +136,7 @@ def format_timestamp(seconds: float, always_include_hours: bool = False, decimal
 
 
 def decode_audio(input_file: str | Path | BinaryIO, sampling_rate: int = SAMPLE_RATE, split_stereo: bool = False):
-    """faster-whisper's ``decode_audio``: 16 kHz mono float32 samples of any file FFmpeg reads (``as2d_core.audio``)."""
+    """faster-whisper's ``decode_audio``: 16 kHz mono float32 samples of any file FFmpeg reads (``as2d_core.input.audio``)."""
     if sampling_rate != SAMPLE_RATE or split_stereo:
         raise ValueError(f"decode_audio gives {SAMPLE_RATE} Hz mono, the models' input; sampling_rate="
                          f"{sampling_rate} and split_stereo={split_stereo} are not supported")

@@ -21,8 +21,9 @@ from collections.abc import Sequence
 import attrs
 
 from as2d_core.contracts import PrefixDrafting, Request, ScoredSession, Source, Target, TargetSession, serves_language
-from as2d_core.engine import Counters, DecodeOptions, DecodeResult, TargetOnly, build_result, target_loop
-from as2d_core.events import EventLog
+from as2d_core.decode import Counters, DecodeResult, TargetOnly, build_result, target_loop
+from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.events import EventLog
 
 ASP_THRESHOLD = 0.4  # SpecASR's confidence threshold (Appendix D.1.3)
 ASP_CAP = 24  # SpecASR's proposal cap: physical width at most 25

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import click
 
-from as2d_core.build import DEFAULT_SOURCE, DEFAULT_TARGET, pipeline_options, source_spec
-from as2d_core.cli_shared import command_config, config_option, given
-from as2d_core.faults import FAULTS
-from as2d_core.options import config_keys, option_flags
+from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, pipeline_options, source_spec
+from as2d_core.cli.shared import command_config, config_option, given
+from as2d_core.decode.faults import FAULTS
+from as2d_core.setup.options import config_keys, option_flags
 
 from .folder import says_how_to_resume
 from .runner import METHODS
@@ -73,7 +73,7 @@ DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
               help="CPUs each Ray worker reserves (default: the threads one window uses at once).")
 @click.option("--pool-machines", is_flag=True, help="Pool rows measured on different kinds of machine.")
 @click.option("--fault", type=click.Choice(FAULTS), default=None,
-              help="Break every drafter this way (as2d_core.faults; as2d methods only): the answers must stay exact.")
+              help="Break every drafter this way (as2d_core.decode.faults; as2d methods only): the answers must stay exact.")
 @click.option("--detect-language", is_flag=True,
               help="Requests name no language: every method detects it, as for a user who gives none "
                    "(the manifest's lang then only labels the rows).")

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from collections.abc import Callable
 from pathlib import Path
 
-from as2d_core.audio import load_audio
+from as2d_core.input.audio import load_audio
 from .runner import Window, _NoBar, _progress, _timeline_only, error_row, write_outputs
 from .spec import BenchSpec
 

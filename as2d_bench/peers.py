@@ -1,6 +1,6 @@
 """Outside peers in a benchmark: whatever the plugins offer through ``register_peers``, as result rows.
 
-The benchmark knows only the contract in ``as2d_core.peers``; a peer that cannot load or run gives
+The benchmark knows only the contract in ``as2d_core.setup.peers``; a peer that cannot load or run gives
 a row whose ``error`` says why, so the benchmark still completes.
 """
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from as2d_core.paths import models_dir
-from as2d_core.peers import Peer, PeerUnavailable
-from as2d_core.plugins import load_registry
+from as2d_core.setup.paths import models_dir
+from as2d_core.setup.peers import Peer, PeerUnavailable
+from as2d_core.setup.plugins import load_registry
 
 
 def peer_methods() -> list[str]:

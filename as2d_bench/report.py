@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from statistics import mean, median
 
-from as2d_core.events import DRAFT_KINDS, TARGET_KINDS
+from as2d_core.decode.events import DRAFT_KINDS, TARGET_KINDS
 from .summary import window_tps
 
 

@@ -42,10 +42,11 @@ from statistics import mean
 
 import attrs
 
-from as2d_core.audio import load_audio
+from as2d_core.input.audio import load_audio
 from as2d_core.contracts import PrefixDrafting, Request
-from as2d_core.engine import DecodeOptions, DecodeResult, run_request
-from as2d_core.peers import Peer
+from as2d_core.decode import DecodeResult, run_request
+from as2d_core.setup.options import DecodeOptions
+from as2d_core.setup.peers import Peer
 from .baselines import asp_policy, no_td_policy, sd_policy, serial_decode
 from .folder import ResultsFolder
 from .machine import bench_machine, check_one_kind

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import attrs
 
-from as2d_core.build import DEFAULT_SOURCE
-from as2d_core.engine import DecodeOptions
-from as2d_core.faults import check_fault
+from as2d_core.setup.build import DEFAULT_SOURCE
+from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.faults import check_fault
 from .folder import ResultsFolder
 from .runner import DECOUPLED, SERIAL, Bench, drafters, run_config, run_labels
 
@@ -37,7 +37,7 @@ class BenchSpec:
     source_backend: str | None = None
     save_traces: bool = False
     warmup: bool = True
-    fault: str | None = None  # break every drafter this way (as2d_core.faults); answers must stay exact
+    fault: str | None = None  # break every drafter this way (as2d_core.decode.faults); answers must stay exact
     detect_language: bool = False  # requests name no language: the target (and a peer) detects it
     repeats: int = 1  # rounds of every method per window; each keeps its median round (``runner.median_round``)
     serial_sources: tuple[str, ...] | None = None  # the serial methods' drafters (None: ``sources``)
@@ -83,8 +83,8 @@ class BenchSpec:
 
     def check_names(self) -> None:
         """Every named part is registered here (without loading a model): a typo fails before any work."""
-        from as2d_core.build import PROCESS_SUFFIX
-        from as2d_core.plugins import load_registry
+        from as2d_core.setup.build import PROCESS_SUFFIX
+        from as2d_core.setup.plugins import load_registry
 
         registry = load_registry()
         registry.get("target", self.target)
@@ -96,9 +96,9 @@ class BenchSpec:
 
         A serial method's source that cannot score a prefix fails here, before any window runs.
         """
-        from as2d_core.build import build_part, build_source
+        from as2d_core.setup.build import build_part, build_source
         from as2d_core.contracts import PrefixDrafting
-        from as2d_core.faults import FaultySource
+        from as2d_core.decode.faults import FaultySource
         from .peers import make_peers
 
         target = build_part("target", self.target, backend=self.target_backend)

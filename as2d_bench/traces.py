@@ -8,8 +8,8 @@ start of the decode clock).
 """
 from __future__ import annotations
 
-from as2d_core.engine import DecodeResult
-from as2d_core.events import TARGET_KINDS
+from as2d_core.decode import DecodeResult
+from as2d_core.decode.events import TARGET_KINDS
 
 FORMAT = "as2d-trace/1"
 

@@ -21,7 +21,7 @@ import numpy as np
 
 SAMPLE_RATE = 16_000
 TASKS = ("asr", "translate", "qa")
-TIMESTAMPS = ("none", "segment")  # segment: the target decodes timestamp tokens (``as2d_core.timestamps``)
+TIMESTAMPS = ("none", "segment")  # segment: the target decodes timestamp tokens (``as2d_core.decode.timestamps``)
 
 
 def _readonly_audio(audio: np.ndarray) -> np.ndarray:

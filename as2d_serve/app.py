@@ -14,7 +14,7 @@ stopped the same way and answered 503; the server closes once nothing is left.
 ``stream=true`` answers with OpenAI's transcription events (server-sent events): a
 ``transcript.text.delta`` for each piece of text as the target commits it, then
 ``transcript.text.done``. as2d commits only verified tokens, so no delta is ever taken
-back, and the deltas spell the final text exactly (``as2d_core.deltas``). The answer's
+back, and the deltas spell the final text exactly (``as2d_core.decode.deltas``). The answer's
 status waits for the first piece, so a request the target refuses is still a 4xx.
 """
 from __future__ import annotations

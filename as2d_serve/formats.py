@@ -7,7 +7,7 @@ pauses), with the window's times. With the word granularity, ``words`` lists eve
 """
 from __future__ import annotations
 
-from as2d_core.subtitles import to_srt, to_vtt
+from as2d_core.cli.subtitles import to_srt, to_vtt
 
 from .service import Transcription
 

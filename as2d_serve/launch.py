@@ -32,7 +32,7 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.request_timeout_s = request_timeout_s
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "as2d_core.cli", "serve", "--port", str(self.port), *args],
+            [sys.executable, "-m", "as2d_core.cli.main", "serve", "--port", str(self.port), *args],
             stdout=subprocess.DEVNULL, stderr=stderr, text=True, env=env, cwd=cwd)
         deadline = time.monotonic() + start_timeout_s
         while time.monotonic() < deadline:

@@ -6,10 +6,10 @@ import sys
 
 import click
 
-from as2d_core.cli_shared import MODEL_KEYS, command_config, given, model_flags
-from as2d_core.engine import METHODS
-from as2d_core.faults import FAULTS
-from as2d_core.hookspecs import hookimpl
+from as2d_core.cli.shared import MODEL_KEYS, command_config, given, model_flags
+from as2d_core.decode import METHODS
+from as2d_core.decode.faults import FAULTS
+from as2d_core.setup.hookspecs import hookimpl
 
 API_KEY_ENV = "AS2D_API_KEY"
 
@@ -38,7 +38,7 @@ API_KEY_ENV = "AS2D_API_KEY"
 def serve(ctx, host, port, method, decodes, queue_size, max_upload_mb, deadline_s, grace_s, api_key, faults,
           fault_every, stall_s, log_level, **model_options):
     """Serve OpenAI-compatible transcriptions (POST /v1/audio/transcriptions) with the models kept loaded."""
-    from as2d_core.plugins import UnknownPart
+    from as2d_core.setup.plugins import UnknownPart
 
     from .app import Limits, create_app
     from .server import serve as serve_app

@@ -18,14 +18,15 @@ from collections.abc import Callable
 import attrs
 import numpy as np
 
-from as2d_core.build import PROCESS_SUFFIX, build_parts, build_source, pipeline_options, source_spec
-from as2d_core.config import Config, Report
+from as2d_core.setup.build import PROCESS_SUFFIX, build_parts, build_source, pipeline_options, source_spec
+from as2d_core.setup.config import Config, Report
 from as2d_core.contracts import SAMPLE_RATE, Request
-from as2d_core.engine import METHODS, DecodeOptions
-from as2d_core.faults import FaultLandingTarget, FaultySource, check_fault
-from as2d_core.pipeline import Pipeline, Transcript, default_detector
-from as2d_core.plugins import load_registry
-from as2d_core.words import prepare_words
+from as2d_core.decode import METHODS
+from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.faults import FaultLandingTarget, FaultySource, check_fault
+from as2d_core.input.pipeline import Pipeline, Transcript, default_detector
+from as2d_core.setup.plugins import load_registry
+from as2d_core.decode.words import prepare_words
 
 
 class InputError(ValueError):
@@ -255,7 +256,7 @@ class TranscriptionService:
         self._count_lock = threading.Lock()
 
     def available_sources(self) -> list[str]:
-        from as2d_core import catalog
+        from as2d_core.setup import catalog
 
         registry = load_registry()
         names = [row["name"] for row in (catalog.row(e, registry) for e in catalog.entries("source", registry))

@@ -1,6 +1,6 @@
 """Uploaded bytes to 16 kHz mono samples, never through a path on the server's disk.
 
-Decoded from memory by the same reader as ``as2d run`` (``as2d_core.audio.read_audio``: PyAV, soxr),
+Decoded from memory by the same reader as ``as2d run`` (``as2d_core.input.audio.read_audio``: PyAV, soxr),
 so every format the command takes is taken here. Unlike the command, which transcribes a truncated
 file as far as it goes and warns, a truncated upload is refused: a client that sent half a file
 should hear so rather than get half a transcript.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from as2d_core.audio import AudioError, read_audio
+from as2d_core.input.audio import AudioError, read_audio
 
 from .service import InputError
 

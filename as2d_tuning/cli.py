@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from as2d_core.options import STARTS
+from as2d_core.setup.options import STARTS
 
 from .replay import CLOCKS, PUBLICATION
 
@@ -49,9 +49,9 @@ def _mapper(ray_address: str | None):
 def _load_config(path: Path | None):
     """Validate a task configuration and build its target and source, as ``as2d run --config`` does;
     without one, ``as2d run``'s default target and drafter."""
-    from as2d_core.build import DEFAULT_SOURCE, DEFAULT_TARGET, ConfigProblem, build_parts, parts_from_config, \
+    from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, ConfigProblem, build_parts, parts_from_config, \
         resolve_config
-    from as2d_core.plugins import UnknownPart
+    from as2d_core.setup.plugins import UnknownPart
 
     try:
         if path is None:
@@ -70,7 +70,7 @@ def _calibration_audio(paths: tuple[Path, ...]):
     """The calibration speech: the files given, joined, or the bundled clip."""
     import numpy as np
 
-    from as2d_core.audio import AudioError, load_audio
+    from as2d_core.input.audio import AudioError, load_audio
 
     if not paths:
         if not DEFAULT_AUDIO.is_file():
@@ -122,9 +122,9 @@ def _numbers(text: str, what: str, kind=int) -> list:
 def profile(config_path, out_path, audio_paths, kmax, offsets, repeats, warmup, decodes, niceness, lengths,
             job_repeats, rounds, plot_path, other_names, quiet):
     """Measure the configured target and drafters on this machine and write a device profile."""
-    from as2d_core.build import build_source
-    from as2d_core.paths import models_dir
-    from as2d_core.plugins import UnknownPart
+    from as2d_core.setup.build import build_source
+    from as2d_core.setup.paths import models_dir
+    from as2d_core.setup.plugins import UnknownPart
     from .profile import LENGTHS, Measurement, ProfileError, build_profile, plot_r_of_k
 
     nice = _numbers(niceness, "--nice") if niceness else None
@@ -344,9 +344,9 @@ def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path
     from as2d_bench.folder import ConfigMismatch
     from as2d_bench.machine import MixedMachines
     from as2d_bench.runner import read_manifest
-    from as2d_core.build import build_source
-    from as2d_core.config import check_file
-    from as2d_core.plugins import UnknownPart
+    from as2d_core.setup.build import build_source
+    from as2d_core.setup.config import check_file
+    from as2d_core.setup.plugins import UnknownPart
     from .costs import costs_of, load_profile
     from .replay import parse_budgets, read_traces
     from .select import choose, collect, config_text, gap_pct, missing_windows, oracle, plot_budgets, pooled, \

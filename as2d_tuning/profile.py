@@ -42,12 +42,13 @@ import attrs
 import numpy as np
 
 from as2d_bench.machine import bench_machine, machine_info, package_versions  # noqa: F401  (also imported from here)
-from as2d_core.buffer import CandidateBuffer
-from as2d_core.catalog import bridge_for
+from as2d_core.decode.buffer import CandidateBuffer
+from as2d_core.setup.catalog import bridge_for
 from as2d_core.contracts import Request, Source, Target
-from as2d_core.engine import DecodeOptions, run_request
-from as2d_core.events import TARGET_KINDS
-from as2d_core.priority import lower_thread_priority, run_at_lower_priority
+from as2d_core.decode import run_request
+from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.events import TARGET_KINDS
+from as2d_core.workers.priority import lower_thread_priority, run_at_lower_priority
 from .costs import FORMAT
 
 FILLER = ("And so my fellow Americans, ask not what your country can do for you, ask what you can do for your "
@@ -144,7 +145,7 @@ def staleness(profile: dict, trace_paths: Sequence[Path] = ()) -> tuple[list[str
     other code (the hash of the core's and the parts' sources), or on other models than those
     installed here.
     """
-    from as2d_core.paths import models_dir
+    from as2d_core.setup.paths import models_dir
 
     warnings = []
     made = profile.get("machine") or {}
@@ -594,7 +595,7 @@ def r_of_k(verify: dict) -> dict:
 
 
 def build_profile(config, measurement: Measurement, models_dir: Path | None = None) -> dict:
-    """A complete profile file for ``config`` (a validated :class:`as2d_core.config.Config`)."""
+    """A complete profile file for ``config`` (a validated :class:`as2d_core.setup.config.Config`)."""
     started = time.perf_counter()
     body = measurement.run()
     target = measurement.target

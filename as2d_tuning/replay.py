@@ -32,10 +32,12 @@ from pathlib import Path
 
 import attrs
 
-from as2d_core.engine import Counters, DecodeOptions, PublishedProposer, TargetOnly, target_loop
-from as2d_core.events import EventLog
-from as2d_core.options import STARTS
-from as2d_core.options import parse_budgets  # noqa: F401  (one budget-list rule, with the engine's cap)
+from as2d_core.decode import Counters, PublishedProposer, TargetOnly, target_loop
+
+from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.events import EventLog
+from as2d_core.setup.options import STARTS
+from as2d_core.setup.options import parse_budgets  # noqa: F401  (one budget-list rule, with the engine's cap)
 from .costs import Contention, Costs, DrafterCosts
 
 DECOUPLED = ("as2d", "as2d-prepared", "as2d-no-bc")

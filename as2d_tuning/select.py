@@ -17,7 +17,7 @@ from pathlib import Path
 
 import attrs
 
-from as2d_core.engine import DecodeOptions
+from as2d_core.setup.options import DecodeOptions
 from .costs import Costs, MissingCost
 from .replay import DECOUPLED, Record, record_of, replay_record
 from .tasks import local_map

@@ -3,7 +3,7 @@
 Every model is loaded (and warmed on the first 30 s) before its clock starts; each clock covers
 the whole file from decoded samples to text: voice-activity detection, every window's encoder,
 prefill and decoding. as2d, target-only and sd-kN decode the same Silero VAD windows through
-``as2d_core.pipeline.Pipeline``; their per-window tokens are compared with target-only's (exact).
+``as2d_core.input.pipeline.Pipeline``; their per-window tokens are compared with target-only's (exact).
 faster-whisper runs ``transcribe(vad_filter=True, without_timestamps=True, beam_size=1)`` with
 its own VAD. One JSON line per method, then a Markdown table.
 
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from as2d_core.audio import read_audio
-from as2d_core.build import build_part, build_source
-from as2d_core.engine import DecodeOptions
-from as2d_core.pipeline import Pipeline, PipelineOptions
+from as2d_core.input.audio import read_audio
+from as2d_core.setup.build import build_part, build_source
+from as2d_core.setup.options import DecodeOptions
+from as2d_core.input.pipeline import Pipeline, PipelineOptions
 
 SAMPLE_RATE = 16_000
 FW_PRECISIONS = {"fw-fp32": "float32", "fw-int8": "int8"}
@@ -57,7 +57,7 @@ def run_pipeline(method: str, pipeline: Pipeline, samples: np.ndarray, reference
 
 
 def run_stream(method: str, pipeline: Pipeline, samples: np.ndarray, args) -> dict:
-    from as2d_core.stream_cli import _feed
+    from as2d_core.cli.stream import _feed
 
     pipeline.transcribe(samples[: int(args.block_s * SAMPLE_RATE)], request_id="warm")
     session = pipeline.stream(args.block_s, args.context_s)

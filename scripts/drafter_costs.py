@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from as2d_core import DecodeOptions, Request, load_audio, run_request
-from as2d_core.paths import models_dir
-from as2d_core.plugins import load_registry
+from as2d_core.setup.paths import models_dir
+from as2d_core.setup.plugins import load_registry
 
 SPEECH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech"
 

@@ -35,7 +35,7 @@ import numpy as np
 import psutil
 import soundfile
 
-from as2d_core.faults import FAULTS
+from as2d_core.decode.faults import FAULTS
 from as2d_serve.launch import ServerProcess
 
 

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def as2d_run(path: str, *flags: str) -> tuple[int, str, str]:
     """One ``as2d run PATH --json`` process: its status, its text, the tail of its stderr."""
-    done = subprocess.run([sys.executable, "-m", "as2d_core.cli", "run", path, "--json", *flags],
+    done = subprocess.run([sys.executable, "-m", "as2d_core.cli.main", "run", path, "--json", *flags],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     text = None
     for line in done.stdout.splitlines():

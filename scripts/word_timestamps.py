@@ -27,11 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from as2d_core.audio import load_audio
-from as2d_core.build import DEFAULT_SOURCE, DEFAULT_TARGET, build_part, build_source
-from as2d_core.engine import run_request
-from as2d_core.pipeline import Pipeline, PipelineOptions
-from as2d_core.words import add_words
+from as2d_core.input.audio import load_audio
+from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, build_part, build_source
+from as2d_core.decode import run_request
+from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.decode.words import add_words
 
 COST_LABELS = {"as2d_words_s": "as2d in the pipeline", "target_only_words_s": "target-only in its check",
                "as2d_words_s_rounds": "as2d over rounds", "target_only_words_s_rounds": "target-only over rounds",

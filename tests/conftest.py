@@ -78,8 +78,8 @@ WHISPER_INSTALL = "as2d models install whisper-base whisper-tiny.en whisper-base
 
 def _whisper_part(kind: str, name: str):
     """A registered Whisper part, or a test failure that says what to install (never a skip)."""
-    from as2d_core.paths import models_dir
-    from as2d_core.plugins import UnknownPart, load_registry
+    from as2d_core.setup.paths import models_dir
+    from as2d_core.setup.plugins import UnknownPart, load_registry
 
     try:
         factory = load_registry().get(kind, name).factory

@@ -2,7 +2,7 @@
 import pytest
 
 from as2d_core import DecodeOptions, run_request
-from as2d_core.align import Aligner, Proposal
+from as2d_core.decode.align import Aligner, Proposal
 from tiny_lm import ScriptedSource, TinyLM
 
 MODEL = TinyLM(seed=3)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from as2d_core import AudioError, Request, load_audio
-from as2d_core.audio import TruncatedAudioWarning, read_audio
+from as2d_core.input.audio import TruncatedAudioWarning, read_audio
 from audio_files import FORMATS, encode
 
 

@@ -242,7 +242,7 @@ def test_bench_default_drafters(manifest, tmp_path, built):
     Runtime); a named source serves every method, and one that cannot score a prefix stops a serial method."""
     from as2d_bench.cli import bench
     from as2d_bench.spec import SERIAL_SOURCE, default_drafters
-    from as2d_core.build import DEFAULT_SOURCE
+    from as2d_core.setup.build import DEFAULT_SOURCE
     from test_config_paths import SOURCE, TARGET
 
     assert default_drafters([]) == ((DEFAULT_SOURCE,), (SERIAL_SOURCE,))

@@ -9,8 +9,8 @@ import wave
 import numpy as np
 import pytest
 
-from as2d_core.audio import load_audio
-from as2d_core.engine import DecodeOptions
+from as2d_core.input.audio import load_audio
+from as2d_core.setup.options import DecodeOptions
 from as2d_bench.runner import expand_methods, read_manifest
 
 EXAMPLE = "examples/ljspeech_en_w00.wav"

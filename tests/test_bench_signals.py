@@ -26,7 +26,7 @@ WAIT_S = 300  # model loading and six windows on a busy two-core machine
 
 
 def _bench(out: Path) -> list[str]:
-    return [sys.executable, "-m", "as2d_core.cli", "bench", str(MANIFEST), "--methods", ",".join(LABELS),
+    return [sys.executable, "-m", "as2d_core.cli.main", "bench", str(MANIFEST), "--methods", ",".join(LABELS),
             "--limit", str(WINDOWS), "--no-warmup", "--out", str(out)]
 
 

@@ -55,7 +55,7 @@ def test_real_whisper_tokenizer_pieces_equal_whole():
     """The cut rule on the real target tokenizer: English with punctuation, and unspaced Chinese."""
     from tokenizers import Tokenizer
 
-    from as2d_core.paths import models_dir
+    from as2d_core.setup.paths import models_dir
 
     path = models_dir() / "whisper-base" / "tokenizer.json"
     assert path.is_file(), f"{path} missing: run `as2d models install whisper-base`"

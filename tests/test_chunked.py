@@ -5,8 +5,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from as2d_core import DecodeOptions, Request, run_request
-from as2d_core.buffer import CandidateBuffer
-from as2d_core.chunked import (
+from as2d_core.decode.buffer import CandidateBuffer
+from as2d_core.decode.chunked import (
     DEFAULT_CHUNK_S,
     ChunkedJob,
     ChunkedSource,
@@ -16,8 +16,8 @@ from as2d_core.chunked import (
     ctc_greedy,
     sentencepiece_text,
 )
-from as2d_core.engine import Producer
-from as2d_core.events import EventLog
+from as2d_core.decode import Producer
+from as2d_core.decode.events import EventLog
 from tiny_lm import TinyLM
 from tokenizer_bridges import TextBridge
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from as2d_core import catalog, plugins
-from as2d_core.cli import cli
+from as2d_core.setup import catalog, plugins
+from as2d_core.cli.main import cli
 
 REPO = Path(__file__).resolve().parents[1]
 FIELDS = {"name", "kind", "plugin", "installed", "available", "reason"}

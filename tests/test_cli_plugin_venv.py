@@ -43,7 +43,7 @@ py-modules = ["as2d_toy"]
 TOY_PLUGIN = '''
 """A toy target and drafter: the target's greedy answer is fixed, the drafter knows it."""
 from as2d_core.contracts import DraftPiece
-from as2d_core.hookspecs import hookimpl
+from as2d_core.setup.hookspecs import hookimpl
 
 ANSWER = [5, 6, 7, 8, 9, 10, 11]
 EOS = 0

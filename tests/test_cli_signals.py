@@ -37,7 +37,7 @@ def _catches(pid: int, number: int) -> bool:
 def _interrupted(args: list[str], number: int, after_s: float) -> subprocess.CompletedProcess:
     """Start ``as2d ARGS``, wait until it handles signals and ``after_s`` more (models load, decoding starts),
     send ``number``, and return how it ended."""
-    process = subprocess.Popen([sys.executable, "-m", "as2d_core.cli", *args],
+    process = subprocess.Popen([sys.executable, "-m", "as2d_core.cli.main", *args],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not _catches(process.pid, number):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from as2d_core import catalog, config, plugins
+from as2d_core.setup import catalog, config, plugins
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "configs").glob("*.toml"))

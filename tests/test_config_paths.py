@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from as2d_core import catalog, plugins
-from as2d_core.engine import DecodeOptions
-from as2d_core.options import user_fields
-from as2d_core.pipeline import Pipeline, PipelineOptions
+from as2d_core.setup import catalog, plugins
+from as2d_core.setup.options import DecodeOptions
+from as2d_core.setup.options import user_fields
+from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from tiny_lm import ScriptedSource, TinyLM
 
 TARGET, SOURCE = "config-test-target", "config-test-source"
@@ -137,8 +137,8 @@ def _config(tmp_path, method: str) -> tuple:
 def _invoke(command: str, path, files, tmp_path, *flags: str) -> None:
     """``command --config path`` with ``flags``, run until it would decode."""
     from as2d_bench.cli import bench
-    from as2d_core.cli import run
-    from as2d_core.stream_cli import stream
+    from as2d_core.cli.main import run
+    from as2d_core.cli.stream import stream
     from as2d_serve.plugin import serve
 
     audio, manifest = files

@@ -17,15 +17,15 @@ import threading
 import time
 from pathlib import Path
 
-from as2d_core import drafter_threads
+from as2d_core.workers import drafter_threads
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
 
 BUSY_DRAFTER = textwrap.dedent(f"""
     import threading
     from as2d_core import Request, load_audio, run_request
-    from as2d_core.build import build_part, build_source
-    from as2d_core.options import DecodeOptions
+    from as2d_core.setup.build import build_part, build_source
+    from as2d_core.setup.options import DecodeOptions
 
     class BusyJob:
         '''The real drafter's pieces, then the real runtime kept busy (whole decodes) until cancelled.'''

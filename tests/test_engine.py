@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from as2d_core import DecodeOptions, run_request
-from as2d_core.events import decompose
+from as2d_core.decode.events import decompose
 from tiny_lm import ScriptedSource, SlowTarget, TinyLM, edited_draft
 
 MODEL = TinyLM()
@@ -123,7 +123,7 @@ def test_decomposition_identity_on_a_real_run(tiny_request):
 
 
 def test_decomposition_by_hand():
-    from as2d_core.events import Event
+    from as2d_core.decode.events import Event
 
     events = [
         Event("draft", 0.0, 2.0),

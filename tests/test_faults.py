@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from as2d_core import DecodeOptions, run_request
-from as2d_core.faults import FAULTS, FaultySource
+from as2d_core.decode.faults import FAULTS, FaultySource
 from tiny_lm import ScriptedSource, SlowTarget, TinyLM
 
 MODEL = TinyLM()
@@ -93,7 +93,7 @@ def test_bench_with_a_fault_stays_exact(tmp_path):
     soundfile.write(clip, samples[: 12 * rate], rate, subtype="PCM_16")
     manifest = tmp_path / "manifest.jsonl"
     manifest.write_text(json.dumps({"id": "clip", "path": str(clip), "lang": "en", "text": ""}) + "\n")
-    done = subprocess.run([sys.executable, "-m", "as2d_core.cli", "bench", str(manifest), "--methods",
+    done = subprocess.run([sys.executable, "-m", "as2d_core.cli.main", "bench", str(manifest), "--methods",
                            "target-only,as2d", "--fault", "raise", "--drafter-nice", "0", "--out", str(tmp_path / "out"),
                            "--no-warmup"],
                           capture_output=True, text=True, timeout=600, cwd=root)
@@ -107,7 +107,7 @@ def test_bench_with_a_fault_stays_exact(tmp_path):
 def test_a_fault_landing_target_keeps_the_targets_optional_parts(whisper_target):
     """Word timestamps and language probabilities still reach the real target behind the fault harness."""
     from as2d_core.contracts import LanguageDetector, WordAligner
-    from as2d_core.faults import FaultLandingTarget
+    from as2d_core.decode.faults import FaultLandingTarget
 
     assert isinstance(whisper_target, WordAligner) and isinstance(whisper_target, LanguageDetector)
     landing = FaultLandingTarget(whisper_target, FaultySource(ScriptedSource([1]), "raise"))

@@ -18,12 +18,12 @@ import webvtt
 from click.testing import CliRunner
 
 from as2d_core import Request, run_request
-from as2d_core.audio import load_audio
-from as2d_core.cli import cli
-from as2d_core.lookahead import LookaheadSource
-from as2d_core.pipeline import Pipeline, PipelineOptions
-from as2d_core.subtitles import to_srt, to_vtt
-from as2d_core.timestamps import marked_up
+from as2d_core.input.audio import load_audio
+from as2d_core.cli.main import cli
+from as2d_core.decode.lookahead import LookaheadSource
+from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.cli.subtitles import to_srt, to_vtt
+from as2d_core.decode.timestamps import marked_up
 from audio_files import encode
 from conftest import SHARED_SPEECH
 from drafting import options_that_draft

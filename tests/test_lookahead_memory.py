@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from as2d_core.contracts import Request
-from as2d_core.lookahead import LookaheadSource
-from as2d_core.pipeline import Pipeline, PipelineOptions
+from as2d_core.decode.lookahead import LookaheadSource
+from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from tiny_lm import ScriptedSource, SlowTarget
 
 

@@ -6,13 +6,13 @@ import os
 import subprocess
 import sys
 
-from as2d_core.native import native_stdout_to_stderr
+from as2d_core.workers.native import native_stdout_to_stderr
 
 
 def test_fd1_writes_go_to_stderr_inside_the_block():
     code = (
         "import os\n"
-        "from as2d_core.native import native_stdout_to_stderr\n"
+        "from as2d_core.workers.native import native_stdout_to_stderr\n"
         "with native_stdout_to_stderr():\n"
         "    os.write(1, b'banner from C\\n')\n"
         "print('{\"ok\": true}')\n"
@@ -24,7 +24,7 @@ def test_fd1_writes_go_to_stderr_inside_the_block():
 
 
 def test_backends_list_json_is_only_json():
-    done = subprocess.run([sys.executable, "-m", "as2d_core.cli", "backends", "list", "--json"],
+    done = subprocess.run([sys.executable, "-m", "as2d_core.cli.main", "backends", "list", "--json"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert {row["name"] for row in json.loads(done.stdout)} >= {"onnxruntime"}

@@ -243,7 +243,7 @@ def test_drafter_is_useful_and_wrong_sometimes(parts):
 
 
 def test_missing_mnn_files_are_named(tmp_path):
-    from as2d_core.paths import ModelFilesMissing
+    from as2d_core.setup.paths import ModelFilesMissing
     from as2d_omni.plugin import _target
 
     folder = tmp_path / "qwen2.5-omni-7b"
@@ -256,7 +256,7 @@ def test_missing_mnn_files_are_named(tmp_path):
 
 
 def test_missing_torch_files_are_named(tmp_path):
-    from as2d_core.paths import ModelFilesMissing
+    from as2d_core.setup.paths import ModelFilesMissing
     from as2d_omni.plugin import _target
 
     folder = tmp_path / "qwen2.5-omni-7b"
@@ -303,7 +303,7 @@ def test_qa_without_question_is_refused(parts):
 @pytest.mark.parametrize("plugins_loaded,owner", [("omni", "omni"), ("omni,qwen3_asr", "qwen3_asr")])
 def test_one_torch_backend_for_both_qwen_plugins(monkeypatch, plugins_loaded, owner):
     """The omni plugin registers the torch backend only where the qwen3_asr plugin has not; neither fails."""
-    from as2d_core import catalog, plugins
+    from as2d_core.setup import catalog, plugins
 
     installed = {ep.name for ep in plugins.metadata.entry_points(group=plugins.GROUP)}
     if not set(plugins_loaded.split(",")) <= installed:

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 from as2d_core import DecodeOptions, Request, load_audio, run_request
-from as2d_core.chunked import chunk_spans, ctc_greedy
-from as2d_core.paths import models_dir
-from as2d_core.plugins import load_registry
+from as2d_core.decode.chunked import chunk_spans, ctc_greedy
+from as2d_core.setup.paths import models_dir
+from as2d_core.setup.plugins import load_registry
 from conftest import speech_row
 
 pytest.importorskip("torch")

@@ -57,7 +57,7 @@ def test_faster_whisper_int8_runs_and_reports_equality(clip):
 
 
 def test_hf_assisted_runs_and_reports_equality(clip):
-    from as2d_core.peers import PeerUnavailable
+    from as2d_core.setup.peers import PeerUnavailable
 
     window, audio, reference = clip
     peer = _peer("hf-assisted")

@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 
 from as2d_core import Request, run_request
-from as2d_core.buffer import CandidateBuffer
-from as2d_core.chunked import chunk_spans
-from as2d_core.engine import Producer
-from as2d_core.events import EventLog
-from as2d_core.paths import models_dir
-from as2d_core.plugins import load_registry
+from as2d_core.decode.buffer import CandidateBuffer
+from as2d_core.decode.chunked import chunk_spans
+from as2d_core.decode import Producer
+from as2d_core.decode.events import EventLog
+from as2d_core.setup.paths import models_dir
+from as2d_core.setup.plugins import load_registry
 from conftest import speech_audio
 from drafting import options_that_draft
 from tokenizer_bridges import TextBridge

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from as2d_core import DecodeOptions, run_request
-from as2d_core.pipeline import Pipeline, PipelineOptions
-from as2d_core.priority import lower_thread_priority, run_at_lower_priority, thread_niceness
+from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.workers.priority import lower_thread_priority, run_at_lower_priority, thread_niceness
 from tiny_lm import ScriptedJob, ScriptedSource, SlowTarget
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="niceness is per thread on Linux only")
@@ -164,7 +164,7 @@ class NicenessSource(ScriptedSource):
 
 
 def test_a_drafter_process_runs_at_the_drafters_niceness(tiny_request):
-    from as2d_core.process_source import ProcessSource
+    from as2d_core.workers.process_source import ProcessSource
 
     source = ProcessSource(NicenessSource, niceness=6)
     try:

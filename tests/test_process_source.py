@@ -12,7 +12,7 @@ import pytest
 
 from as2d_core import DecodeOptions, Request, run_request
 from as2d_core.contracts import Source
-from as2d_core.process_source import ProcessSource
+from as2d_core.workers.process_source import ProcessSource
 from tiny_lm import ScriptedSource, SlowTarget, TinyLM
 
 MODEL = TinyLM()
@@ -146,7 +146,7 @@ def test_factory_failure_is_reported():
 
 def test_registered_source_by_suffix(whisper_target):
     """``NAME+process`` through the command's builder: the real Whisper drafter in a child, exact on real speech."""
-    from as2d_core.build import build_source
+    from as2d_core.setup.build import build_source
     from conftest import speech_audio
 
     source = build_source("whisper-tiny.en+process")
@@ -164,8 +164,8 @@ def test_registered_source_by_suffix(whisper_target):
 
 
 def test_unknown_source_with_suffix_is_refused():
-    from as2d_core.build import build_source
-    from as2d_core.plugins import UnknownPart
+    from as2d_core.setup.build import build_source
+    from as2d_core.setup.plugins import UnknownPart
 
     with pytest.raises(UnknownPart, match="no-such-drafter"):
         build_source("no-such-drafter+process")

@@ -111,7 +111,7 @@ def test_drafter_agrees_in_part(parts):
 
 
 def test_missing_files_are_named(tmp_path):
-    from as2d_core.paths import ModelFilesMissing
+    from as2d_core.setup.paths import ModelFilesMissing
     from as2d_qwen3_asr.plugin import _target
 
     (tmp_path / "qwen3-asr-1.7b").mkdir()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from as2d_core import catalog, plugins
+from as2d_core.setup import catalog, plugins
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "plugins" / "onnxruntime"), str(REPO / "plugins" / "mnn")]

@@ -258,7 +258,7 @@ def test_native_traces_replay_call_by_call_whisper(whisper_target, drafter, requ
     from pathlib import Path
 
     from as2d_core import DecodeOptions, Request, run_request
-    from as2d_core.audio import load_audio
+    from as2d_core.input.audio import load_audio
 
     source = request.getfixturevalue(drafter)
     clip = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"

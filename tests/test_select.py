@@ -59,7 +59,7 @@ def test_grid_prices_every_feasible_pair_and_falls_back_for_ineligible_windows()
 
 
 def test_config_text_is_a_valid_task_configuration(tmp_path):
-    from as2d_core.config import check_file, read
+    from as2d_core.setup.config import check_file, read
 
     base = check_file("configs/whisper-asr.toml").config
     path = tmp_path / "selected.toml"

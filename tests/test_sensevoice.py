@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from as2d_core import Request, load_audio
-from as2d_core.chunked import chunk_spans, ctc_greedy
-from as2d_core.plugins import load_registry
+from as2d_core.decode.chunked import chunk_spans, ctc_greedy
+from as2d_core.setup.plugins import load_registry
 from conftest import speech_row
 
 pytest.importorskip("torch")

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import soundfile
 
-from as2d_core.build import DEFAULT_SOURCE
-from as2d_core.faults import FAULTS
+from as2d_core.setup.build import DEFAULT_SOURCE
+from as2d_core.decode.faults import FAULTS
 from as2d_serve.launch import ServerFailed, ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +93,7 @@ def test_openai_client_equals_as2d_run(server, clips, tmp_path):
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
     with path.open("rb") as f:
         served = client.audio.transcriptions.create(model="whisper-1", file=f)
-    run = subprocess.run([sys.executable, "-m", "as2d_core.cli", "run", str(path), "--json"], capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "as2d_core.cli.main", "run", str(path), "--json"], capture_output=True,
                          text=True, cwd=ROOT, timeout=WAIT_S)
     assert run.returncode == 0, run.stderr
     assert served.text == json.loads(run.stdout)["text"]

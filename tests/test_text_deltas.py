@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from as2d_core import run_request
-from as2d_core.deltas import UNFINISHED, TextDeltas
-from as2d_core.engine import DecodeOptions
-from as2d_core.pipeline import Pipeline, PipelineOptions
+from as2d_core.decode.deltas import UNFINISHED, TextDeltas
+from as2d_core.setup.options import DecodeOptions
+from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from conftest import speech_audio
 from tiny_lm import ScriptedSource, TinyLM, edited_draft
 
@@ -85,7 +85,7 @@ def test_pieces_spell_the_transcript_and_are_never_revised(windows, data):
 
 def test_whispers_tokenizer_splits_characters_and_the_pieces_wait_for_them():
     tokenizers = pytest.importorskip("tokenizers")
-    from as2d_core.paths import models_dir
+    from as2d_core.setup.paths import models_dir
 
     path = models_dir() / "whisper-base" / "tokenizer.json"
     if not path.is_file():

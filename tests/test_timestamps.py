@@ -1,4 +1,4 @@
-"""Whisper's timestamp rules and segments (``as2d_core.timestamps``), and as2d's exactness with the rules on.
+"""Whisper's timestamp rules and segments (``as2d_core.decode.timestamps``), and as2d's exactness with the rules on.
 
 The rules are checked on hand-made logits against what openai-whisper's ``ApplyTimestampRules``
 does; exactness for arbitrary proposals on the small deterministic model with the rules applied at
@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from as2d_core import DecodeOptions, run_request
 from as2d_core.contracts import Request
-from as2d_core.align import Aligner
-from as2d_core.timestamps import TextView, TimestampRules, split_segments
+from as2d_core.decode.align import Aligner
+from as2d_core.decode.timestamps import TextView, TimestampRules, split_segments
 from tiny_lm import ScriptedSource, TinyLM, edited_draft
 
 EOT, NO_TIMESTAMPS, BEGIN, VOCAB = 9, 10, 11, 21  # Whisper's layout: text 0..8, the end, timestamps 11..20

@@ -101,7 +101,7 @@ def test_replay_warns_of_a_profile_from_elsewhere(loop):
 
 
 def test_select_chooses_on_the_users_clock(loop):
-    from as2d_core.config import check_file
+    from as2d_core.setup.config import check_file
     from as2d_tuning.cli import select
 
     tmp, dev, test = loop

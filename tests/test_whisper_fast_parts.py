@@ -12,7 +12,7 @@ import pytest
 
 from as2d_core import Request, load_audio, run_request
 from as2d_core.contracts import DraftJob, DraftPiece, Source, Target
-from as2d_core.engine import greedy_reference
+from as2d_core.decode import greedy_reference
 from conftest import needs_shared, speech_audio
 from drafting import options_that_draft
 
@@ -157,7 +157,7 @@ def test_ct2_missing_model_files_say_how_to_install(tmp_path):
 
 
 def test_catalog_lists_the_new_parts_with_install_hints():
-    from as2d_core.plugins import load_registry
+    from as2d_core.setup.plugins import load_registry
 
     registry = load_registry()
     for kind, name in (("source", "whisper-tiny.en-ct2"), ("target", "whisper-base-int8")):
@@ -192,7 +192,7 @@ def test_int8_batched_verification_equals_one_at_a_time(whisper_int8_target):
 
 
 def test_int8_missing_model_files_say_how_to_install(tmp_path):
-    from as2d_core.plugins import load_registry
+    from as2d_core.setup.plugins import load_registry
 
     factory = load_registry().get("target", "whisper-base-int8").factory
     with pytest.raises(FileNotFoundError, match="as2d models install whisper-base-int8"):

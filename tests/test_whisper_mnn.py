@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from as2d_core.contracts import Request, Target, TargetSession
-from as2d_core.engine import DecodeOptions, run_request
-from as2d_core.paths import models_dir
+from as2d_core.decode import run_request
+from as2d_core.setup.options import DecodeOptions
+from as2d_core.setup.paths import models_dir
 
 from conftest import HAVE_SHARED, speech_audio
 from drafting import options_that_draft
@@ -90,7 +91,7 @@ def test_opencl_refused_with_probe_reason(mnn_target):
 
 
 def test_plugin_factory_passes_backend(mnn_target):
-    from as2d_core.plugins import load_registry
+    from as2d_core.setup.plugins import load_registry
 
     part = load_registry().get("target", "whisper-base")
     target = part.factory({"models_dir": models_dir(), "backend": "mnn", "preload_threads": ()})
@@ -111,7 +112,7 @@ def test_as2d_equals_target_only_on_mnn(mnn_target, mnn_source, mnn_greedy, item
 @pytest.mark.parametrize("source_backend", ["mnn", "onnxruntime"])
 def test_as2d_with_drafter_process_on_mnn(mnn_target, mnn_greedy, source_backend):
     """The drafter in its own process (MNN keeps the GIL while it computes): still exact, and it drafts."""
-    from as2d_core.build import build_source
+    from as2d_core.setup.build import build_source
 
     source = build_source("whisper-tiny.en+process", backend=source_backend)
     try:

@@ -146,7 +146,7 @@ def test_segments_come_window_by_window_as_the_caller_iterates(model):
 
 def test_an_as2d_model_folder_works_and_other_folders_say_why_not(tmp_path):
     from as2d import WhisperModel
-    from as2d_core.paths import models_dir
+    from as2d_core.setup.paths import models_dir
 
     assert WhisperModel(str(models_dir() / "whisper-base-int8"), source=None).target.name == "whisper-base-int8"
     faster_whispers = tmp_path / "whisper-base-ct2"

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from as2d_core import Request, run_request
-from as2d_core.cli import cli
+from as2d_core.cli.main import cli
 from conftest import speech_audio
 from drafting import options_that_draft
 

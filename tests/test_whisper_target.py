@@ -61,7 +61,7 @@ def test_protocols(target):
 
 @pytest.mark.parametrize("item_id", CASES)
 def test_greedy_equals_faster_whisper(target, faster_whisper_base, item_id):
-    from as2d_core.engine import greedy_reference
+    from as2d_core.decode import greedy_reference
 
     audio, item = speech_audio(item_id), speech_row(item_id)
     session = target.prepare(Request(item_id, audio, language=item["lang"]), threads=2)
@@ -99,7 +99,7 @@ def test_batched_verify_and_truncate(target):
 
 def check_batched_verify_and_truncate(target, audio):
     """One batched call equals single steps; a rejected suffix cut from the cache continues exactly."""
-    from as2d_core.engine import greedy_reference
+    from as2d_core.decode import greedy_reference
 
     session = target.prepare(Request("speech", audio, language="en"), threads=2)
     try:

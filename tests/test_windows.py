@@ -1,7 +1,7 @@
 """Cutting long audio into windows at the pauses a detector marks (no models: a detector is given spans)."""
 import numpy as np
 
-from as2d_core.windows import MAX_WINDOW_S, pack_spans, plan_windows
+from as2d_core.input.windows import MAX_WINDOW_S, pack_spans, plan_windows
 
 SR = 16000
 

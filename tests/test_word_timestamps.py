@@ -16,10 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 from as2d_core import Request, run_request
-from as2d_core.audio import load_audio
-from as2d_core.cli import cli
-from as2d_core.paths import models_dir
-from as2d_core.pipeline import Pipeline, PipelineOptions
+from as2d_core.input.audio import load_audio
+from as2d_core.cli.main import cli
+from as2d_core.setup.paths import models_dir
+from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from conftest import HAVE_SHARED, speech_audio, speech_row
 from tiny_lm import TinyLM
 

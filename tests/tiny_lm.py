@@ -14,12 +14,12 @@ import time
 import numpy as np
 
 from as2d_core import DraftPiece
-from as2d_core.timestamps import TimestampRules
+from as2d_core.decode.timestamps import TimestampRules
 
 
 class TinyLM:
     """``timestamps``: that many timestamp tokens after ``vocab`` (and ``<|notimestamps|>`` before them), decoded
-    under Whisper's timestamp rules (``as2d_core.timestamps``) when a request asks for timestamps."""
+    under Whisper's timestamp rules (``as2d_core.decode.timestamps``) when a request asks for timestamps."""
 
     name = "tiny-lm"
     vocabulary = "tiny"

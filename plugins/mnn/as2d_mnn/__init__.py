@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes.util
 from pathlib import Path
 
-from as2d_core.native import import_quietly
+from as2d_core.workers.native import import_quietly
 
 DEVICES = ("cpu", "opencl")
 INSTALL = "pip install MNN (CPU only; OpenCL needs an MNN built with MNN_OPENCL=ON)"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from as2d_core.native import import_quietly, native_stdout_to_stderr
+from as2d_core.workers.native import import_quietly, native_stdout_to_stderr
 
 from . import INSTALL, probe
 from .lm import check_folder

@@ -15,7 +15,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from as2d_core.contracts import DraftPiece, Request
-from as2d_core.paths import ModelFilesMissing, check_folder  # noqa: F401  (the plugins' one folder check)
+from as2d_core.setup.paths import ModelFilesMissing, check_folder  # noqa: F401  (the plugins' one folder check)
 
 
 class LMState(Protocol):

@@ -1,5 +1,5 @@
 """as2d hooks of the MNN backend (importing this never imports MNN)."""
-from as2d_core.hookspecs import hookimpl
+from as2d_core.setup.hookspecs import hookimpl
 
 from . import DEVICES, probe
 

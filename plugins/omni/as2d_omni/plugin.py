@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from as2d_core.hookspecs import hookimpl
+from as2d_core.setup.hookspecs import hookimpl
 
 # The MNN export and the Hugging Face checkpoint share only config.json (with different contents): the
 # catalog checks each backend's own files; loading checks the full list (weight shards, chat template).

@@ -1,5 +1,5 @@
 """as2d hooks of the ONNX Runtime backend (importing this never imports onnxruntime)."""
-from as2d_core.hookspecs import hookimpl
+from as2d_core.setup.hookspecs import hookimpl
 
 from . import DEVICES, probe
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from as2d_core.hookspecs import hookimpl
+from as2d_core.setup.hookspecs import hookimpl
 
 INSTALL = "pip install ./plugins/parakeet"
 MODEL_DIR = "parakeet-ctc"
@@ -59,7 +59,7 @@ def register_commands(cli):
                   help="Folder to write (default: MODELS_DIR/parakeet-ctc).")
     def export(checkpoint, out_dir):
         """Export a NeMo .nemo CTC CHECKPOINT to the ONNX folder the drafter reads."""
-        from as2d_core.paths import models_dir
+        from as2d_core.setup.paths import models_dir
 
         from .export import export_nemo
 

@@ -4,7 +4,7 @@ Listing plugins must not load the recogniser, so the factory imports it lazily.
 """
 from __future__ import annotations
 
-from as2d_core.hookspecs import hookimpl
+from as2d_core.setup.hookspecs import hookimpl
 
 INSTALL = "pip install ./plugins/pocketsphinx"
 

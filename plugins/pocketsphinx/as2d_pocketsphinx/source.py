@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from as2d_core.chunked import DEFAULT_CHUNK_S, ChunkedSource, WordVocabulary
+from as2d_core.decode.chunked import DEFAULT_CHUNK_S, ChunkedSource, WordVocabulary
 from as2d_core.contracts import Request
 
 # Narrow beams and no second pass: about 0.1x real time on one core instead of 0.5x.

@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from as2d_core.hookspecs import hookimpl
+from as2d_core.setup.hookspecs import hookimpl
 
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.json",
                   "merges.txt", "preprocessor_config.json")

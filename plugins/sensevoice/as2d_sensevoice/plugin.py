@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from as2d_core.hookspecs import hookimpl
+from as2d_core.setup.hookspecs import hookimpl
 
 INSTALL = "pip install ./plugins/sensevoice"
 MODEL_DIR = "sensevoice-small"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from as2d_core.chunked import DEFAULT_CHUNK_S, ChunkedSource, ctc_greedy, sentencepiece_text
-from as2d_core.paths import check_folder
+from as2d_core.decode.chunked import DEFAULT_CHUNK_S, ChunkedSource, ctc_greedy, sentencepiece_text
+from as2d_core.setup.paths import check_folder
 from as2d_onnxruntime.sessions import OrtSessions
 
 BPE_MODEL = "chn_jpn_yue_eng_ko_spectok.bpe.model"

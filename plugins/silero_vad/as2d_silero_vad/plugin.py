@@ -1,5 +1,5 @@
 """as2d hooks of the Silero VAD plugin (importing this imports neither onnxruntime nor faster-whisper)."""
-from as2d_core.hookspecs import hookimpl
+from as2d_core.setup.hookspecs import hookimpl
 
 from . import NAME
 

@@ -28,8 +28,8 @@ import attrs
 import numpy as np
 
 from as2d_core.contracts import Request, Word
-from as2d_core.paths import ModelFilesMissing
-from as2d_core.timestamps import split_segments
+from as2d_core.setup.paths import ModelFilesMissing
+from as2d_core.decode.timestamps import split_segments
 
 ALIGNER_FILE = "aligner.onnx"
 FRAMES_PER_SECOND = 50  # the encoder's output: one frame per 20 ms

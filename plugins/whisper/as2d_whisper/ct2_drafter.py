@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from as2d_core.contracts import DraftPiece, Request
-from as2d_core.options import DecodeOptions
-from as2d_core.paths import models_dir as default_models_dir
-from as2d_core.priority import run_at_lower_priority, thread_niceness
+from as2d_core.setup.options import DecodeOptions
+from as2d_core.setup.paths import models_dir as default_models_dir
+from as2d_core.workers.priority import run_at_lower_priority, thread_niceness
 
 from .convert import CT2_FILES
 from .features import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, encoder_input, pad_or_trim, quiet_cuts, shared_log_mel

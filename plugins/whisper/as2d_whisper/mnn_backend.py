@@ -19,7 +19,7 @@ Notes on MNN 3.6.1 (PyPI wheel):
   two threads took 2.1x one decoder's time (ONNX Runtime: 1.4x). A drafter
   thread is starved while an MNN target verifies, so as2d with an MNN target
   runs its drafter in its own process (``whisper-tiny.en+process``,
-  ``as2d_core.process_source``);
+  ``as2d_core.workers.process_source``);
 - ``decoder.int8.mnn`` (8-bit weights) was no faster than fp32 on an x86 CPU:
   the Python runtime config cannot select MNN's low-memory (int8 compute) mode.
 """
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from as2d_core.native import import_quietly, native_stdout_to_stderr
+from as2d_core.workers.native import import_quietly, native_stdout_to_stderr
 
 DEVICES = ("cpu", "opencl")
 # The graph contract shared with the ONNX export (convert.py).

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from as2d_core.paths import models_dir
-from as2d_core.peers import PeerOutput, PeerUnavailable
+from as2d_core.setup.paths import models_dir
+from as2d_core.setup.peers import PeerOutput, PeerUnavailable
 
 from .convert import load_ct2_weights, source_files
 

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from as2d_core.hookspecs import hookimpl
-from as2d_core.paths import absent_files
+from as2d_core.setup.hookspecs import hookimpl
+from as2d_core.setup.paths import absent_files
 
 REQUIRED_FILES = ("encoder.onnx", "decoder.onnx", "tokenizer.json", "model.json")
 CT2_REQUIRED_FILES = ("model.bin", "config.json", "vocabulary.txt", "tokenizer.json", "model.json")

@@ -23,9 +23,9 @@ import numpy as np
 import onnxruntime as ort
 
 from as2d_core.contracts import DraftPiece, Request
-from as2d_core.timestamps import TIME_PRECISION_S, TimestampRules
-from as2d_core.paths import ModelFilesMissing, absent_files, check_folder
-from as2d_core.paths import models_dir as default_models_dir
+from as2d_core.decode.timestamps import TIME_PRECISION_S, TimestampRules
+from as2d_core.setup.paths import ModelFilesMissing, absent_files, check_folder
+from as2d_core.setup.paths import models_dir as default_models_dir
 from as2d_onnxruntime import providers_for
 from as2d_onnxruntime.sessions import OrtSessions
 

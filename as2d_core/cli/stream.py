@@ -9,10 +9,10 @@ from pathlib import Path
 import attrs
 import click
 
-from .audio import AudioError, read_audio
-from .cli_shared import fail, given, model_flags, pipeline_from_flags
-from .contracts import SAMPLE_RATE
-from .engine import METHODS
+from as2d_core.input.audio import AudioError, read_audio
+from as2d_core.cli.shared import fail, given, model_flags, pipeline_from_flags
+from as2d_core.contracts import SAMPLE_RATE
+from as2d_core.decode import METHODS
 
 PACES = ("realtime", "fast")
 TRAILING_BLOCKS = 15  # Figure 9 smooths throughput, prefill and RTF over at most 15 blocks
@@ -44,7 +44,7 @@ def _methods(value: str) -> list[str]:
 @click.pass_context
 def stream(ctx, audio, block_s, context_s, pace, methods, check, as_json, plot_path, **model_options):
     """Feed AUDIO as a sustained stream of blocks; print committed text per block and the run's timings."""
-    from .pipeline import Pipeline
+    from as2d_core.input.pipeline import Pipeline
 
     try:
         methods = _methods(methods)

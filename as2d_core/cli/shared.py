@@ -10,12 +10,12 @@ from pathlib import Path
 
 import click
 
-from .build import DEFAULT_SOURCE, DEFAULT_TARGET, build_parts, pipeline_options, resolve_config
-from .config import Config, Report
-from .contracts import TASKS
-from .options import config_keys, option_flags
-from .pipeline import Pipeline
-from .plugins import UnknownPart
+from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, build_parts, pipeline_options, resolve_config
+from as2d_core.setup.config import Config, Report
+from as2d_core.contracts import TASKS
+from as2d_core.setup.options import config_keys, option_flags
+from as2d_core.input.pipeline import Pipeline
+from as2d_core.setup.plugins import UnknownPart
 
 
 def fail(message: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from .contracts import Request, Target, WordAligner
+from as2d_core.contracts import Request, Target, WordAligner
 
 
 def check_word_aligner(target: Target) -> WordAligner:

@@ -16,7 +16,7 @@ import av
 import numpy as np
 import soxr
 
-from .contracts import SAMPLE_RATE
+from as2d_core.contracts import SAMPLE_RATE
 
 # A decoded length this much shorter than the container declares counts as a truncated file.
 _TRUNCATION_TOLERANCE_S = 0.05

@@ -2,7 +2,7 @@
 
 Load the models once, then transcribe many files or streams::
 
-    from as2d_core.pipeline import Pipeline
+    from as2d_core.input.pipeline import Pipeline
 
     pipeline = Pipeline.from_config("configs/whisper-asr.toml")
     transcript = pipeline.transcribe("talk.mp3")
@@ -32,16 +32,17 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from .audio import AudioInfo, DecodedAudio, read_audio
-from .contracts import SAMPLE_RATE, Request, Source, Target
-from .deltas import TextDeltas
-from .engine import METHODS, DecodeOptions, DecodeResult, OnCommit, run_request
-from .lookahead import LookaheadSource
-from .timestamps import Segment, marked_up
-from .plugins import load_registry
-from .process_source import ProcessSource
-from .words import add_words, prepare_words
-from .windows import MAX_WINDOW_S, SpeechDetector, Window, WindowPlan, plan_windows
+from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
+from as2d_core.contracts import SAMPLE_RATE, Request, Source, Target
+from as2d_core.decode.deltas import TextDeltas
+from as2d_core.decode import METHODS, DecodeResult, OnCommit, run_request
+from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.lookahead import LookaheadSource
+from as2d_core.decode.timestamps import Segment, marked_up
+from as2d_core.setup.plugins import load_registry
+from as2d_core.workers.process_source import ProcessSource
+from as2d_core.decode.words import add_words, prepare_words
+from as2d_core.input.windows import MAX_WINDOW_S, SpeechDetector, Window, WindowPlan, plan_windows
 
 AUTO = "auto"
 Decoder = Callable[[Request], DecodeResult]
@@ -56,7 +57,7 @@ class PipelineOptions:
     decode: DecodeOptions = attrs.Factory(DecodeOptions)
     max_window_s: float = MAX_WINDOW_S
     lookahead: bool = True  # draft window n+1 while the target verifies window n
-    word_timestamps: bool = False  # each window's words, by its target after decoding (``as2d_core.words``)
+    word_timestamps: bool = False  # each window's words, by its target after decoding (``as2d_core.decode.words``)
 
 
 @attrs.define
@@ -209,7 +210,7 @@ class Pipeline:
     @classmethod
     def from_config(cls, path: str | Path, overrides: dict | None = None, **fields) -> "Pipeline":
         """Build the target and source a task configuration names (``fields``: other ``PipelineOptions``)."""
-        from .build import parts_from_config, pipeline_options
+        from as2d_core.setup.build import parts_from_config, pipeline_options
 
         config, _report, target, source = parts_from_config(Path(path), overrides)
         return cls(target, source, pipeline_options(config, **fields))
@@ -253,7 +254,7 @@ class Pipeline:
         """All of ``audio`` (a file, decoded audio, or 16 kHz mono float32 samples), window by window.
 
         ``on_text`` hears the transcript's text as the target commits it: pieces that are never taken
-        back and that spell ``Transcript.text`` (``as2d_core.deltas``).
+        back and that spell ``Transcript.text`` (``as2d_core.decode.deltas``).
         """
         decoded = read_audio(audio) if isinstance(audio, (str, Path)) else audio
         info = decoded.info if isinstance(decoded, DecodedAudio) else None
@@ -332,7 +333,7 @@ class Pipeline:
 
     def stream(self, block_s: float = 4.0, context_s: float = 12.0, check: bool = False):
         """A stream fed block by block (``feed``), each block one request over the current context view."""
-        from .stream import StreamSession
+        from as2d_core.input.stream import StreamSession
 
         return StreamSession(self, block_s, context_s, check)
 

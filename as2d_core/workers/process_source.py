@@ -33,8 +33,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .contracts import DraftPiece, Request
-from .priority import lower_thread_priority
+from as2d_core.contracts import DraftPiece, Request
+from as2d_core.workers.priority import lower_thread_priority
 
 STOP_TIMEOUT_S = 2.0
 # The longest the parent waits for one piece or one decoded text, and a child for its send to be taken:
@@ -86,7 +86,7 @@ class _Channel:
 
 def registered_source(name: str, options: dict) -> Any:
     """Build the registered source ``name`` (the child's usual factory)."""
-    from .plugins import load_registry
+    from as2d_core.setup.plugins import load_registry
 
     return load_registry().get("source", name).factory(options)
 

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 
-from .contracts import (CancellableJob, DraftPiece, KnownVocabulary, LanguageDetector, Request, Source, Target,
+from as2d_core.contracts import (CancellableJob, DraftPiece, KnownVocabulary, LanguageDetector, Request, Source, Target,
                         TargetSession, TimestampVocabulary, WordAligner)
 
 FAULTS = ("raise", "stall", "slow", "garbage-in", "garbage-out", "flood")

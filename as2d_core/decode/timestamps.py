@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 import attrs
 import numpy as np
 
-from .align import Aligner, Proposal
-from .contracts import Request
+from as2d_core.decode.align import Aligner, Proposal
+from as2d_core.contracts import Request
 
 TIME_PRECISION_S = 0.02
 MAX_INITIAL_TIMESTAMP_S = 1.0

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import pluggy
 
-from . import hookspecs
+from as2d_core.setup import hookspecs
 
 GROUP = "as2d"
 ENV_ALLOWLIST = "AS2D_PLUGINS"
@@ -80,7 +80,7 @@ def plugin_manager() -> tuple[pluggy.PluginManager, dict[str, tuple[str | None, 
     """The manager with built-ins and allowed entry points; each plugin's distribution and version; what was skipped."""
     manager = pluggy.PluginManager(GROUP)
     manager.add_hookspecs(hookspecs)
-    from . import builtins
+    from as2d_core.setup import builtins
 
     manager.register(builtins, name=BUILTINS)
     distributions = {BUILTINS: (CORE_DISTRIBUTION, _version(CORE_DISTRIBUTION))}

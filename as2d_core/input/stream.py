@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 import attrs
 import numpy as np
 
-from .contracts import SAMPLE_RATE, Request
-from .engine import DecodeResult
+from as2d_core.contracts import SAMPLE_RATE, Request
+from as2d_core.decode import DecodeResult
 
 if TYPE_CHECKING:
-    from .pipeline import Pipeline
+    from as2d_core.input.pipeline import Pipeline
 
 
 @attrs.define

@@ -24,7 +24,7 @@ which plugin provides a part and how to install it, for listings of absent plugi
   is ``connects=(("*", "*"),), needs=("decodes_text", "encodes_text")``.
 - ``backends``: tuple of backend names the model runs on (empty: self-contained).
 - ``devices`` (backends): tuple of device names the backend knows.
-- ``model_dir``: folder name under ``as2d_core.paths.models_dir()``.
+- ``model_dir``: folder name under ``as2d_core.setup.paths.models_dir()``.
 - ``required_files``: tuple of file names that folder must hold; ``backend_files``:
   ``{backend: files}`` a backend reads besides; ``file_alternatives``: ``{file:
   files that stand in for it}`` (a sharded checkpoint's index).

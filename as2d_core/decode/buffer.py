@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from .contracts import PublishedBatch
+from as2d_core.contracts import PublishedBatch
 
 
 @attrs.frozen

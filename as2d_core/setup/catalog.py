@@ -16,9 +16,9 @@ from typing import Any
 
 import attrs
 
-from .paths import absent_files
-from .paths import models_dir as default_models_dir
-from .plugins import Registry, load_registry
+from as2d_core.setup.paths import absent_files
+from as2d_core.setup.paths import models_dir as default_models_dir
+from as2d_core.setup.plugins import Registry, load_registry
 
 CATALOG_FILE = Path(__file__).with_name("registry.toml")
 KINDS = ("source", "target", "backend", "bridge")

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 import attrs
 import numpy as np
 
-from .contracts import SAMPLE_RATE, DraftPiece, Request
+from as2d_core.contracts import SAMPLE_RATE, DraftPiece, Request
 
 DEFAULT_CHUNK_S = 2.56
 

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 import attrs
 import numpy as np
 
-from .contracts import SAMPLE_RATE
+from as2d_core.contracts import SAMPLE_RATE
 
 MAX_WINDOW_S = 30.0
 

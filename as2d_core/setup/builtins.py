@@ -1,7 +1,7 @@
 """The core's own parts, registered through the same hooks as any plugin."""
 from tokenizer_bridges import IdentityBridge, TextBridge
 
-from .hookspecs import hookimpl
+from as2d_core.setup.hookspecs import hookimpl
 
 
 @hookimpl

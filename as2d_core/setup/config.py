@@ -52,11 +52,11 @@ from typing import Any
 
 import attrs
 
-from . import catalog
-from .contracts import TASKS
-from .engine import METHODS
-from .options import DecodeOptions, config_keys, config_schema, out_of_range
-from .plugins import Registry, load_registry
+from as2d_core.setup import catalog
+from as2d_core.contracts import TASKS
+from as2d_core.decode import METHODS
+from as2d_core.setup.options import DecodeOptions, config_keys, config_schema, out_of_range
+from as2d_core.setup.plugins import Registry, load_registry
 
 ON_MISSING_DEVICE = ("error", "cpu")
 
@@ -86,7 +86,7 @@ _TABLES: dict[str, dict[str, tuple]] = {
     },
 }
 _REQUIRED_TABLES = ("target",)
-# The decoding options' keys come from their one declaration (as2d_core.options), with their bounds.
+# The decoding options' keys come from their one declaration (as2d_core.setup.options), with their bounds.
 for _table, _keys in config_schema().items():
     (_TABLES[_table] if _table else _TOP).update({k: (kind, False, choices) for k, (kind, _lo, _hi, choices) in _keys.items()})
 

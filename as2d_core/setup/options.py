@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from .contracts import TIMESTAMPS  # unset (None): by the output, segment for subtitles
+from as2d_core.contracts import TIMESTAMPS  # unset (None): by the output, segment for subtitles
 
 MAX_BUDGET = 64
 STARTS = ("arrival", "prepared")

@@ -10,15 +10,17 @@ from pathlib import Path
 import attrs
 import click
 
-from . import catalog, drafter_threads
-from .audio import AudioError, read_audio
-from .cli_shared import fail, model_flags, pipeline_from_flags
-from .config import check_file
-from .engine import METHODS, DecodeResult
-from .paths import models_dir
-from .plugins import UnknownPart, load_registry, register_commands
-from .stream_cli import stream
-from .subtitles import to_srt, to_vtt
+from as2d_core.setup import catalog
+
+from as2d_core.workers import drafter_threads
+from as2d_core.input.audio import AudioError, read_audio
+from as2d_core.cli.shared import fail, model_flags, pipeline_from_flags
+from as2d_core.setup.config import check_file
+from as2d_core.decode import METHODS, DecodeResult
+from as2d_core.setup.paths import models_dir
+from as2d_core.setup.plugins import UnknownPart, load_registry, register_commands
+from as2d_core.cli.stream import stream
+from as2d_core.cli.subtitles import to_srt, to_vtt
 
 OUTPUT_FORMATS = ("text", "json", "srt", "vtt")
 SUBTITLES = ("srt", "vtt")  # timestamp mode unless --timestamps says otherwise

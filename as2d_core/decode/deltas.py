@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .contracts import TargetSession
+from as2d_core.contracts import TargetSession
 
 UNFINISHED = "\ufffd"  # what a byte-level tokenizer decodes a split multi-byte character to, until it is whole
 

@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 
-from . import drafter_threads
+from as2d_core.workers import drafter_threads
 
 MAX_NICENESS = 19
 _PER_THREAD = sys.platform.startswith("linux") or sys.platform == "android"

@@ -16,8 +16,8 @@ import queue
 import threading
 from collections.abc import Iterator, Sequence
 
-from . import drafter_threads
-from .contracts import CancellableJob, DraftJob, DraftPiece, Request, Source
+from as2d_core.workers import drafter_threads
+from as2d_core.contracts import CancellableJob, DraftJob, DraftPiece, Request, Source
 
 _POLL_S = 0.05
 _END = object()

@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .config import Config, Report, check_file, parse, set_values
-from .paths import models_dir
-from .pipeline import PipelineOptions
-from .plugins import load_registry
-from .process_source import ProcessSource
+from as2d_core.setup.config import Config, Report, check_file, parse, set_values
+from as2d_core.setup.paths import models_dir
+from as2d_core.input.pipeline import PipelineOptions
+from as2d_core.setup.plugins import load_registry
+from as2d_core.workers.process_source import ProcessSource
 
 DEFAULT_TARGET = "whisper-base"
 # The faster drafter on the user's clock (BENCHMARKS.md section 6); the serial baselines of

@@ -1,0 +1,1 @@
+"""The ``as2d`` command line: run, stream, and the commands plugins attach."""

@@ -1,0 +1,163 @@
+"""One request end to end, the As²d engine: one producer thread drafting, one target loop verifying.
+
+Neither side waits for the other. The producer runs the drafter over the fixed
+request, bridges its tokens into the target vocabulary and publishes immutable
+batches. At every boundary the target takes whatever is published, lets the
+aligner pick up to ``budget`` candidates after the known root, verifies them in
+one call, commits the matching greedy prefix plus its own next token, and cuts
+rejected entries out of its cache. With nothing usable it decodes one token
+alone. Target-only decoding is the same loop without a producer.
+"""
+from __future__ import annotations
+
+
+import time
+
+from as2d_core.contracts import (KnownVocabulary, Request, Source, Target, TargetSession, TimestampVocabulary,
+                                 serves_language, serves_task, unsupported_features)
+from as2d_core.decode.buffer import CandidateBuffer
+from as2d_core.decode.events import EventLog
+from as2d_core.decode.loop import Counters, OnCommit, TargetOnly, target_loop
+from as2d_core.decode.producer import Producer, stop_and_join
+from as2d_core.decode.proposers import PublishedProposer
+from as2d_core.decode.result import DecodeResult, build_result
+from as2d_core.setup.catalog import bridge_for
+from as2d_core.setup.options import DecodeOptions
+
+METHODS = ("target-only", "as2d")
+
+
+def _warm_thread_switch(session: TargetSession, options: DecodeOptions) -> None:
+    """Make the mid-request switch to more target threads free of one-off setup costs.
+
+    A backend may build per-thread-count state lazily (ONNX Runtime builds a
+    session); one throwaway call per thread count, cut back at once, moves that
+    work before the request instead of onto the decode clock.
+    """
+    for threads in (options.target_threads, options.shared_target_threads):
+        session.use_threads(threads)
+        session.verify(session.first_token(), [])
+        session.truncate(0)
+
+
+def _drafting_language(request: Request, source: Source) -> str | None:
+    """The language the drafter can start on before the target has detected one, if any."""
+    if request.language is not None:
+        return request.language
+    if source.languages is not None and len(source.languages) == 1:
+        return next(iter(source.languages))
+    return None
+
+
+def run_request(
+    request: Request,
+    target: Target,
+    source: Source | None = None,
+    method: str = "as2d",
+    options: DecodeOptions | None = None,
+    on_commit: OnCommit | None = None,
+) -> DecodeResult:
+    """Decode one response; ``prepare_s + decode_s`` is the user's clock from the audio's arrival.
+
+    With ``options.start == "arrival"`` the drafter starts when the request arrives and encodes and
+    drafts while the target encodes, detects the language and prefills; with ``"prepared"`` (the
+    paper's set-up) both models are prepared first and the drafter starts with the decode clock.
+    ``on_commit`` hears the committed tokens as the target verifies them (``target_loop``).
+    """
+    options = options or DecodeOptions()
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if method == "as2d" and source is None:
+        raise ValueError("method 'as2d' needs a source (drafter)")
+    missing = unsupported_features(target, request)
+    if missing:  # a target that does not know a request field would ignore it: refuse instead
+        raise ValueError(f"target {target.name} does not offer {' or '.join(missing)}")
+    events = EventLog()
+    note = None
+    arrival = time.perf_counter()
+    speculative = method == "as2d"
+    if speculative and not serves_task(source, request.task):
+        note = (f"source {source.name} does not draft the task {request.task!r} (it drafts "
+                f"{', '.join(sorted(source.tasks))}); ran target-only with {options.target_threads} threads")
+        speculative = False
+    buffer = producer = wasted = None
+    early = _drafting_language(request, source) if speculative and options.start == "arrival" else None
+    if early is not None and serves_language(source, early):
+        buffer = CandidateBuffer(request.request_id, source.name, f"{source.name}:arrival")
+        producer = Producer(None, None, buffer, options.publication_size, events,
+                            start_job=lambda: source.prepare(request, early, options.drafter_threads),
+                            niceness=options.drafter_nice if request.language is not None else options.guess_nice)
+        producer.start()
+    # The target encodes and prefills on all its threads even beside a drafter that started at arrival:
+    # measured on 2 cores, the oversubscribed encoder finishes sooner than on one thread of its own
+    # (BENCHMARKS.md section 6). It decodes on its shared threads until the drafter is done.
+    try:
+        session = target.prepare(request, options.target_threads)
+        if producer is not None and not buffer.snapshot().closed:
+            session.use_threads(options.shared_target_threads)
+    except BaseException:
+        if producer is not None:  # the request fails (bad audio, unknown language): so do its drafts
+            stop_and_join([producer], options.drain_timeout_s)
+        raise
+    if speculative and not serves_language(source, session.language):
+        note = (
+            f"source {source.name} does not draft {session.language!r} "
+            f"(it serves {', '.join(sorted(source.languages))}); ran target-only with {options.target_threads} threads"
+        )
+        speculative = False
+    if producer is not None and (not speculative or session.language != early):
+        # started on a language the target did not confirm: stop it (it is drained below) and go on without it
+        producer.stop()
+        if not speculative:
+            session.use_threads(options.target_threads)
+        wasted, buffer, producer = producer, None, None
+    if speculative and producer is None:  # prepared start: the drafter's audio is encoded before the request
+        job = source.prepare(request, session.language, options.drafter_threads)
+        _warm_thread_switch(session, options)
+        buffer = CandidateBuffer(request.request_id, source.name, f"{source.name}:{id(job):x}")
+        producer = Producer(job, bridge_for(source, target, session), buffer, options.publication_size, events,
+                            niceness=options.drafter_nice)
+    if speculative:
+        producer.vocab_size = session.vocab_size if isinstance(session, KnownVocabulary) else None
+        if producer.bridge is None:
+            producer.attach_bridge(bridge_for(source, target, session))
+    prepare_s = time.perf_counter() - arrival
+    events.add("prepare", arrival)
+
+    counters = Counters()
+    trace: list[dict] = []
+    drafters = [p for p in (producer, wasted) if p is not None]
+    try:
+        clock_start = time.perf_counter()
+        if producer is not None and producer.ident is None:
+            producer.start()
+        timestamps = ((session.timestamp_begin, session.eos_token)
+                      if request.timestamps != "none" and isinstance(session, TimestampVocabulary) else None)
+        proposer = (PublishedProposer(buffer, session, options, events, timestamps) if buffer is not None
+                    else TargetOnly())
+        tokens = target_loop(session, proposer, events, counters, trace, on_commit)
+        clock_end = time.perf_counter()
+        text = session.decode_text(tokens)
+    finally:
+        # The request's drafting ends with it, also when the target failed or was interrupted.
+        left_behind = stop_and_join(drafters, options.drain_timeout_s)
+        session.close()
+    drain_s = 0.0
+    if drafters:
+        drain_s = time.perf_counter() - clock_end
+        events.add("drain", clock_end)
+    if left_behind:
+        note = (note + "; " if note else "") + (
+            f"the drafter was still in a runtime call {options.drain_timeout_s:g} s after the last token; "
+            "it finishes in the background and the process waits for it before exiting")
+    return build_result(
+        request, method, session, tokens, text, (clock_start, clock_end), prepare_s, counters, events, trace,
+        source=source.name if speculative else None,
+        budget=options.budget if speculative else None,
+        start=options.start if speculative else None,
+        drain_s=drain_s,
+        note=note,
+        producer_error=producer.error if producer is not None and speculative else None,
+        published=len(buffer.snapshot()) if buffer is not None else 0,
+        batches=buffer.batches if buffer is not None else (),
+    )

@@ -1,0 +1,1 @@
+"""Process and thread plumbing: drafters in child processes, thread priority, joining drafter threads at exit."""
