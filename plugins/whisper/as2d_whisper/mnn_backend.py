@@ -34,7 +34,7 @@ import numpy as np
 from as2d_core.workers.native import import_quietly, native_stdout_to_stderr
 
 DEVICES = ("cpu", "opencl")
-# The graph contract shared with the ONNX export (convert.py).
+# The graph contract shared with the ONNX export (convert/onnx_export.py).
 GRAPH_IO = {
     "encoder": (["mel"], ["cross_kv"]),
     "decoder": (["tokens", "past", "cross_kv"], ["logits", "new_kv"]),

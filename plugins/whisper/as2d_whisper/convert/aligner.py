@@ -22,9 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .alignment import ALIGNER_FILE
-from .convert import (DECODER_FILE, _output_projection_nodes, _package_version, build_torch_model,
-                      load_ct2_weights, per_row_activations, source_files)
+from ..alignment import ALIGNER_FILE
+from .onnx_export import DECODER_FILE
+from .quantize import output_projection_nodes, per_row_activations
+from .torch_model import build_torch_model
+from .weights import load_ct2_weights, package_version, source_files
 
 # openai-whisper's alignment heads (layer, head) per model, as CTranslate2 folders list them: the
 # packaged config.json carries them; this table serves a package that lacks the field.
@@ -157,7 +159,7 @@ def convert_aligner(name: str, out_dir: str | Path) -> Path:
     files = source_files(name)
     heads = alignment_heads(name, json.loads(files["config"].read_text()))
     state, dims = load_ct2_weights(files["weights"])
-    model = build_torch_model(state, dims, tied_output=name != "whisper-tiny.en")  # as ``convert`` builds it
+    model = build_torch_model(state, dims, tied_output=name != "whisper-tiny.en")  # as ``convert_onnx`` builds it
     order = export_aligner(model, dims, heads, out_dir)
     diff = _validate_aligner(model, dims, order, out_dir, tol=2e-3)
     _write_meta(out_dir, {"file": ALIGNER_FILE, "heads": [list(h) for h in order], "validation_max_abs_diff": diff})
@@ -176,7 +178,7 @@ def quantize_aligner(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     meta = json.loads((fp32_dir / "model.json").read_text())
     if "alignment" not in meta or not (fp32_dir / ALIGNER_FILE).is_file():
         raise FileNotFoundError(f"{fp32_dir} lacks {ALIGNER_FILE}: run `as2d models install {fp32_dir.name}`")
-    nodes = _output_projection_nodes(onnx.load(str(fp32_dir / ALIGNER_FILE)), meta["dims"]["n_vocab"])
+    nodes = output_projection_nodes(onnx.load(str(fp32_dir / ALIGNER_FILE)), meta["dims"]["n_vocab"])
     tmp = out_dir / (ALIGNER_FILE + ".tmp")
     quantize_dynamic(str(fp32_dir / ALIGNER_FILE), str(tmp), weight_type=QuantType.QInt8,
                      op_types_to_quantize=["MatMul", "Gather"], nodes_to_quantize=nodes)
@@ -187,6 +189,6 @@ def quantize_aligner(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     diff, _ = _against_decoder(out_dir, meta["dims"], tol=1e-3)
     _write_meta(out_dir, {**meta["alignment"], "validation_max_abs_diff": diff,
                           "int8": {"from": fp32_dir.name, "nodes": nodes,
-                                   "onnxruntime_version": _package_version("onnxruntime")}})
+                                   "onnxruntime_version": package_version("onnxruntime")}})
     print(f"[as2d-whisper] {out_dir.name}: int8 {ALIGNER_FILE} written; max |diff| against its decoder {diff:.2e}")
     return out_dir

@@ -1,0 +1,118 @@
+"""The ONNX folder of a packaged model: the torch module exported as an encoder and a decoder graph, checked
+against torch, with the tokenizer and model.json beside them."""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .torch_model import build_torch_model
+from .weights import FORMAT_VERSION, load_ct2_weights, source_files, special_tokens
+
+log = logging.getLogger(__name__)
+
+ENCODER_FILE, DECODER_FILE, DECODER_INT8_FILE = "encoder.onnx", "decoder.onnx", "decoder.int8.onnx"
+
+
+def _export(model, dims: dict, out_dir: Path, opset: int = 17) -> None:
+    import torch
+
+    class EncoderGraph(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, mel):
+            return self.m.cross_kv(mel)
+
+    class DecoderGraph(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, tokens, past, cross_kv):
+            return self.m.decode(tokens, past, cross_kv)
+
+    hd = dims["d_model"] // dims["decoder_heads"]
+    mel = torch.zeros(1, dims["n_mels"], 2 * dims["n_audio_ctx"])
+    with torch.no_grad():
+        cross = model.cross_kv(mel)
+        torch.onnx.export(EncoderGraph(model), (mel,), str(out_dir / ENCODER_FILE), input_names=["mel"],
+                          output_names=["cross_kv"], opset_version=opset, dynamo=False)
+        tokens = torch.zeros(1, 3, dtype=torch.int64)
+        past = torch.zeros(5, dims["decoder_layers"], 2, dims["decoder_heads"], hd)
+        torch.onnx.export(DecoderGraph(model), (tokens, past, cross), str(out_dir / DECODER_FILE),
+                          input_names=["tokens", "past", "cross_kv"], output_names=["logits", "new_kv"],
+                          dynamic_axes={"tokens": {1: "K"}, "past": {0: "P"}, "logits": {1: "K"}, "new_kv": {0: "K"}},
+                          opset_version=opset, dynamo=False)
+
+
+def _validate(model, dims: dict, out_dir: Path, decoder_file: str, tol: float) -> float:
+    """Compare ORT against torch on random audio and a cache with and without history."""
+    import onnxruntime as ort
+    import torch
+
+    rng = np.random.default_rng(0)
+    mel = rng.uniform(-1.0, 1.5, size=(1, dims["n_mels"], 2 * dims["n_audio_ctx"])).astype(np.float32)
+    opts = ort.SessionOptions()
+    enc = ort.InferenceSession(str(out_dir / ENCODER_FILE), opts, providers=["CPUExecutionProvider"])
+    dec = ort.InferenceSession(str(out_dir / decoder_file), opts, providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        cross_t = model.cross_kv(torch.from_numpy(mel))
+        cross_o = enc.run(None, {"mel": mel})[0]
+        worst = float(np.abs(cross_t.numpy() - cross_o).max())
+        hd = dims["d_model"] // dims["decoder_heads"]
+        for n_past, k in ((0, 4), (7, 1), (7, 5)):
+            tokens = rng.integers(0, dims["n_vocab"], size=(1, k)).astype(np.int64)
+            past = rng.normal(size=(n_past, dims["decoder_layers"], 2, dims["decoder_heads"], hd)).astype(np.float32)
+            lt, kvt = model.decode(torch.from_numpy(tokens), torch.from_numpy(past), cross_t)
+            lo, kvo = dec.run(None, {"tokens": tokens, "past": past, "cross_kv": cross_o})
+            worst = max(worst, float(np.abs(lt.numpy() - lo).max()), float(np.abs(kvt.numpy() - kvo).max()))
+    if worst > tol:
+        raise RuntimeError(f"ONNX export of {decoder_file} disagrees with torch: max |diff| {worst:.3g} > {tol}")
+    return worst
+
+
+def convert_onnx(name: str, out_dir: str | Path) -> Path:
+    """Convert one packaged model into ``out_dir`` (ONNX graphs, tokenizer, model.json)."""
+    started = time.perf_counter()
+    files = source_files(name)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = json.loads(files["config"].read_text())
+    state, dims = load_ct2_weights(files["weights"])
+    multilingual = dims["n_vocab"] >= 51865
+    quantize = name == "whisper-tiny.en"
+    model = build_torch_model(state, dims, tied_output=not quantize)
+    _export(model, dims, out_dir)
+    diff = _validate(model, dims, out_dir, DECODER_FILE, tol=2e-3)
+    log.info("%s: ONNX Runtime matches torch (max |diff| %.2e over cross K/V, logits, new_kv)", name, diff)
+    print(f"[as2d-whisper] {name}: ONNX Runtime matches torch, max |diff| {diff:.2e}")
+    outputs = [ENCODER_FILE, DECODER_FILE]
+    if quantize:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(str(out_dir / DECODER_FILE), str(out_dir / DECODER_INT8_FILE), weight_type=QuantType.QInt8)
+        outputs.append(DECODER_INT8_FILE)
+    shutil.copyfile(files["tokenizer"], out_dir / "tokenizer.json")
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "name": name,
+        "vocabulary": files["vocabulary"],
+        "multilingual": multilingual,
+        "dims": dims,
+        "files": outputs + ["tokenizer.json"],
+        "cache_layout": "past/new_kv: [positions, decoder_layers, 2 (k, v), heads, head_dim]",
+        "cross_kv_layout": "[decoder_layers, 2 (k, v), heads, n_audio_ctx, head_dim]",
+        "max_length": dims["n_text_ctx"],
+        **special_tokens(files["tokenizer"], config, multilingual),
+        "source_packages": files["packages"],
+        "validation_max_abs_diff": diff,
+    }
+    (out_dir / "model.json").write_text(json.dumps(meta, indent=1))
+    print(f"[as2d-whisper] {name}: converted into {out_dir} in {time.perf_counter() - started:.1f} s")
+    return out_dir

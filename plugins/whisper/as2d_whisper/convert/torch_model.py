@@ -1,0 +1,142 @@
+"""Whisper as a small torch module with the graph contract the runtime reads (conversion time only)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_output: bool):
+    """Construct the torch Whisper module and load the converted weights."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    class Attention(nn.Module):
+        def __init__(self, d: int, heads: int):
+            super().__init__()
+            self.heads, self.head_dim = heads, d // heads
+            self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
+
+        def split(self, x):  # [T, d] -> [H, T, hd]
+            return x.reshape(x.shape[0], self.heads, self.head_dim).transpose(0, 1)
+
+        def attend(self, q, k, v, mask=None):
+            scores = torch.matmul(q, k.transpose(1, 2)) * (1.0 / math.sqrt(self.head_dim))
+            if mask is not None:
+                scores = scores + mask
+            out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [H, T, hd]
+            return self.out_proj(out.transpose(0, 1).reshape(out.shape[1], -1))
+
+    class EncoderLayer(nn.Module):
+        def __init__(self, d: int, heads: int):
+            super().__init__()
+            self.self_attn = Attention(d, heads)
+            self.self_attn_layer_norm, self.final_layer_norm = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):  # [T, d]
+            h = self.self_attn_layer_norm(x)
+            a = self.self_attn
+            x = x + a.attend(a.split(a.q_proj(h)), a.split(a.k_proj(h)), a.split(a.v_proj(h)))
+            return x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
+
+    class DecoderLayer(nn.Module):
+        def __init__(self, d: int, heads: int):
+            super().__init__()
+            self.self_attn, self.encoder_attn = Attention(d, heads), Attention(d, heads)
+            self.self_attn_layer_norm = nn.LayerNorm(d)
+            self.encoder_attn_layer_norm = nn.LayerNorm(d)
+            self.final_layer_norm = nn.LayerNorm(d)
+            self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x, past_k, past_v, cross_k, cross_v, mask):
+            h = self.self_attn_layer_norm(x)
+            a = self.self_attn
+            k_new, v_new = a.k_proj(h), a.v_proj(h)  # [K, d]
+            k = torch.cat([past_k, a.split(k_new)], dim=1)
+            v = torch.cat([past_v, a.split(v_new)], dim=1)
+            x = x + a.attend(a.split(a.q_proj(h)), k, v, mask)
+            c = self.encoder_attn
+            x = x + c.attend(c.split(c.q_proj(self.encoder_attn_layer_norm(x))), cross_k, cross_v)
+            x = x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
+            shape = (k_new.shape[0], a.heads, a.head_dim)
+            return x, k_new.reshape(shape), v_new.reshape(shape)
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            d = dims["d_model"]
+            self.conv1 = nn.Conv1d(dims["n_mels"], d, 3, padding=1)
+            self.conv2 = nn.Conv1d(d, d, 3, stride=2, padding=1)
+            self.embed_positions = nn.Embedding(dims["n_audio_ctx"], d)
+            self.layers = nn.ModuleList(EncoderLayer(d, dims["encoder_heads"]) for _ in range(dims["encoder_layers"]))
+            self.layer_norm = nn.LayerNorm(d)
+
+        def forward(self, mel):  # [1, n_mels, 3000] -> [1500, d]
+            x = F.gelu(self.conv2(F.gelu(self.conv1(mel))))[0].transpose(0, 1)
+            x = x + self.embed_positions.weight
+            for layer in self.layers:
+                x = layer(x)
+            return self.layer_norm(x)
+
+    class Decoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            d = dims["d_model"]
+            self.embed_tokens = nn.Embedding(dims["n_vocab"], d)
+            self.embed_positions = nn.Embedding(dims["n_text_ctx"], d)
+            self.layers = nn.ModuleList(DecoderLayer(d, dims["decoder_heads"]) for _ in range(dims["decoder_layers"]))
+            self.layer_norm = nn.LayerNorm(d)
+
+    class Whisper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = nn.Module()
+            self.model.encoder, self.model.decoder = Encoder(), Decoder()
+            # The output weight is stored once as [d, vocab]: the logits are a MatMul
+            # with a constant (which the int8 quantizer handles) and, when tied, the
+            # token lookup gathers columns of the same tensor instead of a second copy.
+            self.proj_out_t = nn.Parameter(torch.empty(dims["d_model"], dims["n_vocab"]))
+
+        def cross_kv(self, mel):
+            """Encoder plus every decoder layer's cross K/V: [L, 2, H, T_audio, hd]."""
+            x = self.model.encoder(mel)
+            kv = []
+            for layer in self.model.decoder.layers:
+                c = layer.encoder_attn
+                kv.append(torch.stack([c.split(c.k_proj(x)), c.split(c.v_proj(x))]))
+            return torch.stack(kv)
+
+        def decode(self, tokens, past, cross_kv):
+            """Append tokens [1,K] after the P cached positions in past [P, L, 2, H, hd]."""
+            dec = self.model.decoder
+            n_past, n_new = past.shape[0], tokens.shape[1]
+            positions = torch.arange(n_new, dtype=torch.int64) + n_past
+            if tied_output:
+                embedded = torch.index_select(self.proj_out_t, 1, tokens[0]).t()
+            else:
+                embedded = dec.embed_tokens(tokens[0])
+            x = embedded + dec.embed_positions(positions)
+            key_pos = torch.arange(n_new + n_past, dtype=torch.int64)
+            mask = torch.where(key_pos.unsqueeze(0) > positions.unsqueeze(1),
+                               torch.tensor(float("-inf")), torch.tensor(0.0))
+            new_k, new_v = [], []
+            for i, layer in enumerate(dec.layers):
+                pk = past[:, i, 0].transpose(0, 1)  # [H, P, hd]
+                pv = past[:, i, 1].transpose(0, 1)
+                x, k, v = layer(x, pk, pv, cross_kv[i, 0], cross_kv[i, 1], mask)
+                new_k.append(k)
+                new_v.append(v)
+            x = dec.layer_norm(x)
+            logits = torch.matmul(x, self.proj_out_t).unsqueeze(0)
+            new_kv = torch.stack([torch.stack([k, v], dim=1) for k, v in zip(new_k, new_v)], dim=1)
+            return logits, new_kv  # [1,K,V], [K, L, 2, H, hd]
+
+    model = Whisper()
+    tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items() if k != "proj_out.weight"}
+    tensors["proj_out_t"] = torch.from_numpy(np.ascontiguousarray(state["proj_out.weight"].T))
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    if missing or unexpected:
+        raise RuntimeError(f"weight mapping mismatch: missing={missing} unexpected={unexpected}")
+    return model.eval()
