@@ -6,9 +6,7 @@ words are target-only's; they are in order and inside their segments, and they m
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import attrs
 import numpy as np
@@ -23,7 +21,6 @@ from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from conftest import HAVE_SHARED, speech_audio, speech_row
 from tiny_lm import TinyLM
 
-REPO = Path(__file__).resolve().parents[1]
 # the repository's windows, then (when present) shared ones: one more English voice and a language
 # written without spaces, whose words are characters
 WINDOWS = ["cmu_cards_en_w00", "librivox_sense_en_w00"] + (["jfk_en_w00", "fleurs_ja_w00"] if HAVE_SHARED else [])
@@ -130,25 +127,18 @@ def test_words_are_in_order_inside_their_window_and_spell_its_text(transcripts):
         assert "".join(w.word for w in words).strip() == window.text, item
 
 
-def _script():
-    """scripts/word_timestamps.py: the faster-whisper side of the comparison (its benchmark runs it whole)."""
-    spec = importlib.util.spec_from_file_location("word_timestamps", REPO / "scripts" / "word_timestamps.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_words_match_faster_whisper_word_timestamps(transcripts):
     """The same method on the same weights and tokens: median start and end differences at most 50 ms,
-    p95 at most 250 ms (``scripts/word_timestamps.py`` compares with faster-whisper's whole decode)."""
+    p95 at most 250 ms (``as2d whisper-words`` compares with faster-whisper's whole decode too)."""
     pytest.importorskip("faster_whisper", reason="compares with faster-whisper: pip install 'as2d[bench]'")
-    script = _script()
-    model = script.faster_whisper_model()
+    from as2d_whisper import word_check  # the faster-whisper side of ``as2d whisper-words``
+
+    model = word_check.faster_whisper_model()
     starts, ends = [], []
     for item, transcript in transcripts.items():
         result = transcript.windows[0].result
-        theirs = script.same_token_words(model, speech_audio(item), result.language, result.tokens)
-        window_starts, window_ends, paired = script.paired_differences(result.words, theirs)
+        theirs = word_check.same_token_words(model, speech_audio(item), result.language, result.tokens)
+        window_starts, window_ends, paired = word_check.paired_differences(result.words, theirs)
         assert paired == len(result.words) == len(theirs), item  # the same words, in the same places
         starts += window_starts
         ends += window_ends

@@ -277,3 +277,10 @@ def register_peers(register):
     register("hf-assisted", _hf_assisted, default=True,
              description="transformers assisted generation: whisper-base target, tiny.en assistant")
 
+
+@hookimpl
+def register_commands(cli):
+    """``as2d whisper-words``: word timestamps against faster-whisper's (it reaches faster-whisper's internals)."""
+    from .word_check import words_command
+
+    cli.add_command(words_command)

@@ -1,6 +1,6 @@
 """Word timestamps (issue 23): as2d's words against faster-whisper's ``word_timestamps=True``, and what they cost.
 
-On each window of a manifest (default: the English windows of ../shared/data/speech), as2d transcribes
+On each window of a manifest (e.g. ../shared/data/speech/windows.jsonl, English only by default), as2d transcribes
 with ``word_timestamps`` and checks against target-only (words too), and faster-whisper (float32, the
 same whisper-base weights, greedy, no timestamps) transcribes with ``word_timestamps=True``. Reported:
 
@@ -13,38 +13,39 @@ same whisper-base weights, greedy, no timestamps) transcribes with ``word_timest
   each ran in the pipeline (as2d first, then its check), and the median of ``--repeats`` more rounds of
   both methods decoding and timing words, in alternating order (on a busy machine one sample says little).
 
-    .venv/bin/python scripts/word_timestamps.py --out bench-out/word_timestamps.json
-    .venv/bin/python scripts/word_timestamps.py --repeats 5 --no-faster-whisper   # the cost alone
+    as2d whisper-words ../shared/data/speech/windows.jsonl --out bench-out/word_timestamps.json
+    as2d whisper-words ../shared/data/speech/windows.jsonl --repeats 5 --no-faster-whisper   # the cost alone
+
+A command of the Whisper plugin (``register_commands``): it reaches faster-whisper's internals, which no
+client of the core may import.
 """
 from __future__ import annotations
 
-import argparse
 import difflib
 import inspect
 import json
 import time
 from pathlib import Path
 
+import click
 import numpy as np
 
-from as2d_core.input.audio import load_audio
-from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, build_part, build_source
-from as2d_core.decode import run_request
-from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core import load_audio, run_request
 from as2d_core.decode.words import add_words
+from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, build_part, build_source
 
 COST_LABELS = {"as2d_words_s": "as2d in the pipeline", "target_only_words_s": "target-only in its check",
                "as2d_words_s_rounds": "as2d over rounds", "target_only_words_s_rounds": "target-only over rounds",
                "as2d_words_cpu_s_rounds": "as2d over rounds, CPU",
                "target_only_words_cpu_s_rounds": "target-only over rounds, CPU"}
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "speech" / "windows.jsonl"
 
 
 def faster_whisper_model(threads: int = 2):
     """faster-whisper on whisper-base's CTranslate2 folder (built from the PyPI packages, no download)."""
     from faster_whisper import WhisperModel
 
-    from as2d_whisper.peers import build_ct2_folder
+    from .peers import build_ct2_folder
 
     return WhisperModel(str(build_ct2_folder()), device="cpu", compute_type="float32", cpu_threads=threads)
 
@@ -110,33 +111,35 @@ def stats(values: list[float]) -> dict:
             "max_ms": 1000 * float(np.max(values))}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("manifest", nargs="?", type=Path, default=SHARED)
-    parser.add_argument("--lang", default="en", help="only the windows in this language ('' for all)")
-    parser.add_argument("--target", default=DEFAULT_TARGET)
-    parser.add_argument("--source", default=DEFAULT_SOURCE)
-    parser.add_argument("--repeats", type=int, default=3, help="rounds of both methods timing words, per window")
-    parser.add_argument("--no-faster-whisper", dest="faster_whisper", action="store_false",
-                        help="measure the cost only")
-    parser.add_argument("--out", type=Path, default=None, help="JSON with every window's numbers and words")
-    args = parser.parse_args(argv)
-    rows = [json.loads(line) for line in args.manifest.read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if not args.lang or r.get("lang") == args.lang]
-    target, source = build_part("target", args.target), build_source(args.source)
-    fw = faster_whisper_model() if args.faster_whisper else None
+@click.command("whisper-words")
+@click.argument("manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--lang", default="en", show_default=True, help="only the windows in this language ('' for all)")
+@click.option("--target", default=DEFAULT_TARGET, show_default=True)
+@click.option("--source", default=DEFAULT_SOURCE, show_default=True)
+@click.option("--repeats", type=int, default=3, show_default=True,
+              help="rounds of both methods timing words, per window")
+@click.option("--faster-whisper/--no-faster-whisper", default=True, help="--no-faster-whisper: measure the cost only")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="JSON with every window's numbers and words")
+def words_command(manifest: Path, lang: str, target: str, source: str, repeats: int, faster_whisper: bool,
+                  out: Path | None) -> None:
+    """Word timestamps against faster-whisper's word_timestamps=True, and what they cost (whisper-base windows)."""
+    rows = [json.loads(line) for line in manifest.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if not lang or r.get("lang") == lang]
+    target_part, source_part = build_part("target", target), build_source(source)
+    fw = faster_whisper_model() if faster_whisper else None
     windows, totals = [], {"own": ([], [], 0, 0), "same": ([], [], 0, 0)}
     for row in rows:
-        audio = load_audio(args.manifest.parent / row["path"])
-        pipeline = Pipeline(target, source, PipelineOptions(language=row.get("lang"), word_timestamps=True))
+        audio = load_audio(manifest.parent / row["path"])
+        pipeline = Pipeline(target_part, source_part, PipelineOptions(language=row.get("lang"), word_timestamps=True))
         transcript = pipeline.transcribe(audio, request_id=row["id"], check=True)
         (window,) = transcript.windows
         result, reference = window.result, window.reference
         entry = {"id": row["id"], "exact": window.exact, "words_exact": result.words == reference.words,
                  "words": len(result.words), "tokens": len(result.tokens), "as2d_words_s": result.words_s,
                  "target_only_words_s": reference.words_s}
-        if args.repeats:
-            entry.update(alternating_costs(pipeline, pipeline.request(f"{row['id']}-cost", audio), args.repeats))
+        if repeats:
+            entry.update(alternating_costs(pipeline, pipeline.request(f"{row['id']}-cost", audio), repeats))
         if fw is not None:
             started = time.perf_counter()
             own = own_decode_words(fw, audio, result.language)
@@ -170,10 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     print("\ntiming the words per window, median over the windows: "
           + ", ".join(f"{label} {ms:.0f} ms" for label, ms in summary["words_ms"].items())
           + f"; as2d's words equal target-only's on every window: {summary['all_exact']}")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"summary": summary, "windows": windows}, ensure_ascii=False, indent=1))
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"summary": summary, "windows": windows}, ensure_ascii=False, indent=1))
 
-
-if __name__ == "__main__":
-    main()
