@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from as2d_core import DecodeOptions, Request, load_audio, run_request
-from as2d_core.setup.paths import models_dir
-from as2d_core.setup.plugins import load_registry
+from as2d_core.setup.build import build_part
+from as2d_core.setup.catalog import resolve_bridge
 
 SPEECH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech"
 
@@ -32,11 +32,11 @@ SPEECH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speec
 def build(kind: str, spec: str):
     """A registered part; ``NAME:key=int,...`` passes options to its factory."""
     name, _, rest = spec.partition(":")
-    options = {"models_dir": models_dir()}
+    options = {}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
         options[{"first": "first_call_tokens", "margin": "audio_margin_s"}.get(key, key)] = int(value)
-    return load_registry().get(kind, name).factory(options)
+    return build_part(kind, name, **options)
 
 
 def windows(manifest: Path, limit: int | None) -> list[tuple[str, Request]]:
@@ -88,11 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     for target_name, target in targets.items():
         run_request(items[0][1], target, None, "target-only")  # warm-up: sessions and caches, off the record
         for spec, source in drafters.items():
+            bridge = resolve_bridge(source, target)
             drafter_alone(source, items[0][1], args.drafter_threads)
             for window, request in items:
                 alone = [drafter_alone(source, request, args.drafter_threads) for _ in range(args.repeats)]
                 reference = [run_request(request, target, None, "target-only") for _ in range(args.repeats)]
-                as2d = [run_request(request, target, source, "as2d", options) for _ in range(args.repeats)]
+                as2d = [run_request(request, target, source, "as2d", options, bridge=bridge)
+                        for _ in range(args.repeats)]
                 median = lambda xs: statistics.median(xs)  # noqa: E731
                 row = {
                     "target": target_name, "drafter": spec, "window": window,
