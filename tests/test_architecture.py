@@ -1,8 +1,11 @@
 """The architecture contracts in pyproject.toml ([tool.importlinter]) hold.
 
-The core never imports a plugin, a model runtime or its own clients (bench, tuning); bridges import
-no plugin; plugins never import the clients; tuning sits above bench, bench above the core. Run
-here as well as in CI so that the README's test command checks them too.
+The core never imports a plugin, a model runtime or its own clients (bench, tuning); the clients and
+scripts/ import no plugin and no model runtime (peers come through a hook); bridges import no plugin;
+plugins never import the clients nor the core's command line; tuning sits above bench, bench above the
+core. Inside the core, ``contracts`` imports nothing else of it, ``decode`` neither ``input`` nor
+``cli``, and only ``cli`` imports ``cli``. Run here as well as in CI so that the README's test command
+checks them too.
 """
 import subprocess
 import sys
