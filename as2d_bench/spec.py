@@ -83,13 +83,13 @@ class BenchSpec:
 
     def check_names(self) -> None:
         """Every named part is registered here (without loading a model): a typo fails before any work."""
-        from as2d_core.setup.build import PROCESS_SUFFIX
         from as2d_core.setup.plugins import load_registry
+        from as2d_core.setup.source_spec import SourceSpec
 
         registry = load_registry()
         registry.get("target", self.target)
         for name in self.source_names:
-            registry.get("source", name.removesuffix(PROCESS_SUFFIX))
+            registry.get("source", SourceSpec.parse(name).name)
 
     def build(self, out_dir: Path, **bench_options) -> Bench:
         """Load the models on this machine and return the bench that runs them.

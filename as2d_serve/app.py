@@ -34,6 +34,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
+from as2d_core.setup.options import SERVE
+
 from .formats import FORMATS, stream_done, subtitles, verbose_json
 from .metrics import Metrics
 from .service import Ask, Cancel, Cancelled, InputError, TranscriptionService
@@ -54,11 +56,13 @@ _END = object()  # a stream's decode has finished
 
 @attrs.frozen
 class Limits:
-    queue_size: int = 8  # requests waiting for a decode slot
-    max_upload_bytes: int = 25 * 1024 * 1024  # OpenAI's own limit
-    deadline_s: float = 120.0  # from arrival to answer
+    """What the server admits and how long it waits; the defaults are ``as2d serve``'s (``options.SERVE``)."""
+
+    queue_size: int = SERVE["queue_size"].default  # requests waiting for a decode slot
+    max_upload_bytes: int = int(SERVE["max_upload_mb"].default * 1024 * 1024)
+    deadline_s: float = SERVE["deadline_s"].default  # from arrival to answer
     api_key: str | None = None
-    grace_s: float = 20.0  # after a stop signal, for decodes under way (Kubernetes allows 30 s in all)
+    grace_s: float = SERVE["grace_s"].default  # after a stop signal, for decodes under way
 
 
 class QueueFull(Exception):

@@ -10,6 +10,7 @@ from as2d_core.cli.shared import MODEL_KEYS, command_config, given, model_flags
 from as2d_core.decode import METHODS
 from as2d_core.decode.faults import FAULTS
 from as2d_core.setup.hookspecs import hookimpl
+from as2d_core.setup.options import SERVE
 
 API_KEY_ENV = "AS2D_API_KEY"
 
@@ -22,17 +23,15 @@ API_KEY_ENV = "AS2D_API_KEY"
               help="The requests' default method (default with --config: its method).")
 @click.option("--decodes", type=int, default=None,
               help="Transcriptions at a time, each with its own copy of the models [default: one per two cores].")
-@click.option("--queue-size", type=int, default=8, show_default=True, help="Requests that may wait; more get 429.")
-@click.option("--max-upload-mb", type=float, default=25.0, show_default=True, help="Larger uploads get 413.")
-@click.option("--deadline", "deadline_s", type=float, default=120.0, show_default=True,
-              help="Seconds from arrival to answer; later ones get 504 and their decoding is stopped.")
-@click.option("--grace-s", type=click.FloatRange(min=0), default=20.0, show_default=True,
-              help="After SIGINT/SIGTERM, seconds that decodes under way may finish in; then 503 with Retry-After.")
+@SERVE["queue_size"].option
+@SERVE["max_upload_mb"].option
+@SERVE["deadline_s"].option
+@SERVE["grace_s"].option
 @click.option("--api-key", default=None, help=f"Require 'Authorization: Bearer KEY' (or set ${API_KEY_ENV}).")
 @click.option("--fault", "faults", type=click.Choice(FAULTS), multiple=True,
               help="Inject this drafter fault (repeat for several, used in turn); for tests and soaks.")
-@click.option("--fault-every", type=int, default=1, show_default=True, help="Inject a fault on every n-th request.")
-@click.option("--stall-s", type=float, default=20.0, show_default=True, help="How long the 'stall' fault blocks.")
+@SERVE["fault_every"].option
+@SERVE["stall_s"].option
 @click.option("--log-level", default="warning", show_default=True)
 @click.pass_context
 def serve(ctx, host, port, method, decodes, queue_size, max_upload_mb, deadline_s, grace_s, api_key, faults,
@@ -45,9 +44,8 @@ def serve(ctx, host, port, method, decodes, queue_size, max_upload_mb, deadline_
     from .service import ServeSettings, TranscriptionService
 
     decodes = decodes if decodes is not None else max(1, (os.cpu_count() or 2) // 2)
-    for name, value in (("--decodes", decodes), ("--fault-every", fault_every), ("--queue-size", queue_size + 1)):
-        if value < 1:
-            _fail(f"{name} must be at least {1 if name != '--queue-size' else 0}")
+    if decodes < 1:
+        _fail("--decodes must be at least 1")
     config, report = command_config(ctx, MODEL_KEYS, method if given(ctx, "method") else None)
     try:
         settings = ServeSettings(config, report, decodes=decodes, faults=tuple(faults), fault_every=fault_every,

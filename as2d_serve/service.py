@@ -18,14 +18,15 @@ from collections.abc import Callable
 import attrs
 import numpy as np
 
-from as2d_core.setup.build import PROCESS_SUFFIX, build_parts, build_source, pipeline_options, source_spec
+from as2d_core.setup.build import build_parts, build_source, pipeline_options, source_spec
 from as2d_core.setup.config import Config, Report
 from as2d_core.contracts import SAMPLE_RATE, Request
 from as2d_core.decode import METHODS
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.setup.options import SERVE, DecodeOptions
 from as2d_core.decode.faults import FaultLandingTarget, FaultySource, check_fault
 from as2d_core.input.pipeline import Pipeline, Transcript, default_detector
 from as2d_core.setup.plugins import load_registry
+from as2d_core.setup.source_spec import SourceSpec
 from as2d_core.decode.words import prepare_words
 
 
@@ -145,8 +146,8 @@ class ServeSettings:
     report: Report | None = None
     decodes: int = 1  # transcriptions at a time, each with its own copy of the models
     faults: tuple[str, ...] = ()  # drafter faults to inject, in turn
-    fault_every: int = 1  # inject on every n-th request
-    stall_s: float = 20.0
+    fault_every: int = SERVE["fault_every"].default  # inject on every n-th request
+    stall_s: float = SERVE["stall_s"].default
 
 
 class Worker:
@@ -275,9 +276,8 @@ class TranscriptionService:
             except ValueError as exc:
                 raise InputError(str(exc)) from exc
         if source is not None:
-            base = source[: -len(PROCESS_SUFFIX)] if source.endswith(PROCESS_SUFFIX) else source
             available = self.available_sources()
-            if base not in available and source != self.default_source:
+            if SourceSpec.parse(source).name not in available and source != self.default_source:
                 raise InputError(f"unknown source {source!r}; this server can draft with: {', '.join(available)}")
         if language is not None and (not language.isascii() or not language.isalpha() or len(language) > 8):
             raise InputError(f"unknown language {language!r}; give a language code such as 'en'")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from as2d_core.setup.options import STARTS
+from as2d_core.setup.options import STARTS, bounds, decode_flag
 
 from .replay import CLOCKS, PUBLICATION
 
@@ -128,14 +128,15 @@ def profile(config_path, out_path, audio_paths, kmax, offsets, repeats, warmup, 
     from .profile import LENGTHS, Measurement, ProfileError, build_profile, plot_r_of_k
 
     nice = _numbers(niceness, "--nice") if niceness else None
-    if nice is not None and (not nice or any(not 0 <= n <= 19 for n in nice)):
-        _fail(f"--nice values must be between 0 and 19, got {niceness}")
+    low, high = bounds("drafter_nice")
+    if nice is not None and (not nice or any(not low <= n <= high for n in nice)):
+        _fail(f"--nice values must be between {low} and {high}, got {niceness}")
     grid = _numbers(lengths, "--lengths", float) if lengths else list(LENGTHS)
     if not grid or min(grid) <= 0:
         _fail(f"--lengths must be positive seconds, got {lengths}")
     audio = _calibration_audio(audio_paths)
     config, target, source = _load_config(config_path)
-    options = config.decode_options()
+    options = config.decode
     nice = nice or sorted({options.drafter_nice, options.guess_nice})
     sources = {} if source is None else {source.name: source}
     try:
@@ -191,12 +192,12 @@ def profile(config_path, out_path, audio_paths, kmax, offsets, repeats, warmup, 
 @click.option("--budgets", default=None, help="Re-simulate as2d at these budgets (e.g. 1-16, 3,7); default: as traced.")
 @click.option("--publication", type=click.Choice(PUBLICATION), default="profile", show_default=True,
               help="Drafter publication times re-priced by the profile, or the traced native times.")
-@click.option("--align-window", type=int, default=8, show_default=True)
+@decode_flag("align_window")
 @click.option("--compare-native/--no-compare-native", default=None,
               help="Add native TPS and replay_mae_pct on both clocks (default: when the profile was measured on the "
                    "kind of machine that ran the traces).")
 @click.option("--languages", default=None, help="Only windows of these comma-separated languages.")
-@click.option("--nice", "niceness", type=click.IntRange(0, 19), default=None,
+@click.option("--nice", "niceness", type=click.IntRange(*bounds("drafter_nice")), default=None,
               help="Re-price the as2d runs with the drafter at this niceness (default: as traced).")
 @click.option("--start", type=click.Choice(STARTS), default=None,
               help="Re-price the as2d runs with the drafter started at arrival or once prepared (default: as traced).")
@@ -328,7 +329,7 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
               help="Reuse saved trajectories instead of collecting them (repeatable).")
 @click.option("--work", "work_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where collected traces and the plot go (default: next to OUT).")
-@click.option("--align-window", type=int, default=8, show_default=True)
+@decode_flag("align_window")
 @click.option("--clock", type=click.Choice(CLOCKS), default="e2e", show_default=True,
               help="Rank on the user's clock (arrival to final token) or the paper's decode clock (after preparation).")
 @click.option("--nice", "niceness", default=None,
@@ -386,7 +387,7 @@ def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path
         traces = []
         try:
             for manifest in dict.fromkeys([dev_manifest, test_manifest]):
-                traces += collect(manifest, target, parts, config.decode_options(), work_dir / manifest.stem,
+                traces += collect(manifest, target, parts, config.decode, work_dir / manifest.stem,
                                   progress=not as_json)
         except (ConfigMismatch, MixedMachines) as exc:  # traces collected before, under another configuration
             _fail(str(exc))

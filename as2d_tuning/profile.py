@@ -47,6 +47,7 @@ from as2d_core.setup.catalog import bridge_for
 from as2d_core.contracts import Request, Source, Target
 from as2d_core.decode import run_request
 from as2d_core.setup.options import DecodeOptions
+from as2d_core.setup.source_spec import SourceSpec
 from as2d_core.decode.events import TARGET_KINDS
 from as2d_core.workers.priority import lower_thread_priority, run_at_lower_priority
 from .costs import FORMAT
@@ -76,7 +77,7 @@ def stat(samples: Sequence[float], what: str = "samples") -> dict:
 
 def model_version(models_dir: Path, name: str) -> dict:
     """A model folder's identity: hash of its metadata and the sizes of its files (weights not re-read)."""
-    folder = Path(models_dir) / name.removesuffix("+process")
+    folder = Path(models_dir) / SourceSpec.parse(name).name
     if not folder.is_dir():
         return {"name": name, "folder": None}
     files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
@@ -611,12 +612,12 @@ def build_profile(config, measurement: Measurement, models_dir: Path | None = No
         "packages": package_versions(),
         "code": code_version(part_packages(target, *measurement.sources.values())),
         "target": {"model": config.target.model, "backend": config.target.backend, "device": config.target.device,
-                   "threads": config.target.threads, "shared_threads": config.target.shared_threads,
+                   "threads": config.decode.target_threads, "shared_threads": config.decode.shared_target_threads,
                    "devices_in_use": _jsonable(target.device_in_use)},
         "source": None if config.source is None else {
             "name": names[0] if names else config.source.name, "backend": config.source.backend,
-            "device": config.source.device, "threads": config.source.threads,
-            "publication_size": config.source.publication_size, "process": config.source.process},
+            "device": config.source.device, "threads": config.decode.drafter_threads,
+            "publication_size": config.decode.publication_size, "process": config.source.process},
         "options": attrs.asdict(measurement.options),
         "protocol": {"widths": f"1..{measurement.kmax}", "offsets": list(measurement.offsets),
                      "repeats": measurement.repeats, "warmup": measurement.warmup,

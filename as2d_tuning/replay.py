@@ -34,7 +34,7 @@ import attrs
 
 from as2d_core.decode import Counters, PublishedProposer, TargetOnly, target_loop
 
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.setup.options import DEFAULTS, DecodeOptions
 from as2d_core.decode.events import EventLog
 from as2d_core.setup.options import STARTS
 from as2d_core.setup.options import parse_budgets  # noqa: F401  (one budget-list rule, with the engine's cap)
@@ -414,7 +414,7 @@ def _run_loop(record: Record, target: PricedTarget, published: PricedRecord | No
     return trace
 
 
-def simulate(record: Record, costs: Costs, budget: int | None, align_window: int = 8,
+def simulate(record: Record, costs: Costs, budget: int | None, align_window: int = DEFAULTS.align_window,
              publication: str = "profile", confidence_stop: float | None = None,
              eos_token: int | None = None, niceness: int | None = None, start: str | None = None) -> Replayed:
     """Re-run the request on a simulated clock; ``budget=None`` means target-only.
@@ -458,7 +458,8 @@ def simulate(record: Record, costs: Costs, budget: int | None, align_window: int
     return out
 
 
-def replay_native(record: Record, align_window: int = 8, confidence_stop: float | None = None) -> Replayed:
+def replay_native(record: Record, align_window: int = DEFAULTS.align_window,
+                  confidence_stop: float | None = None) -> Replayed:
     """Replay a native as2d trace at its own measured costs: each round sees what the native round saw
     and each call costs what it cost natively (up to the next round's call).
 
@@ -508,7 +509,7 @@ def price_serial(record: Record, costs: Costs) -> Replayed:
     return out
 
 
-def replay_record(record: Record, costs: Costs, budget: int | None = None, align_window: int = 8,
+def replay_record(record: Record, costs: Costs, budget: int | None = None, align_window: int = DEFAULTS.align_window,
                   publication: str = "profile", niceness: int | None = None, start: str | None = None) -> Replayed:
     """Price one trace; ``budget``, ``niceness`` and ``start`` override the traced ones of a decoupled method."""
     if record.method in SERIAL:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import attrs
 
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.setup.options import DEFAULTS
+from as2d_core.setup.source_spec import SourceSpec
 from .costs import Costs, MissingCost
 from .replay import DECOUPLED, Record, record_of, replay_record
 from .tasks import local_map
@@ -62,9 +63,9 @@ def missing_windows(records: dict[str, dict[str, Record]], windows: Sequence[str
     return {s: ws for s, ws in out.items() if ws}
 
 
-def price_cells(per: dict[str, Record], costs: Costs, budget: int, windows: Sequence[str], align_window: int = 8,
-                niceness: int | None = None, start: str | None = None, clock: str = "e2e"
-                ) -> dict[str, tuple[int, float]]:
+def price_cells(per: dict[str, Record], costs: Costs, budget: int, windows: Sequence[str],
+                align_window: int = DEFAULTS.align_window, niceness: int | None = None, start: str | None = None,
+                clock: str = "e2e") -> dict[str, tuple[int, float]]:
     """{window: (tokens, seconds on ``clock``)} of one source at one budget, niceness and start: one job of the grid."""
     cells = {}
     for w in windows:
@@ -77,8 +78,9 @@ def price_cells(per: dict[str, Record], costs: Costs, budget: int, windows: Sequ
 
 
 def price_grid(records: dict[str, dict[str, Record]], costs: Costs, budgets: Sequence[int], windows: Sequence[str],
-               align_window: int = 8, mapper: Callable = local_map, niceness: Sequence[int | None] = (None,),
-               starts: Sequence[str | None] = (None,), clock: str = "e2e") -> dict[Pair, dict[str, tuple[int, float]]]:
+               align_window: int = DEFAULTS.align_window, mapper: Callable = local_map,
+               niceness: Sequence[int | None] = (None,), starts: Sequence[str | None] = (None,),
+               clock: str = "e2e") -> dict[Pair, dict[str, tuple[int, float]]]:
     """{choice: {window: (tokens, seconds)}} for every feasible choice that has a record of every window.
 
     Each choice is an independent job; ``mapper`` runs them (here, or as Ray tasks: ``tasks.ray_map``).
@@ -156,23 +158,23 @@ def config_text(base, pair: Pair, note: str, guessed: bool = False) -> str:
     The niceness goes to ``guess_nice`` when the development requests named no language (the drafter then
     starts on a guess), else to ``nice``.
     """
-    t, s = base.target, base.source
+    t, s, options, spec = base.target, base.source, base.decode, SourceSpec.parse(pair.source)
     lines = [f"# {note}", f'task = "{base.task}"']
     if base.language:
         lines.append(f'language = "{base.language}"')
-    lines += [f"budget = {pair.budget}", f"align_window = {base.align_window}"]
+    lines += [f"budget = {pair.budget}", f"align_window = {options.align_window}"]
     if pair.start is not None:
         lines.append(f'start = "{pair.start}"')
     lines += [f'on_missing_device = "{base.on_missing_device}"', "", "[target]", f'model = "{t.model}"']
     if t.backend:
         lines.append(f'backend = "{t.backend}"')
-    lines += [f'device = "{t.device}"', f"threads = {t.threads}", f"shared_threads = {t.shared_threads}", "",
-              "[source]", f'name = "{pair.source.removesuffix("+process")}"']
+    lines += [f'device = "{t.device}"', f"threads = {options.target_threads}",
+              f"shared_threads = {options.shared_target_threads}", "", "[source]", f'name = "{spec.name}"']
     if s is not None and s.name == pair.source and s.backend:
         lines.append(f'backend = "{s.backend}"')
-    lines += [f'device = "{s.device if s else "cpu"}"', f"threads = {s.threads if s else 1}",
-              f"publication_size = {s.publication_size if s else DecodeOptions().publication_size}"]
-    if pair.source.endswith("+process") or (s is not None and s.process and s.name == pair.source):
+    lines += [f'device = "{s.device if s else "cpu"}"', f"threads = {options.drafter_threads}",
+              f"publication_size = {options.publication_size}"]
+    if not spec.in_process or (s is not None and s.process and s.name == pair.source):
         lines.append("process = true")
     if pair.niceness is not None:
         lines.append(f"{'guess_nice' if guessed else 'nice'} = {pair.niceness}")

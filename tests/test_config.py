@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from as2d_core.setup import catalog, config, plugins
+from as2d_core.setup.source_spec import SourceSpec
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "configs").glob("*.toml"))
@@ -80,12 +81,23 @@ def test_good_config(tmp_path, whisper_registry):
     registry = whisper_registry
     report = _check(tmp_path, GOOD, registry)
     assert report.ok, report.errors
-    options = report.config.decode_options()
+    options = report.config.decode
     assert options.budget == 7 and options.target_threads == 2 and options.drafter_threads == 1
     assert report.config.source.backend == "onnxruntime"  # defaults to the part's first backend
     assert report.config.source.process is False
     report = _check(tmp_path, GOOD.replace("threads = 1", "threads = 1\nprocess = true"), registry)
     assert report.ok and report.config.source.process is True
+    assert str(report.config.source.spec) == "whisper-tiny.en+process"
+
+
+@pytest.mark.parametrize("text, name, in_process", [
+    ("whisper-tiny.en", "whisper-tiny.en", True),
+    ("whisper-tiny.en+process", "whisper-tiny.en", False),
+    ("a+process+process", "a+process", False),  # only the last suffix says where it runs
+])
+def test_source_spec_parses_and_formats_back(text, name, in_process):
+    spec = SourceSpec.parse(text)
+    assert (spec.name, spec.in_process) == (name, in_process) and str(spec) == text
 
 
 @pytest.mark.parametrize(
@@ -122,7 +134,7 @@ def test_timestamps_prompts_and_a_task_the_drafter_cannot_draft(tmp_path, whispe
     report = _check(tmp_path, text, whisper_registry)
     assert report.ok, report.errors
     assert any("source 'whisper-tiny.en' does not draft 'translate'" in w for w in report.warnings), report.warnings
-    options = report.config.decode_options()
+    options = report.config.decode
     assert (options.timestamps, options.prompt, options.hotwords, options.condition_on_previous_text) == (
         "segment", "as2d, Whisper", "CTranslate2", True)
     assert options.request_fields() == {"timestamps": "segment", "prompt": "as2d, Whisper", "hotwords": "CTranslate2"}

@@ -180,6 +180,9 @@ def test_every_configuration_key_arrives(command, method, built, arrived, files,
     options, models = _arrived(command, arrived)
     assert options == expected
     assert models[0] == TARGET and ([SOURCE] if method == "as2d" else []) == models[1:]
+    if command != "bench":  # the bench gives each decode its threads through the options, not when it builds
+        threads = {"target": expected.decode.target_threads, "source": expected.decode.drafter_threads}
+        assert built and all(part_options["threads"] == threads[kind] for kind, _name, part_options in built)
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -66,7 +66,7 @@ def test_config_text_is_a_valid_task_configuration(tmp_path):
     path.write_text(config_text(base, Pair("whisper-tiny.en", 5), "test"))
     report = check_file(path)
     assert report.ok, report.errors
-    assert report.config.budget == 5 and report.config.source.name == "whisper-tiny.en"
+    assert report.config.decode.budget == 5 and report.config.source.name == "whisper-tiny.en"
     assert read(path)["target"]["model"] == base.target.model
     json.dumps(report.as_dict())
 

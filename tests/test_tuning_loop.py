@@ -114,7 +114,7 @@ def test_select_chooses_on_the_users_clock(loop):
     assert report["selected"]["start"] in ("arrival", "prepared") and report["selected"]["niceness"] == 0
     config = check_file(tmp / "selected.toml")
     assert config.ok, config.errors
-    assert config.config.decode_options().start == report["selected"]["start"]
+    assert config.config.decode.start == report["selected"]["start"]
     decode = _invoke(select, [*args[:-3], "--out", tmp / "decode.toml", "--clock", "decode", "--json"])
     assert decode.exit_code == 0 and json.loads(decode.stdout)["clock"] == "decode"
 

@@ -11,6 +11,7 @@ import click
 
 from as2d_core.input.audio import AudioError, read_audio
 from as2d_core.cli.shared import fail, given, model_flags, pipeline_from_flags
+from as2d_core.setup.options import STREAM
 from as2d_core.contracts import SAMPLE_RATE
 from as2d_core.decode import METHODS
 
@@ -28,9 +29,8 @@ def _methods(value: str) -> list[str]:
 
 @click.command()
 @click.argument("audio", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--block-s", type=float, default=4.0, show_default=True, help="Seconds of audio per block.")
-@click.option("--context-s", type=float, default=12.0, show_default=True,
-              help="The context view (audio) persists this long, then resets.")
+@STREAM["block_s"].option
+@STREAM["context_s"].option
 @click.option("--pace", type=click.Choice(PACES), default="realtime", show_default=True,
               help="realtime: each block arrives at its real time; fast: back to back.")
 @click.option("--method", "methods", default="as2d", show_default=True,

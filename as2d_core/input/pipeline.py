@@ -36,7 +36,7 @@ from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
 from as2d_core.contracts import SAMPLE_RATE, Request, Source, Target
 from as2d_core.decode.deltas import TextDeltas
 from as2d_core.decode import METHODS, DecodeResult, OnCommit, run_request
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.setup.options import STREAM, DecodeOptions
 from as2d_core.decode.lookahead import LookaheadSource
 from as2d_core.decode.timestamps import Segment, marked_up
 from as2d_core.setup.plugins import load_registry
@@ -331,7 +331,8 @@ class Pipeline:
             if ahead is not None:
                 ahead.cancel()
 
-    def stream(self, block_s: float = 4.0, context_s: float = 12.0, check: bool = False):
+    def stream(self, block_s: float = STREAM["block_s"].default, context_s: float = STREAM["context_s"].default,
+               check: bool = False):
         """A stream fed block by block (``feed``), each block one request over the current context view."""
         from as2d_core.input.stream import StreamSession
 

@@ -74,7 +74,7 @@ class BlockResult:
 class StreamSession:
     """Feed samples as they arrive; every complete block is decoded at once and returned."""
 
-    def __init__(self, pipeline: "Pipeline", block_s: float = 4.0, context_s: float = 12.0, check: bool = False):
+    def __init__(self, pipeline: "Pipeline", block_s: float, context_s: float, check: bool = False):
         if block_s <= 0 or context_s < block_s:
             raise ValueError(f"need 0 < block ({block_s} s) <= context ({context_s} s)")
         if block_s > pipeline.options.max_window_s or context_s > pipeline.options.max_window_s:

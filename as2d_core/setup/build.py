@@ -15,13 +15,13 @@ from as2d_core.setup.config import Config, Report, check_file, parse, set_values
 from as2d_core.setup.paths import models_dir
 from as2d_core.input.pipeline import PipelineOptions
 from as2d_core.setup.plugins import load_registry
+from as2d_core.setup.source_spec import SourceSpec
 from as2d_core.workers.process_source import ProcessSource
 
 DEFAULT_TARGET = "whisper-base"
 # The faster drafter on the user's clock (BENCHMARKS.md section 6); the serial baselines of
 # ``as2d bench`` keep the ONNX Runtime one, which can score a prefix.
 DEFAULT_SOURCE = "whisper-tiny.en-ct2"
-PROCESS_SUFFIX = "+process"
 
 
 class ConfigProblem(ValueError):
@@ -35,14 +35,14 @@ def build_part(kind: str, name: str, **options):
     return part.factory(options)
 
 
-def build_source(spec: str, **options):
+def build_source(spec: str | SourceSpec, **options):
     """A registered source by name; ``NAME+process`` runs it in its own process (``process_source``)."""
-    if not spec.endswith(PROCESS_SUFFIX):
-        return build_part("source", spec, **options)
-    name = spec[: -len(PROCESS_SUFFIX)]
-    load_registry().get("source", name)  # an unknown name fails here, listing what is installed
+    spec = SourceSpec.parse(spec) if isinstance(spec, str) else spec
+    if spec.in_process:
+        return build_part("source", spec.name, **options)
+    load_registry().get("source", spec.name)  # an unknown name fails here, listing what is installed
     options.setdefault("models_dir", models_dir())
-    return ProcessSource.from_registry(name, options, name=spec)
+    return ProcessSource.from_registry(spec.name, options, name=str(spec))
 
 
 def resolve_config(path: Path | None, given: dict[str, Any], defaults: dict[str, Any]) -> tuple[Config, Report | None]:
@@ -72,14 +72,12 @@ def pipeline_options(config: Config, **fields) -> PipelineOptions:
     The only mapping from a configuration to options (``fields``: other ``PipelineOptions``).
     """
     return PipelineOptions(method=config.method, language=config.language, task=config.task,
-                           instruction=config.instruction, decode=config.decode_options(), **fields)
+                           instruction=config.instruction, decode=config.decode, **fields)
 
 
 def source_spec(config: Config) -> str | None:
     """The name ``build_source`` takes for the configuration's source (``NAME+process`` with ``process = true``)."""
-    if config.source is None:
-        return None
-    return config.source.name + (PROCESS_SUFFIX if config.source.process else "")
+    return None if config.source is None else str(config.source.spec)
 
 
 def build_parts(config: Config, report: Report | None = None, with_source: bool | None = None):
@@ -89,11 +87,11 @@ def build_parts(config: Config, report: Report | None = None, with_source: bool 
     """
     devices = report.devices if report is not None else {}
     target = build_part("target", config.target.model, backend=config.target.backend,
-                        device=devices.get("target", config.target.device), threads=config.target.threads)
+                        device=devices.get("target", config.target.device), threads=config.decode.target_threads)
     source = None
     if config.source is not None and (with_source if with_source is not None else config.method == "as2d"):
-        source = build_source(source_spec(config), backend=config.source.backend,
-                              device=devices.get("source", config.source.device), threads=config.source.threads)
+        source = build_source(config.source.spec, backend=config.source.backend,
+                              device=devices.get("source", config.source.device), threads=config.decode.drafter_threads)
     return target, source
 
 

@@ -57,6 +57,7 @@ from as2d_core.contracts import TASKS
 from as2d_core.decode import METHODS
 from as2d_core.setup.options import DecodeOptions, config_keys, config_schema, out_of_range
 from as2d_core.setup.plugins import Registry, load_registry
+from as2d_core.setup.source_spec import SourceSpec
 
 ON_MISSING_DEVICE = ("error", "cpu")
 
@@ -91,33 +92,34 @@ for _table, _keys in config_schema().items():
     (_TABLES[_table] if _table else _TOP).update({k: (kind, False, choices) for k, (kind, _lo, _hi, choices) in _keys.items()})
 
 
-_DEFAULT = DecodeOptions()
-
-
 @attrs.frozen
 class TargetConfig:
+    """Which target, on which backend and device; its threads are decoding options (``Config.decode``)."""
+
     model: str
     backend: str | None = None
     device: str = "cpu"
-    threads: int = _DEFAULT.target_threads
-    shared_threads: int = _DEFAULT.shared_target_threads
 
 
 @attrs.frozen
 class SourceConfig:
+    """Which drafter, on which backend and device, and where it runs; its threads, niceness and
+    publication size are decoding options (``Config.decode``)."""
+
     name: str
     backend: str | None = None
     device: str = "cpu"
-    threads: int = _DEFAULT.drafter_threads
-    publication_size: int = _DEFAULT.publication_size
-    nice: int = _DEFAULT.drafter_nice
-    guess_nice: int = _DEFAULT.guess_nice
     process: bool = False  # run the drafter in its own process (targets whose runtime holds the GIL)
+
+    @property
+    def spec(self) -> SourceSpec:
+        return SourceSpec(self.name, in_process=not self.process)
 
 
 @attrs.frozen
 class Config:
-    """A validated configuration; ``decode_options()`` is what the engine takes."""
+    """A validated configuration. Every decoding option's key (``budget``, ``target.threads``, ...) lands in
+    ``decode``, what the engine takes, so a new option is declared in ``options`` alone."""
 
     path: Path
     target: TargetConfig
@@ -126,24 +128,9 @@ class Config:
     language: str | None = None
     instruction: str | None = None
     method: str = "as2d"
-    budget: int = _DEFAULT.budget
-    align_window: int = _DEFAULT.align_window
-    start: str = _DEFAULT.start
-    timestamps: str | None = _DEFAULT.timestamps
-    prompt: str | None = _DEFAULT.prompt
-    hotwords: str | None = _DEFAULT.hotwords
-    condition_on_previous_text: bool = _DEFAULT.condition_on_previous_text
     on_missing_device: str = "error"
     device_profile: dict | None = None
-
-    def decode_options(self) -> DecodeOptions:
-        """The options' dotted keys (``options.config_keys``) read off this configuration."""
-        values = {}
-        for key in config_keys().values():
-            table, _, name = key.rpartition(".")
-            holder = getattr(self, table) if table else self
-            values[key] = getattr(holder, name) if holder is not None else None
-        return DecodeOptions.from_config(values)
+    decode: DecodeOptions = DecodeOptions()
 
 
 @attrs.define
@@ -233,6 +220,12 @@ def parse(data: dict, path: Path) -> tuple[Config | None, list[str]]:
                 errors.append(f"{table + '.' if table else ''}{key}: {why}")
     if errors or "model" not in tables.get("target", {}):
         return None, errors
+    decode = {}  # the decoding options' dotted keys, taken out of their tables
+    for key in config_keys().values():
+        table, _, name = key.rpartition(".")
+        values = tables.get(table, {}) if table else clean
+        if name in values:
+            decode[key] = values.pop(name)
     source = SourceConfig(**tables["source"]) if "name" in tables.get("source", {}) else None
     method = clean.pop("method", "as2d" if source else "target-only")
     if method == "as2d" and source is None:
@@ -240,7 +233,7 @@ def parse(data: dict, path: Path) -> tuple[Config | None, list[str]]:
         return None, errors
     config = Config(
         path=path, target=TargetConfig(**tables["target"]), source=source, method=method,
-        device_profile=tables.get("device_profile"), **clean,
+        device_profile=tables.get("device_profile"), decode=DecodeOptions.from_config(decode), **clean,
     )
     return config, errors
 

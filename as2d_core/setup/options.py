@@ -1,8 +1,10 @@
-"""The decoding options: one declaration gives their defaults, checks, command-line flags and config keys.
+"""Every setting's one home: its default, bound, command-line flag and configuration key.
 
 Each user-facing field of :class:`DecodeOptions` carries its flag (``--budget``), its key in a
 task configuration (``budget``, ``target.shared_threads``) and a help line, so ``as2d run``,
-``as2d bench`` and the configuration schema cannot drift apart.
+``stream``, ``serve``, ``bench``, the tuning commands and the configuration schema (``config``)
+cannot drift apart. The settings of one command that are no decoding option (the server's queue,
+a stream's block) are :class:`Setting` rows of ``STREAM`` and ``SERVE``.
 """
 from __future__ import annotations
 
@@ -117,6 +119,12 @@ def user_fields() -> list[attrs.Attribute]:
     return [f for f in attrs.fields(DecodeOptions) if "config" in f.metadata]
 
 
+def bounds(name: str) -> tuple[int | None, int | None]:
+    """The lowest and highest value of a decoding option (None: no bound)."""
+    meta = attrs.fields_dict(DecodeOptions)[name].metadata
+    return meta["low"], meta["high"]
+
+
 def config_keys() -> dict[str, str]:
     """Field name -> dotted configuration key."""
     return {f.name: f.metadata["config"] for f in user_fields()}
@@ -136,20 +144,71 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def option_flags(command: Callable) -> Callable:
-    """Add one click option per user-facing field, with the field's default and help."""
+def decode_flag(name: str) -> Callable:
+    """The click option of one decoding option (``"align_window"`` -> ``--align-window``), with its default and help."""
     import click
 
+    field = attrs.fields_dict(DecodeOptions)[name]
+    meta = field.metadata
+    if meta["kind"] is bool:  # --name/--no-name, so a flag can also turn off what a configuration turns on
+        return click.option(f"{flag(name)}/--no-{flag(name)[2:]}", name, default=field.default, show_default=True,
+                            help=meta["help"])
+    kind = click.Choice(meta["choices"]) if meta["choices"] else meta["kind"]
+    return click.option(flag(name), name, type=kind, default=field.default, show_default=True, help=meta["help"])
+
+
+def option_flags(command: Callable) -> Callable:
+    """Add one click option per user-facing field, with the field's default and help."""
     for field in reversed(user_fields()):
-        name, kind = flag(field.name), field.metadata["kind"]
-        if kind is bool:  # --name/--no-name, so a flag can also turn off what a configuration turns on
-            command = click.option(f"{name}/--no-{name[2:]}", field.name, default=field.default, show_default=True,
-                                   help=field.metadata["help"])(command)
-            continue
-        kind = click.Choice(field.metadata["choices"]) if field.metadata["choices"] else kind
-        command = click.option(name, field.name, type=kind, default=field.default, show_default=True,
-                               help=field.metadata["help"])(command)
+        command = decode_flag(field.name)(command)
     return command
+
+
+DEFAULTS = DecodeOptions()  # for code that takes one option without the command line (tuning's replay)
+
+
+@attrs.frozen
+class Setting:
+    """A command's setting that is no decoding option (the server's queue, say), declared once so that its
+    flag and the code run without the command line (tests, soaks) share one default and one bound."""
+
+    name: str  # the command's parameter
+    default: int | float
+    help: str
+    low: int | float | None = None
+    high: int | float | None = None
+    flag: str | None = None  # default: --name
+
+    def option(self, command: Callable) -> Callable:
+        import click
+
+        ranged = click.IntRange if isinstance(self.default, int) else click.FloatRange
+        kind = ranged(self.low, self.high) if (self.low, self.high) != (None, None) else type(self.default)
+        return click.option(self.flag or flag(self.name), self.name, type=kind, default=self.default,
+                            show_default=True, help=self.help)(command)
+
+
+def _table(*settings: Setting) -> dict[str, Setting]:
+    return {s.name: s for s in settings}
+
+
+# ``as2d stream`` and ``Pipeline.stream``: the blocks a stream arrives in and the context each is decoded over
+STREAM = _table(
+    Setting("block_s", 4.0, "Seconds of audio per block."),
+    Setting("context_s", 12.0, "The context view (audio) persists this long, then resets."),
+)
+
+# ``as2d serve``: admission, limits and the test faults (as2d_serve.app.Limits, service.ServeSettings)
+SERVE = _table(
+    Setting("queue_size", 8, "Requests that may wait; more get 429.", 0),
+    Setting("max_upload_mb", 25.0, "Larger uploads get 413 (OpenAI's own limit).", 0),
+    Setting("deadline_s", 120.0, "Seconds from arrival to answer; later ones get 504 and their decoding is stopped.",
+            0, flag="--deadline"),
+    Setting("grace_s", 20.0, "After SIGINT/SIGTERM, seconds that decodes under way may finish in; then 503 with "
+            "Retry-After (Kubernetes allows 30 s in all).", 0),
+    Setting("fault_every", 1, "Inject a fault on every n-th request.", 1),
+    Setting("stall_s", 20.0, "How long the 'stall' fault blocks.", 0),
+)
 
 
 def parse_budgets(text: str | None) -> list[int] | None:
