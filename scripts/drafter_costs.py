@@ -25,6 +25,7 @@ from pathlib import Path
 from as2d_core import DecodeOptions, Request, load_audio, run_request
 from as2d_core.setup.build import build_part
 from as2d_core.setup.catalog import resolve_bridge
+from as2d_core.setup.options import DEFAULTS, STARTS
 
 SPEECH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech"
 
@@ -68,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drafter", action="append", help="source name[:first=N] (repeatable)")
     parser.add_argument("--manifest", type=Path, default=SPEECH / "windows.jsonl")
     parser.add_argument("--limit", type=int, default=None, help="at most this many English windows")
-    parser.add_argument("--budget", type=int, default=7)
-    parser.add_argument("--drafter-threads", type=int, default=1)
-    parser.add_argument("--start", choices=("arrival", "prepared"), default=None,
+    parser.add_argument("--budget", type=int, default=DEFAULTS.budget)
+    parser.add_argument("--drafter-threads", type=int, default=DEFAULTS.drafter_threads)
+    parser.add_argument("--start", choices=STARTS, default=None,
                         help="when as2d's drafter starts (default: the engine's default)")
     parser.add_argument("--repeats", type=int, default=1, help="timed runs per window (the median is kept)")
     parser.add_argument("--out", type=Path, default=None, help="JSON lines, one per (target, drafter, window)")
