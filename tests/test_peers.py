@@ -1,8 +1,9 @@
-"""The outside peers on one short English clip: both run, and each row says whether it equals target-only.
+"""The outside peers on one short English clip: they run, and each row says whether it equals target-only.
 
 faster-whisper greedy must give the target's greedy tokens exactly. transformers assisted generation
-(whisper-base target, tiny.en assistant, different tokenizers) must run and report equality as a
-boolean; it is not asserted equal, since any difference is a finding to report, not to hide.
+(whisper-base target, tiny.en assistant, different tokenizers) and faster-whisper as users run it
+(``transcribe()``: batched, or with its default fallback) must run and report equality as a boolean;
+they are not asserted equal, since any difference is a finding to report, not to hide.
 The models must be installed (`as2d models install whisper-base whisper-tiny.en`); without them
 these tests fail with that instruction rather than skip.
 """
@@ -69,3 +70,37 @@ def test_hf_assisted_runs_and_reports_equality(clip):
           f"{row['note']}")
     with pytest.raises(PeerUnavailable, match="English only"):
         peer(audio, "de")
+
+
+@pytest.mark.parametrize("name, how", [
+    ("faster-whisper-batched4", "BatchedInferencePipeline, batch 4, temperature 0"),
+    ("faster-whisper-batched8-int8", "BatchedInferencePipeline, batch 8, temperature 0"),
+    ("faster-whisper-default", "default temperature fallback"),
+])
+def test_faster_whisper_as_users_run_it_reports_equality(clip, name, how):
+    """transcribe() with its own VAD, timed from the samples in memory: the row's e2e_s is the peer's own clock."""
+    window, audio, reference = clip
+    row = peer_row(window, name, _peer(name), audio, reference)
+    _check_row(row, window, name)
+    assert how in row["note"] and row["exact_against"] == "target-only"
+    assert row["e2e_s"] == row["decode_s"]
+    print(f"{name} exact={row['exact']} text_equal={row['text_equal']} e2e_s={row['e2e_s']:.2f} text={row['text']!r}")
+
+
+def test_whole_file_peers_transcribe_a_recording():
+    """Every peer registered with whole_file=True is a FilePeer; the equal-decoding row is greedy without fallback."""
+    from as2d_core.setup.peers import FilePeer
+    from as2d_core.setup.plugins import load_registry
+
+    registry = load_registry()
+    names = [n for n in registry.names("peer") if registry.get("peer", n).info.get("whole_file")]
+    assert {"faster-whisper", "faster-whisper-default", "faster-whisper-batched4", "faster-whisper-batched8-int8"} <= set(names)
+    audio = load_audio(CLIP)
+    for name in ("faster-whisper", "faster-whisper-batched8"):
+        peer = _peer(name)
+        assert isinstance(peer, FilePeer)
+        out = peer.transcribe_file(audio, "en")
+        assert out.segments >= 1 and out.wall_s > 0 and "Dashwood" in out.text, (name, out)
+    options = _peer("faster-whisper").file_peer.options
+    assert options["temperature"] == 0.0 and options["condition_on_previous_text"] is False
+    assert "temperature" not in _peer("faster-whisper-default").options  # faster-whisper's own fallback list

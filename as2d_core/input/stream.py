@@ -17,6 +17,7 @@ over audio duration), decode TPS and the p50/p95 completion lag.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import attrs
@@ -27,6 +28,8 @@ from as2d_core.decode import DecodeResult
 
 if TYPE_CHECKING:
     from as2d_core.input.pipeline import Pipeline
+
+PACES = ("realtime", "fast")  # how a recording replayed as a stream arrives (``StreamSession.replay``)
 
 
 @attrs.define
@@ -106,6 +109,25 @@ class StreamSession:
             block, self._pending = self._pending[: self.block], self._pending[self.block :]
             done.append(self._process(block, arrived_at))
         return done
+
+    def replay(self, samples: np.ndarray, pace: str = "realtime") -> Iterator[BlockResult]:
+        """Feed a recording block by block, as a stream would bring it, and yield each block as it completes.
+
+        ``realtime``: each block arrives at its real time; ``fast``: as soon as the previous one is done.
+        """
+        if pace not in PACES:
+            raise ValueError(f"pace must be one of {', '.join(PACES)}, got {pace!r}")
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        start = time.perf_counter()
+        self.begin(start)
+        for offset in range(0, samples.size, self.block):
+            chunk = samples[offset : offset + self.block]
+            arrival = time.perf_counter()
+            if pace == "realtime":
+                arrival = start + (offset + chunk.size) / SAMPLE_RATE
+                time.sleep(max(0.0, arrival - time.perf_counter()))
+            yield from self.feed(chunk, arrived_at=arrival)
+        yield from self.finish()
 
     def finish(self, arrived_at: float | None = None) -> list[BlockResult]:
         """The stream ended: decode what is left, then the target-only checks if asked."""

