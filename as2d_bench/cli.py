@@ -22,22 +22,25 @@ from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, pipeline_optio
 from as2d_core.cli.shared import command_config, config_option, given
 from as2d_core.decode.faults import FAULTS
 from as2d_core.setup.options import config_keys, option_flags
+from as2d_core.decode.methods import BUILTIN
 
 from .folder import says_how_to_resume
-from .runner import METHODS
+from .runner import SD, bench_methods
+from .summary import SD_PARTS
 from .spec import SERIAL_SOURCE
 
 # command-line parameter -> the dotted configuration key it sets (over --config's value)
 BENCH_KEYS = {"target_name": "target.model", "target_backend": "target.backend", "source_name": "source.name",
               **config_keys()}
-# and the outside peers that the installed plugins ask to run by default
-DEFAULT_METHODS = ",".join(m for m in METHODS if not m.startswith("sd-k"))
+# the built-in methods, sd standing for its four fixed widths (and the peers the installed plugins ask for)
+DEFAULT_METHODS = ",".join(m for m in bench_methods()
+                           if m == SD or (m in {b.name for b in BUILTIN} and m not in SD_PARTS))
 
 
 @click.command("bench")
 @click.argument("manifest", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--methods", default=None, show_default=f"{DEFAULT_METHODS} and the plugins' default peers",
-              help=f"Comma-separated, from: {', '.join(METHODS)} and the outside peers the plugins offer "
+              help=f"Comma-separated, from: {', '.join(bench_methods())} and the outside peers the plugins offer "
                    "(`as2d plugins list` shows them as peer:NAME). 'sd' runs sd-k5..sd-k8 and reports their mean. "
                    "Default with --config: target-only and the configuration's method.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))

@@ -7,7 +7,21 @@ from pathlib import Path
 from statistics import mean, median
 
 from as2d_core.decode.events import DRAFT_KINDS, TARGET_KINDS
-from .summary import window_tps
+from as2d_core.decode.methods import registered
+from .summary import SD_PARTS, split_label, window_tps
+
+
+def _fixed_width(label: str) -> bool:
+    """An sd-k* run, whose mean the report shows as ``sd``."""
+    return split_label(label)[0] in SD_PARTS
+
+
+def _methods_section(labels: list[str]) -> list[str]:
+    """What each registered method that ran does, in a line (the registry's descriptions)."""
+    known = registered()
+    described = [m for m in dict.fromkeys(split_label(label)[0] for label in labels) if m in known]
+    lines = [f"- `{m}`: {known[m].description}" for m in described if known[m].description]
+    return ["## Methods", "", *lines, ""] if lines else []
 
 
 def _fmt(value, digits=2) -> str:
@@ -101,7 +115,7 @@ def plot_tps_distribution(rows: list[dict], path: Path) -> None:
     """Per-window TPS as an empirical CDF per method, unsmoothed (like Figure 5)."""
     with saved_figure(path, (7, 4.2)) as ax:
         for name, values in window_tps(rows).items():
-            if name.startswith("sd-k"):
+            if _fixed_width(name):
                 continue  # the sd curve is their per-window mean
             xs = sorted(values.values())
             if xs:
@@ -146,7 +160,7 @@ def _rounds_line(rows: list[dict]) -> list[str]:
 
 def write_report(out_dir: Path, rows: list[dict], summary: dict, traces: dict) -> Path:
     ran = [m for m, s in summary["methods"].items() if not _nothing_ran(s)]
-    methods = [m for m in ran if not m.startswith("sd-k")] + [m for m in ran if m.startswith("sd-k")]
+    methods = [m for m in ran if not _fixed_width(m)] + [m for m in ran if _fixed_width(m)]
     lines = ["# as2d bench report", "",
              f"{len(summary.get('windows', []))} windows. Two clocks: e2e TPS, the headline, is committed tokens over "
              "the user's clock, arrival to final token (audio in memory, models loaded: both encoders, language "
@@ -157,7 +171,7 @@ def write_report(out_dir: Path, rows: list[dict], summary: dict, traces: dict) -
              "A method run with a later source is named `METHOD@SOURCE`. First publish / all published: seconds "
              "from the start of the decode clock to the first non-empty published batch / the final one "
              "(serial methods: the end of the first / last proposing drafting round).", *_rounds_line(rows), "",
-             "## Summary, all windows", "", *_summary_table(summary["methods"]), "",
+             "## Summary, all windows", "", *_summary_table(summary["methods"]), "", *_methods_section(ran),
              *_eligible_section(summary),
              "## Time decomposition (Appendix D.2.7), all windows summed", "", *_decomposition_table(rows), ""]
     try:
@@ -165,7 +179,7 @@ def write_report(out_dir: Path, rows: list[dict], summary: dict, traces: dict) -
         lines += ["## Per-window decode TPS distribution", "", "![per-window decode TPS](tps_distribution.png)", ""]
         window = pick_timeline_window(rows)
         if window is not None:
-            shown = [m for m in ("as2d", "asp", "sd-k6", "as2d-no-td") if (window, m) in traces]
+            shown = [m for m, method in registered().items() if method.timeline and (window, m) in traces]
             plot_timeline(traces, window, shown, out_dir / "timeline.png")
             lines += [f"## Timeline of window {window}", "",
                       "Orange: drafter spans (drafting, catch-up, conversion). Blue: target calls.", "",

@@ -5,7 +5,10 @@ back), so slow drifts of the machine touch all methods alike. Target-only
 always runs first on each window: it is the reference for ``exact`` and for
 slowdown counts.
 
-Several sources: every source-dependent method (``as2d``, ``as2d-no-bc`` and
+The methods are the registered ones (``as2d_core.decode.methods``), plus the bench's alias ``sd``
+(its four fixed widths, reported as their mean) and the outside peers of the plugins.
+
+Several sources: every source-dependent method (the published ``as2d``, ``as2d-no-bc`` and
 the serial ``sd-k*``, ``asp``, ``as2d-no-td``) runs once per source of its
 kind: the serial methods may draft with other sources than the as2d methods
 (``Bench.serial_source``), as ``as2d bench`` does by default. Its name
@@ -45,9 +48,9 @@ import attrs
 from as2d_core.input.audio import load_audio
 from as2d_core.contracts import PrefixDrafting, Request
 from as2d_core.decode import DecodeResult, run_request
+from as2d_core.decode.methods import registered
 from as2d_core.setup.options import DecodeOptions
 from as2d_core.setup.peers import Peer
-from .baselines import asp_policy, no_td_policy, sd_policy, serial_decode
 from .folder import ResultsFolder
 from .machine import bench_machine, check_one_kind
 from .peers import peer_row
@@ -55,12 +58,23 @@ from .summary import LABEL_SEP, SD_PARTS, sd_suffixes, summarize
 from .summary import split_label  # noqa: F401  (kept importable from here, where it used to live)
 from .traces import build_trace
 
-# The methods run here; outside peers (faster-whisper, ...) come from the plugins (see ``peers``).
-METHODS = ("target-only", *SD_PARTS, "sd", "asp", "as2d", "as2d-prepared", "as2d-no-td", "as2d-no-bc")
-NO_BC_THRESHOLD = 0.4
-NO_BC_CAP = 24
-SERIAL = (*SD_PARTS, "asp", "as2d-no-td")  # draft on demand from the target's prefix (``baselines``)
-DECOUPLED = ("as2d", "as2d-prepared", "as2d-no-bc")
+SD = "sd"  # the bench's alias for its four fixed widths (SD_PARTS), reported as their mean (D.4)
+
+
+def bench_methods() -> tuple[str, ...]:
+    """The names ``--methods`` takes besides the peers: every registered method, ``sd`` after its parts.
+
+    Outside peers (faster-whisper, ...) come from the plugins (see ``peers``).
+    """
+    names = list(registered())
+    at = max(names.index(part) for part in SD_PARTS) + 1
+    return (*names[:at], SD, *names[at:])
+
+
+def methods_of_kind(proposer: str) -> tuple[str, ...]:
+    """The registered methods with this proposer: ``"published"`` (decoupled drafting), ``"serial"`` (drafting
+    on demand from the target's prefix) or ``"none"``."""
+    return tuple(name for name, method in registered().items() if method.proposer == proposer)
 
 
 def method_label(method: str, source_name: str | None, first: bool = True) -> str:
@@ -89,8 +103,8 @@ def drafters(methods: Iterable[str], sources: Sequence, serial_sources: Sequence
     """
     methods = list(methods)
     serial = sources if serial_sources is None else serial_sources
-    return ([*sources] if any(m in DECOUPLED for m in methods) else [],
-            [*serial] if any(m in SERIAL for m in methods) else [])
+    return ([*sources] if set(methods) & set(methods_of_kind("published")) else [],
+            [*serial] if set(methods) & set(methods_of_kind("serial")) else [])
 
 
 def plan_runs(methods: Iterable[str], sources: Sequence, serial_sources: Sequence | None = None) -> list[Run]:
@@ -102,8 +116,9 @@ def plan_runs(methods: Iterable[str], sources: Sequence, serial_sources: Sequenc
         if len(set(names)) != len(names):
             raise ValueError(f"sources must have distinct names, got {names}")
     runs = []
+    serial_methods, decoupled_methods = methods_of_kind("serial"), methods_of_kind("published")
     for method in methods:
-        group = serial if method in SERIAL else decoupled if method in DECOUPLED else []
+        group = serial if method in serial_methods else decoupled if method in decoupled_methods else []
         if group:
             runs += [Run(method_label(method, s.name, i == 0), method, s) for i, s in enumerate(group)]
         else:
@@ -138,40 +153,16 @@ def expand_methods(names: Iterable[str], peers: Iterable[str] = ()) -> list[str]
     """The methods to execute: ``sd`` means its four fixed widths; target-only always runs first.
     ``peers``: the outside peers that may be named too (those the installed plugins offer)."""
     names = [n.strip() for n in names if n.strip()]
-    known = (*METHODS, *peers)
+    known = (*bench_methods(), *peers)
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; choose from {', '.join(known)}")
     out = ["target-only"]
     for name in names:
-        for m in (SD_PARTS if name == "sd" else (name,)):
+        for m in (SD_PARTS if name == SD else (name,)):
             if m not in out:
                 out.append(m)
     return out
-
-
-def run_method(method: str, request: Request, target, source, options: DecodeOptions) -> DecodeResult:
-    """One decode of ``request`` by an engine or serial method (peers run elsewhere)."""
-    if method == "target-only":
-        return run_request(request, target, None, "target-only", options)
-    if method == "as2d":
-        return run_request(request, target, source, "as2d", options)
-    if method == "as2d-prepared":  # the paper's set-up: the drafter starts after both models are prepared
-        result = run_request(request, target, source, "as2d", attrs.evolve(options, start="prepared"))
-        result.method = method
-        return result
-    if method == "as2d-no-bc":
-        no_bc = attrs.evolve(options, budget=NO_BC_CAP, confidence_stop=NO_BC_THRESHOLD)
-        result = run_request(request, target, source, "as2d", no_bc)
-        result.method = method
-        return result
-    if method in SD_PARTS:
-        return serial_decode(request, target, source, sd_policy(int(method[4:])), options)
-    if method == "asp":
-        return serial_decode(request, target, source, asp_policy(), options)
-    if method == "as2d-no-td":
-        return serial_decode(request, target, source, no_td_policy(options.budget), options)
-    raise ValueError(f"{method} is not an engine method")
 
 
 def publish_times(result: DecodeResult) -> tuple[float | None, float | None]:
@@ -235,7 +226,7 @@ def sd_mean_rows(window: Window, rows: list[dict]) -> list[dict]:
     for suffix in sd_suffixes(r["method"] for r in ran):  # all four fixed-K rows ran
         names = [p + suffix for p in SD_PARTS]
         parts = [r for r in ran if r["method"] in names]
-        out.append({"window": window.id, "lang": parts[0]["lang"], "method": "sd" + suffix, "derived": True,
+        out.append({"window": window.id, "lang": parts[0]["lang"], "method": SD + suffix, "derived": True,
                     "of": names, "source": parts[0].get("source"), "tokens": parts[0]["tokens"],
                     "tps": mean(r["tps"] for r in parts), "exact": all(r["exact"] for r in parts)})
     return out
@@ -372,13 +363,14 @@ class Bench:
         try:
             if method in self.peers:
                 return timed_peer(self.peers[method], window, method, audio, reference, self.detect_language)
-            if method not in METHODS:
+            kind = registered().get(method)
+            if kind is None:
                 return error_row(window, label, "peer not configured for this run")
-            if method in SERIAL and run.source is not None and not isinstance(run.source, PrefixDrafting):
+            if kind.proposer == "serial" and run.source is not None and not isinstance(run.source, PrefixDrafting):
                 return error_row(window, label, f"source {source} offers no prefix-conditioned session "
                                                 f"(contracts.PrefixDrafting); serial method {method} cannot run on it",
                                  source)
-            return run_method(method, request, self.target, run.source, self.options)
+            return run_request(request, self.target, run.source, method, self.options)
         except Exception as exc:  # one failing method must not end the benchmark; the row says why
             return error_row(window, label, f"{type(exc).__name__}: {exc}", source)
 

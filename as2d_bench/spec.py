@@ -13,9 +13,8 @@ from as2d_core.setup.build import DEFAULT_SOURCE
 from as2d_core.setup.options import DecodeOptions
 from as2d_core.decode.faults import check_fault
 from .folder import ResultsFolder
-from .runner import DECOUPLED, SERIAL, Bench, drafters, run_config, run_labels
+from .runner import Bench, drafters, methods_of_kind, run_config, run_labels
 
-FAULTABLE_METHODS = DECOUPLED  # decoupled drafting; serial methods draft on demand
 # The serial methods' default drafter: the first that can score a prefix (contracts.PrefixDrafting), which
 # ``as2d run``'s default (build.DEFAULT_SOURCE, on CTranslate2) cannot.
 SERIAL_SOURCE = "whisper-tiny.en"
@@ -76,9 +75,10 @@ class BenchSpec:
         if self.fault is None:
             return
         check_fault(self.fault)
-        serial = [m for m in self.methods if m in SERIAL]
+        serial = [m for m in self.methods if m in methods_of_kind("serial")]
         if serial:
-            raise ValueError(f"a drafter fault breaks decoupled drafting only ({', '.join(FAULTABLE_METHODS)}); "
+            decoupled = ", ".join(methods_of_kind("published"))
+            raise ValueError(f"a drafter fault breaks decoupled drafting only ({decoupled}); "
                              f"drop {', '.join(serial)}")
 
     def check_names(self) -> None:
@@ -108,7 +108,7 @@ class BenchSpec:
         decoupled, serial = ([built[name] for name in names] for names in self.drafters)
         unable = [s.name for s in serial if not isinstance(s, PrefixDrafting)]
         if unable:
-            methods = ", ".join(m for m in self.methods if m in SERIAL)
+            methods = ", ".join(m for m in self.methods if m in methods_of_kind("serial"))
             raise ValueError(f"{', '.join(unable)} cannot score a prefix (contracts.PrefixDrafting), which the serial "
                              f"methods {methods} need: drop them from --methods, or name no drafter (no --source, "
                              f"--sources or [source] in --config) and they draft with {SERIAL_SOURCE}")

@@ -22,7 +22,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from statistics import mean, median
 
-SD_PARTS = ("sd-k5", "sd-k6", "sd-k7", "sd-k8")
+from as2d_core.decode.methods import SD_METHODS
+
+SD_PARTS = tuple(method.name for method in SD_METHODS)  # sd-k5..sd-k8, whose mean the bench reports as ``sd``
 REFERENCE = "target-only"
 TIE = 1e-9  # relative TPS difference treated as a numerical tie, not a slowdown
 LABEL_SEP = "@"
@@ -204,5 +206,5 @@ def _methods(rows: list[dict]) -> dict:
     for name, stats in methods.items():
         method, suffix = split_label(name)
         stats["method"] = method
-        stats["source"] = sources.get(name, sources.get("sd-k5" + suffix) if method == "sd" else None)
+        stats["source"] = sources.get(name, sources.get(SD_PARTS[0] + suffix) if method == "sd" else None)
     return methods

@@ -6,8 +6,7 @@ import sys
 
 import click
 
-from as2d_core.cli.shared import MODEL_KEYS, command_config, given, model_flags
-from as2d_core.decode import METHODS
+from as2d_core.cli.shared import MODEL_KEYS, MethodChoice, command_config, given, model_flags
 from as2d_core.decode.faults import FAULTS
 from as2d_core.setup.hookspecs import hookimpl
 from as2d_core.setup.options import SERVE
@@ -19,7 +18,7 @@ API_KEY_ENV = "AS2D_API_KEY"
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; only this machine by default.")
 @click.option("--port", type=int, default=8000, show_default=True)
 @model_flags
-@click.option("--method", type=click.Choice(METHODS), default="as2d", show_default=True,
+@click.option("--method", type=MethodChoice(), default="as2d", show_default=True,
               help="The requests' default method (default with --config: its method).")
 @click.option("--decodes", type=int, default=None,
               help="Transcriptions at a time, each with its own copy of the models [default: one per two cores].")

@@ -21,7 +21,7 @@ import numpy as np
 from as2d_core.setup.build import build_parts, build_source, pipeline_options, source_spec
 from as2d_core.setup.config import Config, Report
 from as2d_core.contracts import SAMPLE_RATE, Request
-from as2d_core.decode import METHODS
+from as2d_core.decode.methods import get_method, method_names
 from as2d_core.setup.options import SERVE, DecodeOptions
 from as2d_core.decode.faults import FaultLandingTarget, FaultySource, check_fault
 from as2d_core.input.pipeline import Pipeline, Transcript, default_detector
@@ -191,10 +191,10 @@ class Worker:
                 raise InputError(f"word timestamps are not available on this server: {exc}") from exc
         target = _CancellableTarget(self.target, cancel)
         source = source_name = None
-        if method == "as2d":
+        if get_method(method).needs_source:
             source_name = ask.source or self.default_source
             if source_name is None:
-                raise InputError("method 'as2d' needs a source and this server has none configured")
+                raise InputError(f"method {method!r} needs a source and this server has none configured")
             source = self.source(source_name)
             if fault is not None:  # injected so that it always lands mid-request (faults.FaultLandingTarget)
                 source = FaultySource(source, fault, publish_as=self.target.vocabulary, stall_s=self.settings.stall_s)
@@ -268,8 +268,8 @@ class TranscriptionService:
 
     def check(self, language: str | None, method: str | None, source: str | None, budget: int | None) -> None:
         """Refuse what no worker could do, before the request waits for one."""
-        if method is not None and method not in METHODS:
-            raise InputError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        if method is not None and method not in method_names():
+            raise InputError(f"unknown method {method!r}; choose one of {', '.join(method_names())}")
         if budget is not None:
             try:
                 DecodeOptions(budget=budget)
@@ -298,7 +298,8 @@ class TranscriptionService:
         worker = self.workers.get()
         try:
             cancel.check()
-            fault = self.next_fault() if (ask.method or self.method) == "as2d" else None
+            # a drafter fault breaks decoupled drafting only
+            fault = self.next_fault() if get_method(ask.method or self.method).proposer == "published" else None
             outcome = worker.transcribe(ask, cancel, fault, on_text)
         finally:
             return_free_memory()

@@ -214,7 +214,7 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
     from as2d_bench.summary import summarize
     from .costs import costs_of, load_profile
     from .profile import staleness
-    from .replay import CLOCKS, DECOUPLED, load_factors, mae, parse_budgets, read_traces, record_of, row_of
+    from .replay import CLOCKS, load_factors, mae, parse_budgets, priced_as, read_traces, record_of, row_of
     from .tasks import replay_plan
 
     try:
@@ -243,7 +243,7 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
             skipped.append({"window": record.window, "method": record.method, "reason": "no target-only run to calibrate"})
             continue
         costs = base_costs.scaled(*factor) if factor else base_costs
-        if record.method in DECOUPLED and wanted is not None and record.source is not None \
+        if priced_as(record.method) == "published" and wanted is not None and record.source is not None \
                 and record.source not in wanted:
             continue
         plan = [(None, record.name)]

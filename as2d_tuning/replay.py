@@ -19,7 +19,8 @@ with the drafter started with it (the paper's set-up). With ``publication="nativ
 traced publication times and the traced preparation stand, and only the target loop is priced.
 
 Serial methods (sd-k*, asp, as2d-no-td) depend on the target prefix, so they are priced as traced:
-their drafting rounds plus their calls.
+their drafting rounds plus their calls. Each method's registration says which of these it gets
+(``Method.pricing``; :func:`priced_as`).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import attrs
 
-from as2d_core.decode import Counters, PublishedProposer, TargetOnly, target_loop
+from as2d_core.decode import Counters, PublishedProposer, TargetOnly, get_method, target_loop
 
 from as2d_core.setup.options import DEFAULTS, DecodeOptions
 from as2d_core.decode.events import EventLog
@@ -40,8 +41,6 @@ from as2d_core.setup.options import STARTS
 from as2d_core.setup.options import parse_budgets  # noqa: F401  (one budget-list rule, with the engine's cap)
 from .costs import Contention, Costs, DrafterCosts
 
-DECOUPLED = ("as2d", "as2d-prepared", "as2d-no-bc")
-SERIAL = ("sd-k5", "sd-k6", "sd-k7", "sd-k8", "asp", "as2d-no-td")
 PUBLICATION = ("profile", "native")
 CLOCKS = ("e2e", "decode")  # the user's clock (arrival to final token) and the paper's (after preparation)
 NO_EOS_LIMIT = 1 << 30  # a response that ended at its end token: the cap never binds in replay
@@ -219,7 +218,7 @@ def record_of(trace: dict) -> Record:
     max_new = NO_EOS_LIMIT if ended else len(tokens)
     batches = []
     units: tuple[Unit, ...] = ()
-    if trace.get("method") in DECOUPLED:
+    if priced_as(trace["method"]) == "published":
         for b in trace.get("published", []):
             batches.append(Batch(tuple(b["tokens"]), float(b["t"]), 0, bool(b.get("final")),
                                  tuple(b["confidences"]) if b.get("confidences") else None))
@@ -512,17 +511,18 @@ def price_serial(record: Record, costs: Costs) -> Replayed:
 def replay_record(record: Record, costs: Costs, budget: int | None = None, align_window: int = DEFAULTS.align_window,
                   publication: str = "profile", niceness: int | None = None, start: str | None = None) -> Replayed:
     """Price one trace; ``budget``, ``niceness`` and ``start`` override the traced ones of a decoupled method."""
-    if record.method in SERIAL:
+    method = get_method(record.method)
+    if method.pricing == "serial":
         return price_serial(record, costs)
-    if record.method == "target-only" or record.source is None:
+    if method.pricing == "target-only" or record.source is None:
         return simulate(record, costs, None, align_window, publication)
-    budget = budget or record.budget
-    if record.method == "as2d-no-bc":
-        from as2d_bench.runner import NO_BC_THRESHOLD
+    return simulate(record, costs, budget or record.budget, align_window, publication,
+                    method.override("confidence_stop"), niceness=niceness, start=start)
 
-        return simulate(record, costs, budget, align_window, publication, NO_BC_THRESHOLD, niceness=niceness,
-                        start=start)
-    return simulate(record, costs, budget, align_window, publication, niceness=niceness, start=start)
+
+def priced_as(method: str) -> str:
+    """How a trace of this registered method is priced: ``"published"``, ``"serial"`` or ``"target-only"``."""
+    return get_method(method).pricing
 
 
 def read_traces(paths: Iterable[str | Path]) -> list[dict]:

@@ -20,7 +20,7 @@ import attrs
 from as2d_core.setup.options import DEFAULTS
 from as2d_core.setup.source_spec import SourceSpec
 from .costs import Costs, MissingCost
-from .replay import DECOUPLED, Record, record_of, replay_record
+from .replay import Record, record_of, replay_record
 from .tasks import local_map
 
 
@@ -207,5 +207,5 @@ def plot_budgets(grid: dict[Pair, dict[str, tuple[int, float]]], selected: Pair,
         ax.legend(fontsize=7)
 
 
-__all__ = ["DECOUPLED", "Pair", "choose", "collect", "config_text", "gap_pct", "missing_windows", "oracle",
+__all__ = ["Pair", "choose", "collect", "config_text", "gap_pct", "missing_windows", "oracle",
            "plot_budgets", "price_cells", "price_grid", "records_by_source", "target_only_cells"]

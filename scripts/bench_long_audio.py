@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from as2d_core.decode.methods import get_method
 from as2d_core.input.audio import read_audio
 from as2d_core.setup.build import build_part, build_source
 from as2d_core.setup.options import DecodeOptions
@@ -35,12 +36,7 @@ FW_PRECISIONS = {"fw-fp32": "float32", "fw-int8": "int8"}
 
 
 def as2d_pipeline(method: str, target, source, options: PipelineOptions) -> Pipeline:
-    if method.startswith("sd-k"):
-        from as2d_bench.baselines import sd_policy, serial_decode
-
-        policy = sd_policy(int(method[4:]))
-        return Pipeline(target, None, options, decode=lambda r: serial_decode(r, target, source, policy, options.decode))
-    return Pipeline(target, source if method == "as2d" else None, PipelineOptions(
+    return Pipeline(target, source if get_method(method).needs_source else None, PipelineOptions(
         method=method, language=options.language, decode=options.decode))
 
 

@@ -1,16 +1,13 @@
-"""Serial baselines and as2d ablations on TinyLM: every one returns the target's greedy tokens."""
+"""Serial baselines and as2d ablations on TinyLM: every one returns the target's greedy tokens.
+
+Every method runs through ``run_request`` by its registered name (``as2d_core.decode.methods``).
+"""
 import hashlib
 
 import pytest
 
 from as2d_core import DecodeOptions, run_request
-from as2d_bench.baselines import (
-    BaselineUnavailable,
-    asp_policy,
-    no_td_policy,
-    sd_policy,
-    serial_decode,
-)
+from as2d_core.decode.serial import BaselineUnavailable, PrefixDrafter
 from tiny_lm import ScriptedSource, SlowTarget, TinyLM
 
 MODEL = TinyLM()
@@ -142,29 +139,35 @@ def reference(request):
     return run_request(request, MODEL, None, "target-only").tokens
 
 
-POLICIES = [sd_policy(5), sd_policy(6), sd_policy(7), sd_policy(8), asp_policy(), no_td_policy(7)]
+# each serial method with its proposals per round (as2d-no-td: the request's budget, 7 here)
+SERIAL = {"sd-k5": 4, "sd-k6": 5, "sd-k7": 6, "sd-k8": 7, "asp": 24, "as2d-no-td": 7}
 
 
-@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.name)
+def serial(request, source, method, **options):
+    return run_request(request, MODEL, source, method, DecodeOptions(**options))
+
+
+@pytest.mark.parametrize("method", SERIAL)
 @pytest.mark.parametrize("vocabulary", ["tiny", "tiny-text"])  # same ids, or through text
 @pytest.mark.parametrize("every", [0, 3, 7])
 @pytest.mark.parametrize("positional", [False, True])
-def test_serial_baselines_are_exact(tiny_request, policy, vocabulary, every, positional):
+def test_serial_baselines_are_exact(tiny_request, method, vocabulary, every, positional):
     for seed in range(3):
         request = tiny_request(seed)
         ref = reference(request)
         source = PrefixSource(every=every, salt=seed, vocabulary=vocabulary, positional=positional)
-        result = serial_decode(request, MODEL, source, policy)
+        result = serial(request, source, method, budget=7)
         assert result.tokens == ref
+        assert result.method == method and result.budget == SERIAL[method]
         assert result.decomposition.check()
-        assert all(w <= policy.proposals + 1 for w in result.verify_widths)
+        assert all(w <= SERIAL[method] + 1 for w in result.verify_widths)
         if every == 0:  # a perfect drafter: everything proposed is accepted
             assert result.accepted == result.proposed > 0
 
 
 def test_fixed_sd_uses_fixed_width(tiny_request):
     request = tiny_request(1)
-    result = serial_decode(request, MODEL, PrefixSource(every=0), sd_policy(6))
+    result = serial(request, PrefixSource(every=0), "sd-k6")
     assert result.verify_widths[:-1] == [6] * (len(result.verify_widths) - 1)
     assert result.verify_calls == -(-(len(result.tokens) - 1) // 6) or result.verify_calls > 0
 
@@ -173,7 +176,7 @@ def test_asp_stops_at_low_confidence_and_recycles(tiny_request):
     request = tiny_request(2)
     ref = reference(request)
     source = PrefixSource(every=5, salt=1)
-    result = serial_decode(request, MODEL, source, asp_policy())
+    result = serial(request, source, "asp")
     assert result.tokens == ref
     drafts = [t for t in result.trace if t["kind"] == "draft"]
     # Some round ended early on a low-confidence token, well before the cap of 24.
@@ -182,8 +185,6 @@ def test_asp_stops_at_low_confidence_and_recycles(tiny_request):
 
 
 def test_asp_recycling_reuses_old_drafts(tiny_request):
-    from as2d_bench.baselines import PrefixDrafter
-
     request = tiny_request(3)
     ref = reference(request)
     target = MODEL.prepare(request, 1)
@@ -199,26 +200,26 @@ def test_asp_recycling_reuses_old_drafts(tiny_request):
         committed = ref[: len(committed) + i + 1]
     assert drafter.recycled > 0
     # and the serial ASP loop with that drafter is still exact
-    assert serial_decode(request, MODEL, source, asp_policy()).tokens == ref
+    assert serial(request, source, "asp").tokens == ref
 
 
 def test_drafter_without_confidences_drafts_to_the_cap(tiny_request):
     request = tiny_request(4)
-    result = serial_decode(request, MODEL, PrefixSource(every=0, confident=False), asp_policy())
+    result = serial(request, PrefixSource(every=0, confident=False), "asp")
     assert result.tokens == reference(request)
     assert max(result.verify_widths) == 25 or result.verify_calls <= 2
 
 
 def test_source_without_prefix_session_is_refused(tiny_request):
     with pytest.raises(BaselineUnavailable, match="PrefixDrafting"):
-        serial_decode(tiny_request(0), MODEL, ScriptedSource([3, 4]), sd_policy(5))
+        serial(tiny_request(0), ScriptedSource([3, 4]), "sd-k5")
 
 
 def test_language_not_served_runs_target_only(tiny_request):
     source = PrefixSource()
     source.languages = frozenset({"de"})
     request = tiny_request(5)
-    result = serial_decode(request, MODEL, source, sd_policy(5))
+    result = serial(request, source, "sd-k5")
     assert result.tokens == reference(request)
     assert result.verify_calls == 0 and "does not draft" in result.note
 

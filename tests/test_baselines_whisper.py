@@ -5,8 +5,7 @@ these tests fail with that instruction rather than skip, so a missing model is n
 """
 import pytest
 
-from as2d_core import Request, run_request
-from as2d_bench.baselines import asp_policy, no_td_policy, sd_policy, serial_decode
+from as2d_core import DecodeOptions, Request, run_request
 from conftest import speech_audio, speech_row
 from drafting import options_that_draft
 
@@ -29,9 +28,9 @@ def test_serial_baselines_exact_on_real_speech(pair, window):
     request = _request(window)
     ref = run_request(request, target, None, "target-only")
     assert len(ref.tokens) > 10
-    for policy in (sd_policy(5), sd_policy(8), asp_policy(), no_td_policy(7)):
-        result = serial_decode(request, target, source, policy)
-        assert result.tokens == ref.tokens, f"{policy.name} differs from target-only on {window}"
+    for method in ("sd-k5", "sd-k8", "asp", "as2d-no-td"):
+        result = run_request(request, target, source, method, DecodeOptions(budget=7))
+        assert result.tokens == ref.tokens, f"{method} differs from target-only on {window}"
         assert result.accepted > 0 and result.decomposition.check()
 
 

@@ -14,9 +14,9 @@ from as2d_core.setup import catalog
 
 from as2d_core.workers import drafter_threads
 from as2d_core.input.audio import AudioError, read_audio
-from as2d_core.cli.shared import fail, model_flags, pipeline_from_flags
+from as2d_core.cli.shared import MethodChoice, fail, model_flags, pipeline_from_flags
 from as2d_core.setup.config import check_file
-from as2d_core.decode import METHODS, DecodeResult
+from as2d_core.decode import DecodeResult
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.plugins import UnknownPart, load_registry, register_commands
 from as2d_core.cli.stream import stream
@@ -35,7 +35,8 @@ def cli() -> None:
 @cli.command()
 @click.argument("audio", type=click.Path(dir_okay=False, path_type=Path))
 @model_flags
-@click.option("--method", type=click.Choice(METHODS), default="as2d", show_default=True)
+@click.option("--method", type=MethodChoice(), default="as2d", show_default=True,
+              help="A registered decoding method: as2d, target-only, the serial baselines (sd-k5..sd-k8, asp) ...")
 @click.option("--resample", is_flag=True, hidden=True, help="Deprecated: other rates are always converted now.")
 @click.option("--check", is_flag=True, help="Also decode every window target-only and report whether the tokens are equal.")
 @click.option("--format", "output_format", type=click.Choice(OUTPUT_FORMATS), default="text", show_default=True,

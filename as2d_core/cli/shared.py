@@ -13,6 +13,7 @@ import click
 from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, build_parts, pipeline_options, resolve_config
 from as2d_core.setup.config import Config, Report
 from as2d_core.contracts import TASKS
+from as2d_core.decode.methods import method_names
 from as2d_core.setup.options import config_keys, option_flags
 from as2d_core.input.pipeline import Pipeline
 from as2d_core.setup.plugins import UnknownPart
@@ -57,6 +58,22 @@ def model_flags(command):
     )):
         command = decorator(command)
     return command
+
+
+class MethodChoice(click.Choice):
+    """The registered decoding methods, read when a command line is parsed, not when the command is
+    defined: plugins may add methods, and ``as2d serve`` is defined while the plugins are still loading."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return method_names()
+
+    @choices.setter
+    def choices(self, value) -> None:  # click's own __init__ sets it; the registry decides
+        pass
 
 
 def given(ctx: click.Context, name: str) -> bool:

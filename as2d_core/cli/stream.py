@@ -13,7 +13,7 @@ from as2d_core.input.audio import AudioError, read_audio
 from as2d_core.cli.shared import fail, given, model_flags, pipeline_from_flags
 from as2d_core.setup.options import STREAM
 from as2d_core.contracts import SAMPLE_RATE
-from as2d_core.decode import METHODS
+from as2d_core.decode.methods import get_method, method_names
 
 PACES = ("realtime", "fast")
 TRAILING_BLOCKS = 15  # Figure 9 smooths throughput, prefill and RTF over at most 15 blocks
@@ -21,9 +21,9 @@ TRAILING_BLOCKS = 15  # Figure 9 smooths throughput, prefill and RTF over at mos
 
 def _methods(value: str) -> list[str]:
     methods = [m.strip() for m in value.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in method_names()]
     if not methods or unknown:
-        raise click.BadParameter(f"choose from {', '.join(METHODS)} (comma-separated), got {value!r}")
+        raise click.BadParameter(f"choose from {', '.join(method_names())} (comma-separated), got {value!r}")
     return methods
 
 
@@ -34,7 +34,8 @@ def _methods(value: str) -> list[str]:
 @click.option("--pace", type=click.Choice(PACES), default="realtime", show_default=True,
               help="realtime: each block arrives at its real time; fast: back to back.")
 @click.option("--method", "methods", default="as2d", show_default=True,
-              help="as2d, target-only, or both comma-separated (the same stream once per method); "
+              help="as2d, target-only or another registered method, or several comma-separated (the same stream "
+                   "once per method); "
                    "default with --config: its method.")
 @model_flags
 @click.option("--check", is_flag=True, help="Also decode every block's view target-only (after the stream) and report exact.")
@@ -54,11 +55,12 @@ def stream(ctx, audio, block_s, context_s, pace, methods, check, as_json, plot_p
     for note in decoded.info.warnings:
         click.echo(f"warning: {note}", err=True)
     method_given = given(ctx, "methods")
-    base, _ = pipeline_from_flags(ctx, "as2d" if "as2d" in methods else "target-only", method_given)
+    drafting = [m for m in methods if get_method(m).needs_source]  # the pipeline builds a source for these
+    base, _ = pipeline_from_flags(ctx, drafting[0] if drafting else "target-only", method_given)
     methods = methods if method_given else [base.options.method]  # else the configuration's method
     summaries, sessions = [], {}
     for method in methods:
-        pipeline = Pipeline(base.target, base.source if method == "as2d" else None,
+        pipeline = Pipeline(base.target, base.source if get_method(method).needs_source else None,
                             attrs.evolve(base.options, method=method))
         try:
             session = pipeline.stream(block_s, context_s, check)

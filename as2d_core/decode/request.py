@@ -1,4 +1,5 @@
-"""One request end to end, the As²d engine: one producer thread drafting, one target loop verifying.
+"""One request end to end by any registered method (``methods``); for as2d, the As²d engine:
+one producer thread drafting, one target loop verifying.
 
 Neither side waits for the other. The producer runs the drafter over the fixed
 request, bridges its tokens into the target vocabulary and publishes immutable
@@ -6,7 +7,8 @@ batches. At every boundary the target takes whatever is published, lets the
 aligner pick up to ``budget`` candidates after the known root, verifies them in
 one call, commits the matching greedy prefix plus its own next token, and cuts
 rejected entries out of its cache. With nothing usable it decodes one token
-alone. Target-only decoding is the same loop without a producer.
+alone. Target-only decoding is the same loop without a producer; the serial methods (``serial``)
+draft from the committed prefix before each call instead.
 """
 from __future__ import annotations
 
@@ -18,13 +20,13 @@ from as2d_core.contracts import (KnownVocabulary, Request, Source, Target, Targe
 from as2d_core.decode.buffer import CandidateBuffer
 from as2d_core.decode.events import EventLog
 from as2d_core.decode.loop import Counters, OnCommit, TargetOnly, target_loop
+from as2d_core.decode.methods import Method, get_method
 from as2d_core.decode.producer import Producer, stop_and_join
 from as2d_core.decode.proposers import PublishedProposer
 from as2d_core.decode.result import DecodeResult, build_result
+from as2d_core.decode.serial import PrefixDrafter, SerialProposer, check_prefix_drafting, open_prefix_session
 from as2d_core.setup.catalog import bridge_for
 from as2d_core.setup.options import DecodeOptions
-
-METHODS = ("target-only", "as2d")
 
 
 def _warm_thread_switch(session: TargetSession, options: DecodeOptions) -> None:
@@ -53,7 +55,7 @@ def run_request(
     request: Request,
     target: Target,
     source: Source | None = None,
-    method: str = "as2d",
+    method: str | Method = "as2d",
     options: DecodeOptions | None = None,
     on_commit: OnCommit | None = None,
 ) -> DecodeResult:
@@ -63,25 +65,29 @@ def run_request(
     drafts while the target encodes, detects the language and prefills; with ``"prepared"`` (the
     paper's set-up) both models are prepared first and the drafter starts with the decode clock.
     ``on_commit`` hears the committed tokens as the target verifies them (``target_loop``).
+    ``method`` is a registered method's name (or the :class:`Method`); its overrides apply over ``options``.
+    A serial method opens its prefix-conditioned drafter after the target is prepared, on the target's threads.
     """
-    options = options or DecodeOptions()
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    if method == "as2d" and source is None:
-        raise ValueError("method 'as2d' needs a source (drafter)")
+    method = get_method(method)
+    options = method.options(options or DecodeOptions())
+    if method.needs_source and source is None:
+        raise ValueError(f"method {method.name!r} needs a source (drafter)")
+    decoupled, serial = method.proposer == "published", method.proposer == "serial"
+    if serial:
+        check_prefix_drafting(source)
     missing = unsupported_features(target, request)
     if missing:  # a target that does not know a request field would ignore it: refuse instead
         raise ValueError(f"target {target.name} does not offer {' or '.join(missing)}")
     events = EventLog()
     note = None
     arrival = time.perf_counter()
-    speculative = method == "as2d"
+    speculative = method.needs_source
     if speculative and not serves_task(source, request.task):
         note = (f"source {source.name} does not draft the task {request.task!r} (it drafts "
                 f"{', '.join(sorted(source.tasks))}); ran target-only with {options.target_threads} threads")
         speculative = False
     buffer = producer = wasted = None
-    early = _drafting_language(request, source) if speculative and options.start == "arrival" else None
+    early = _drafting_language(request, source) if decoupled and speculative and options.start == "arrival" else None
     if early is not None and serves_language(source, early):
         buffer = CandidateBuffer(request.request_id, source.name, f"{source.name}:arrival")
         producer = Producer(None, None, buffer, options.publication_size, events,
@@ -111,16 +117,25 @@ def run_request(
         if not speculative:
             session.use_threads(options.target_threads)
         wasted, buffer, producer = producer, None, None
-    if speculative and producer is None:  # prepared start: the drafter's audio is encoded before the request
+    if decoupled and speculative and producer is None:  # prepared start: the drafter's audio encoded before the request
         job = source.prepare(request, session.language, options.drafter_threads)
         _warm_thread_switch(session, options)
         buffer = CandidateBuffer(request.request_id, source.name, f"{source.name}:{id(job):x}")
         producer = Producer(job, bridge_for(source, target, session), buffer, options.publication_size, events,
                             niceness=options.drafter_nice)
-    if speculative:
+    if decoupled and speculative:
         producer.vocab_size = session.vocab_size if isinstance(session, KnownVocabulary) else None
         if producer.bridge is None:
             producer.attach_bridge(bridge_for(source, target, session))
+    drafter = policy = None
+    if serial and speculative:
+        policy = method.serial.for_budget(options.budget)
+        try:
+            drafter_session = open_prefix_session(source, request, session.language, options.target_threads)
+        except BaseException:
+            session.close()
+            raise
+        drafter = PrefixDrafter(drafter_session, session, source.vocabulary == target.vocabulary)
     prepare_s = time.perf_counter() - arrival
     events.add("prepare", arrival)
 
@@ -133,8 +148,12 @@ def run_request(
             producer.start()
         timestamps = ((session.timestamp_begin, session.eos_token)
                       if request.timestamps != "none" and isinstance(session, TimestampVocabulary) else None)
-        proposer = (PublishedProposer(buffer, session, options, events, timestamps) if buffer is not None
-                    else TargetOnly())
+        if buffer is not None:
+            proposer = PublishedProposer(buffer, session, options, events, timestamps)
+        elif drafter is not None:
+            proposer = SerialProposer(drafter, policy, events, trace)
+        else:
+            proposer = TargetOnly()
         tokens = target_loop(session, proposer, events, counters, trace, on_commit)
         clock_end = time.perf_counter()
         text = session.decode_text(tokens)
@@ -142,6 +161,8 @@ def run_request(
         # The request's drafting ends with it, also when the target failed or was interrupted.
         left_behind = stop_and_join(drafters, options.drain_timeout_s)
         session.close()
+        if drafter is not None:
+            drafter.s.close()
     drain_s = 0.0
     if drafters:
         drain_s = time.perf_counter() - clock_end
@@ -151,13 +172,13 @@ def run_request(
             f"the drafter was still in a runtime call {options.drain_timeout_s:g} s after the last token; "
             "it finishes in the background and the process waits for it before exiting")
     return build_result(
-        request, method, session, tokens, text, (clock_start, clock_end), prepare_s, counters, events, trace,
+        request, method.name, session, tokens, text, (clock_start, clock_end), prepare_s, counters, events, trace,
         source=source.name if speculative else None,
-        budget=options.budget if speculative else None,
-        start=options.start if speculative else None,
+        budget=policy.proposals if drafter is not None else options.budget if speculative else None,
+        start=options.start if decoupled and speculative else None,
         drain_s=drain_s,
         note=note,
         producer_error=producer.error if producer is not None and speculative else None,
-        published=len(buffer.snapshot()) if buffer is not None else 0,
+        published=len(buffer.snapshot()) if buffer is not None else proposer.published if drafter is not None else 0,
         batches=buffer.batches if buffer is not None else (),
     )

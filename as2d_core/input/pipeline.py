@@ -35,7 +35,7 @@ import numpy as np
 from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
 from as2d_core.contracts import SAMPLE_RATE, Request, Source, Target
 from as2d_core.decode.deltas import TextDeltas
-from as2d_core.decode import METHODS, DecodeResult, OnCommit, run_request
+from as2d_core.decode import DecodeResult, OnCommit, get_method, run_request
 from as2d_core.setup.options import STREAM, DecodeOptions
 from as2d_core.decode.lookahead import LookaheadSource
 from as2d_core.decode.timestamps import Segment, marked_up
@@ -50,7 +50,7 @@ Decoder = Callable[[Request], DecodeResult]
 
 @attrs.frozen
 class PipelineOptions:
-    method: str = attrs.field(default="as2d", validator=attrs.validators.in_(METHODS))
+    method: str = attrs.field(default="as2d", validator=lambda _self, _attribute, name: get_method(name))
     language: str | None = None  # None: the target detects it per window
     task: str = "asr"
     instruction: str | None = None
@@ -197,11 +197,12 @@ class Pipeline:
         decode: Decoder | None = None,
     ) -> None:
         self.options = options or PipelineOptions()
-        if self.options.method == "as2d" and source is None and decode is None:
-            raise ValueError("method 'as2d' needs a source (drafter)")
+        if get_method(self.options.method).needs_source and source is None and decode is None:
+            raise ValueError(f"method {self.options.method!r} needs a source (drafter)")
         self.target = target
         self.source = source
-        if source is not None and self.options.lookahead and not isinstance(source, ProcessSource):
+        publishes = get_method(self.options.method).proposer == "published"  # drafts a window ahead; serial cannot
+        if source is not None and self.options.lookahead and publishes and not isinstance(source, ProcessSource):
             self.source = LookaheadSource(source)  # a ProcessSource's child serves one job at a time
         self._detector = detector
         self._decode = decode

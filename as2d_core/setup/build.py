@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from as2d_core.decode.methods import get_method
 from as2d_core.setup.config import Config, Report, check_file, parse, set_values
 from as2d_core.setup.paths import models_dir
 from as2d_core.input.pipeline import PipelineOptions
@@ -83,13 +84,14 @@ def source_spec(config: Config) -> str | None:
 def build_parts(config: Config, report: Report | None = None, with_source: bool | None = None):
     """The target and source ``config`` names, on the devices its ``report`` found usable here.
 
-    ``with_source`` defaults to the configuration's own method (a source only for as2d).
+    ``with_source`` defaults to the configuration's own method (a source only for a method that drafts).
     """
     devices = report.devices if report is not None else {}
     target = build_part("target", config.target.model, backend=config.target.backend,
                         device=devices.get("target", config.target.device), threads=config.decode.target_threads)
     source = None
-    if config.source is not None and (with_source if with_source is not None else config.method == "as2d"):
+    drafts = get_method(config.method).needs_source
+    if config.source is not None and (with_source if with_source is not None else drafts):
         source = build_source(config.source.spec, backend=config.source.backend,
                               device=devices.get("source", config.source.device), threads=config.decode.drafter_threads)
     return target, source
@@ -99,7 +101,7 @@ def parts_from_config(path: Path, overrides: dict | None = None, with_source: bo
     """Validate a task configuration file and build its target and source.
 
     Returns ``(config, report, target, source)``; raises :class:`ConfigProblem` naming every
-    problem. ``with_source`` defaults to the configuration's own method (a source only for as2d).
+    problem. ``with_source`` defaults to the configuration's own method (a source only for a method that drafts).
     """
     config, report = resolve_config(Path(path), overrides or {}, {})
     return (config, report, *build_parts(config, report, with_source))

@@ -12,3 +12,11 @@ def register_bridges(register):
     register("text", TextBridge.for_request,
              description="drafter ids -> text -> target ids, holding back an unfinished word",
              connects=(("*", "*"),), needs=("decodes_text", "encodes_text"))
+
+
+@hookimpl
+def register_methods(register):
+    from as2d_core.decode.methods import BUILTIN
+
+    for method in BUILTIN:
+        register(method)

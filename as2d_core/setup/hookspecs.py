@@ -6,7 +6,8 @@ registered the same way, as the plugin ``as2d.builtins``. ``AS2D_PLUGINS`` (a
 comma-separated list of entry-point names; empty means none) restricts which
 entry-point plugins load, so tests see a known set.
 
-Calling convention: ``register(name, factory, **info)``. The ``info`` keywords are
+Calling convention: ``register(name, factory, **info)`` (methods: ``register(method)``,
+a ``decode.methods.Method``, which holds its own facts). The ``info`` keywords are
 what listings and ``as2d config check`` read without building anything; every key
 is optional. They are the only home of these facts: ``registry.toml`` holds just
 which plugin provides a part and how to install it, for listings of absent plugins.
@@ -78,7 +79,14 @@ def register_detectors(register):
 def register_peers(register):
     """Register outside peers for ``as2d bench``: ``register(name, factory, **info)``;
     ``factory(options) -> peers.Peer`` with options ``threads`` and ``models_dir``. Info ``default``
-    (bool, default False): whether ``as2d bench`` runs it when ``--methods`` is not given."""
+    (bool, default False): whether ``as2d bench`` runs it when ``--methods`` is not given; ``whole_file``
+    (bool, default False): the peer is also a ``peers.FilePeer``, for ``scripts/bench_long_audio.py``."""
+
+
+@hookspec
+def register_methods(register):
+    """Register decoding methods: ``register(method)`` with a ``decode.methods.Method``; ``run_request``,
+    ``as2d run --method`` and ``as2d bench --methods`` then run it by its name."""
 
 
 @hookspec

@@ -27,7 +27,8 @@ CORE_DISTRIBUTION = "as2d"
 
 @attrs.frozen
 class Part:
-    """One registered target, source, backend, bridge, model installer, speech detector or outside peer."""
+    """One registered target, source, backend, bridge, model installer, speech detector, outside peer or
+    decoding method (whose ``factory`` is the ``decode.methods.Method`` itself)."""
 
     kind: str
     name: str
@@ -129,6 +130,7 @@ def load_registry(refresh: bool = False) -> Registry:
         "model": manager.hook.register_models,
         "detector": manager.hook.register_detectors,
         "peer": manager.hook.register_peers,
+        "method": manager.hook.register_methods,
     }
     failed: dict[str, str] = {}
     for kind, hook in hooks.items():
@@ -137,6 +139,10 @@ def load_registry(refresh: bool = False) -> Registry:
 
             def register(name, factory, _kind=kind, _plugin=plugin_name, **info):
                 registry.add(_kind, _plugin, name, factory, info)
+
+            if kind == "method":  # a method is data, not built: ``register(method)``, held as the part's factory
+                def register(method, _plugin=plugin_name):
+                    registry.add("method", _plugin, method.name, method, {"description": method.description})
 
             try:
                 impl.function(register=register)

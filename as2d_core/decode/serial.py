@@ -1,4 +1,4 @@
-"""Serial speculative baselines on the engine's contracts: standard SD, SpecASR's ASP, as2d-no-td.
+"""Serial drafting on the engine's contracts: standard SD, SpecASR's ASP, as2d-no-td.
 
 Drafting and verification take turns on one thread, each on all the cores.
 The drafter is a prefix-conditioned session (``contracts.PrefixDrafting``), a
@@ -9,7 +9,7 @@ differs is recomputed. That catch-up, the drafting and the conversion of the
 draft into target ids are all "draft" events, so ``decompose`` charges them to D.
 The loop is the engine's own ``target_loop`` with a :class:`SerialProposer`:
 root plus candidates in one call, commit the matching greedy prefix plus the
-target's own next token, cut the rest out of the cache; so every baseline
+target's own next token, cut the rest out of the cache; so every serial method
 returns exactly the target's greedy tokens.
 """
 from __future__ import annotations
@@ -17,16 +17,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
-from as2d_core.contracts import PrefixDrafting, Request, ScoredSession, Source, Target, TargetSession, serves_language
-from as2d_core.decode import Counters, DecodeResult, TargetOnly, build_result, target_loop
-from as2d_core.setup.options import DecodeOptions
-from as2d_core.decode.events import EventLog
+from as2d_core.contracts import PrefixDrafting, Request, ScoredSession, Source, TargetSession
 
-ASP_THRESHOLD = 0.4  # SpecASR's confidence threshold (Appendix D.1.3)
-ASP_CAP = 24  # SpecASR's proposal cap: physical width at most 25
+if TYPE_CHECKING:
+    from as2d_core.decode.events import EventLog
 
 
 class BaselineUnavailable(RuntimeError):
@@ -37,32 +35,25 @@ class BaselineUnavailable(RuntimeError):
 class SerialPolicy:
     """How many drafter tokens a round proposes and whether old drafts are recycled."""
 
-    name: str
-    proposals: int  # drafter tokens per round at most (K - 1 for fixed-width SD)
+    proposals: int | None  # drafter tokens per round at most (K - 1 for fixed-width SD); None: the request's budget
     threshold: float | None = None  # stop after the first token whose confidence is below this
     recycle: bool = False  # reuse the rejected draft where it realigns (SpecASR chain variant)
 
-
-def sd_policy(k: int) -> SerialPolicy:
-    """Standard SD with physical verification width K (K - 1 proposals after the root)."""
-    return SerialPolicy(f"sd-k{k}", k - 1)
-
-
-def asp_policy(threshold: float = ASP_THRESHOLD, cap: int = ASP_CAP) -> SerialPolicy:
-    """SpecASR: adaptive single-sequence prediction with draft recycling."""
-    return SerialPolicy("asp", cap, threshold, recycle=True)
+    def for_budget(self, budget: int) -> SerialPolicy:
+        """This policy with a number of proposals: its own, or ``budget`` when it drafts up to the request's."""
+        return self if self.proposals is not None else attrs.evolve(self, proposals=budget)
 
 
-def no_td_policy(budget: int) -> SerialPolicy:
-    """as2d without target-decoupled drafting: the same budget, drafted serially from the prefix."""
-    return SerialPolicy("as2d-no-td", budget)
-
-
-def open_prefix_session(source: Source, request: Request, language: str, threads: int) -> TargetSession:
+def check_prefix_drafting(source: Source) -> None:
+    """Refuse a source that cannot be brought in step with the target's prefix, before any work."""
     if not isinstance(source, PrefixDrafting):
         raise BaselineUnavailable(
             f"source {source.name} offers no prefix-conditioned session (contracts.PrefixDrafting); "
-            "serial baselines need one")
+            "serial methods need one")
+
+
+def open_prefix_session(source: Source, request: Request, language: str, threads: int) -> TargetSession:
+    check_prefix_drafting(source)
     return source.prefix_session(request, language, threads)
 
 
@@ -201,47 +192,6 @@ class PrefixDrafter:
             self.extend([token])
         self.old = (list(context), drafted, confidences)
         return drafted
-
-
-def serial_decode(
-    request: Request,
-    target: Target,
-    source: Source,
-    policy: SerialPolicy,
-    options: DecodeOptions | None = None,
-) -> DecodeResult:
-    """Prefix-conditioned drafting and verification taking turns; exact greedy output."""
-    options = options or DecodeOptions()
-    events = EventLog()
-    prep_start = time.perf_counter()
-    session = target.prepare(request, options.target_threads)
-    drafter, note = None, None
-    try:
-        if serves_language(source, session.language):
-            drafter_session = open_prefix_session(source, request, session.language, options.target_threads)
-            drafter = PrefixDrafter(drafter_session, session, source.vocabulary == target.vocabulary)
-        else:
-            note = (f"source {source.name} does not draft {session.language!r}; "
-                    f"ran target-only with {options.target_threads} threads")
-        prepare_s = time.perf_counter() - prep_start
-        events.add("prepare", prep_start)
-        counters, trace = Counters(), []
-        clock_start = time.perf_counter()
-        proposer = SerialProposer(drafter, policy, events, trace) if drafter is not None else TargetOnly()
-        tokens = target_loop(session, proposer, events, counters, trace)
-        clock_end = time.perf_counter()
-        text = session.decode_text(tokens)
-    finally:
-        session.close()
-        if drafter is not None:
-            drafter.s.close()
-    return build_result(
-        request, policy.name, session, tokens, text, (clock_start, clock_end), prepare_s, counters, events, trace,
-        source=source.name if drafter is not None else None,
-        budget=policy.proposals if drafter is not None else None,
-        note=note,
-        published=proposer.published if drafter is not None else 0,
-    )
 
 
 class SerialProposer:
