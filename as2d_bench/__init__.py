@@ -1,1 +1,2 @@
-"""Benchmarks: serial baselines, outside peers, and the ``as2d bench`` command (Section 4, Appendix D)."""
+"""Benchmarks: every registered method (the serial baselines among them) beside the outside peers, and the
+``as2d bench`` command (Section 4, Appendix D)."""

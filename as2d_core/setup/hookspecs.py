@@ -1,8 +1,8 @@
 """The hooks a plugin implements. Each ``register_*`` hook receives a ``register`` callback.
 
 A plugin is any module with ``@hookimpl`` functions, exposed through the ``as2d``
-entry-point group; the core's own parts (the ``identity`` and ``text`` bridges) are
-registered the same way, as the plugin ``as2d.builtins``. ``AS2D_PLUGINS`` (a
+entry-point group; the core's own parts (the ``identity`` and ``text`` bridges, the built-in
+decoding methods) are registered the same way, as the plugin ``as2d.builtins``. ``AS2D_PLUGINS`` (a
 comma-separated list of entry-point names; empty means none) restricts which
 entry-point plugins load, so tests see a known set.
 
