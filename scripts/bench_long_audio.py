@@ -1,18 +1,28 @@
-"""Whole-file wall clock: as2d, target-only, serial SD and faster-whisper fp32/int8 on one long recording.
+"""Whole-file wall clock: as2d, target-only, serial SD and the outside peers on one long recording.
 
 Every model is loaded (and warmed on the first 30 s) before its clock starts; each clock covers
 the whole file from decoded samples to text: voice-activity detection, every window's encoder,
 prefill and decoding. as2d, target-only and sd-kN decode the same Silero VAD windows through
 ``as2d_core.input.pipeline.Pipeline``; their per-window tokens are compared with target-only's (exact).
-faster-whisper runs ``transcribe(vad_filter=True, without_timestamps=True, beam_size=1)`` with
-its own VAD. One JSON line per method, then a Markdown table.
+Any other method is an outside peer that a plugin offers through ``register_peers`` with
+``whole_file=True`` (``as2d_core.setup.peers.FilePeer``), run the way its users run it, with its own
+VAD: the Whisper plugin's ``faster-whisper`` (sequential, temperature 0, no fallback, no conditioning:
+the equal-decoding row), ``faster-whisper-default`` (its shipped temperature fallback and conditioning),
+``faster-whisper-batched4``/``-batched8`` (``BatchedInferencePipeline``), each also ``-int8``.
+One JSON line per method, then a Markdown table.
+
+CTranslate2 (faster-whisper) waits on its threads by spinning, so a peer timed while other work runs
+is slowed unfairly: run this with the other cores idle. Before each timed run the machine's load is
+read: the 1-minute load average, and over 1 s the cores busy with other processes than this one
+(the 1-minute average still holds this script's previous method). A warning is printed, and the row
+marked, when others keep more than half of each core this run does not use busy (at least half a core).
 
 ``--stream`` feeds the file instead as a sustained stream (``as2d stream``'s blocks, views and
 pacing) once per method, serial SD included, and prints each method's stream summary.
 
     .venv/bin/python scripts/make_long_audio.py --seconds 600 --out /tmp/long_en_600s.wav
     .venv/bin/python scripts/bench_long_audio.py /tmp/long_en_600s.wav \\
-        --methods target-only,sd-k5,as2d,fw-fp32,fw-int8 --out /tmp/long_en_600s.bench.jsonl
+        --methods target-only,sd-k5,as2d,faster-whisper,faster-whisper-batched8-int8 --out /tmp/long_en_600s.bench.jsonl
     .venv/bin/python scripts/bench_long_audio.py /tmp/long_en_600s.wav --stream --pace realtime \\
         --methods target-only,sd-k5,as2d --out /tmp/long_en_600s.stream.jsonl
 """
@@ -20,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -29,10 +40,14 @@ from as2d_core.decode.methods import get_method
 from as2d_core.input.audio import read_audio
 from as2d_core.setup.build import build_part, build_source
 from as2d_core.setup.options import DecodeOptions
+from as2d_core.setup.paths import models_dir
+from as2d_core.setup.peers import FilePeer
+from as2d_core.setup.plugins import load_registry
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.input.stream import PACES
 
 SAMPLE_RATE = 16_000
-FW_PRECISIONS = {"fw-fp32": "float32", "fw-int8": "int8"}
+PIPELINE_METHODS = "target-only,sd-k5,as2d"
 
 
 def as2d_pipeline(method: str, target, source, options: PipelineOptions) -> Pipeline:
@@ -40,8 +55,9 @@ def as2d_pipeline(method: str, target, source, options: PipelineOptions) -> Pipe
         method=method, language=options.language, decode=options.decode))
 
 
-def run_pipeline(method: str, pipeline: Pipeline, samples: np.ndarray, reference: list | None) -> dict:
+def run_pipeline(method: str, pipeline: Pipeline, samples: np.ndarray, reference: list | None, threads: int) -> dict:
     pipeline.transcribe(samples[: 30 * SAMPLE_RATE], request_id="warm")
+    load = machine_load(threads)
     start = time.perf_counter()
     transcript = pipeline.transcribe(samples, request_id=method)
     wall = time.perf_counter() - start
@@ -49,33 +65,61 @@ def run_pipeline(method: str, pipeline: Pipeline, samples: np.ndarray, reference
     totals = transcript.totals()
     return {"method": method, "wall_s": wall, "windows": len(tokens), "tokens": totals["tokens"],
             "decode_s": totals["decode_s"], "accepted": totals["accepted"], "proposed": totals["proposed"],
-            "exact": None if reference is None else tokens == reference, "text": transcript.text, "_tokens": tokens}
+            "exact": None if reference is None else tokens == reference, "text": transcript.text, "_tokens": tokens,
+            **load}
 
 
 def run_stream(method: str, pipeline: Pipeline, samples: np.ndarray, args) -> dict:
-    from as2d_core.cli.stream import _feed
-
     pipeline.transcribe(samples[: int(args.block_s * SAMPLE_RATE)], request_id="warm")
     session = pipeline.stream(args.block_s, args.context_s)
-    for _ in _feed(session, samples, args.block_s, args.pace):
+    for _ in session.replay(samples, args.pace):
         pass
     return {**session.summary(), "method": method, "pace": args.pace}
 
 
-def run_faster_whisper(method: str, samples: np.ndarray, threads: int, language: str) -> dict:
-    from faster_whisper import WhisperModel
+def whole_file_peers() -> list[str]:
+    """The peers the installed plugins offer for whole recordings."""
+    registry = load_registry()
+    return [name for name in registry.names("peer") if registry.get("peer", name).info.get("whole_file")]
 
-    from as2d_whisper.peers import build_ct2_folder  # faster-whisper reads the same whisper-base weights
 
-    model = WhisperModel(str(build_ct2_folder()), device="cpu", compute_type=FW_PRECISIONS[method], cpu_threads=threads)
-    options = dict(language=language, vad_filter=True, without_timestamps=True, beam_size=1)
-    list(model.transcribe(samples[: 30 * SAMPLE_RATE], **options)[0])  # warm-up
-    start = time.perf_counter()
-    segments, _ = model.transcribe(samples, **options)
-    texts = [s.text.strip() for s in segments]  # the generator does the work
-    wall = time.perf_counter() - start
-    return {"method": method, "wall_s": wall, "windows": len(texts), "tokens": None, "exact": None,
-            "text": " ".join(texts)}
+def build_file_peer(method: str, threads: int) -> FilePeer:
+    """A peer as the plugin offers it (``register_peers``), on ``threads`` threads, the same weights as the target."""
+    part = load_registry().get("peer", method)
+    peer = part.factory({"threads": threads, "models_dir": models_dir()}) if part.info.get("whole_file") else None
+    if not isinstance(peer, FilePeer):
+        raise SystemExit(f"peer {method} decodes single windows only (as2d bench runs it); whole-file peers: "
+                         f"{', '.join(whole_file_peers())}")
+    return peer
+
+
+def run_file_peer(method: str, peer: FilePeer, samples: np.ndarray, language: str, threads: int) -> dict:
+    peer.transcribe_file(samples[: 30 * SAMPLE_RATE], language)  # warm-up
+    load = machine_load(threads)
+    out = peer.transcribe_file(samples, language)
+    return {"method": method, "wall_s": out.wall_s, "windows": out.segments, "tokens": None, "exact": None,
+            "text": out.text, "note": out.note, **out.extra, **load}
+
+
+def machine_load(threads: int, sample_s: float = 1.0) -> dict:
+    """The load this run's clock is about to share the machine with: the 1-minute load average, and the cores
+    other processes kept busy over ``sample_s`` while this one waited. ``busy``: more than half of each core
+    this run leaves free (at least half a core) was busy with others."""
+    import psutil
+
+    me, cores = psutil.Process(), os.cpu_count() or 1
+    me.cpu_percent(None)
+    psutil.cpu_percent(None)
+    time.sleep(sample_s)
+    others = max(0.0, psutil.cpu_percent(None) / 100 * cores - me.cpu_percent(None) / 100)
+    load_1m, load_5m, _ = os.getloadavg()
+    limit = 0.5 * max(1, cores - threads)
+    if others > limit:
+        print(f"warning: other processes keep {others:.1f} of {cores} cores busy (limit {limit:.1f} with {threads} "
+              f"threads ours; 1-minute load {load_1m:.2f}): CTranslate2 peers spin on their threads and are slowed "
+              "unfairly, and so is every other method; run with the other cores idle", flush=True)
+    return {"load_1m": round(load_1m, 2), "load_5m": round(load_5m, 2), "others_busy_cores": round(others, 2),
+            "cores": cores, "busy": others > limit}
 
 
 def _write(row: dict, path: Path | None) -> None:
@@ -89,11 +133,13 @@ def _write(row: dict, path: Path | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("audio", type=Path)
-    parser.add_argument("--methods", default="target-only,sd-k5,as2d,fw-fp32,fw-int8")
+    parser.add_argument("--methods", default=None,
+                        help=f"comma-separated: {PIPELINE_METHODS} (the as2d pipeline) and whole-file peers "
+                             "(default: those three and every whole-file peer the plugins offer)")
     parser.add_argument("--language", default="en")
     parser.add_argument("--target", default="whisper-base")
     parser.add_argument("--source", default="whisper-tiny.en")
-    parser.add_argument("--threads", type=int, default=2, help="target threads alone; faster-whisper's cpu_threads")
+    parser.add_argument("--threads", type=int, default=2, help="target threads alone; every peer's threads")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON lines here")
     parser.add_argument("--stream", action="store_true", help="a sustained stream per method instead of the file")
     parser.add_argument("--drafter-nice", type=int, default=DecodeOptions().drafter_nice,
@@ -102,10 +148,13 @@ def main() -> None:
                         help="the drafter's niceness on a single window whose language is not named")
     parser.add_argument("--block-s", type=float, default=4.0)
     parser.add_argument("--context-s", type=float, default=12.0)
-    parser.add_argument("--pace", choices=("realtime", "fast"), default="realtime")
+    parser.add_argument("--pace", choices=PACES, default="realtime")
     args = parser.parse_args()
+    peers = load_registry().names("peer")
+    if args.methods is None:
+        args.methods = ",".join([PIPELINE_METHODS] if args.stream else [PIPELINE_METHODS, *whole_file_peers()])
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if args.stream and any(m in FW_PRECISIONS for m in methods):
+    if args.stream and any(m in peers for m in methods):
         parser.error("--stream runs the as2d pipeline's methods only (target-only, sd-kN, as2d)")
     decoded = read_audio(args.audio)
     samples = decoded.samples
@@ -113,7 +162,8 @@ def main() -> None:
                            guess_nice=args.guess_nice)
     options = PipelineOptions(language=args.language, decode=decode)
     target = build_part("target", args.target)
-    source = build_source(args.source) if any(m == "as2d" or m.startswith("sd-k") for m in methods) else None
+    drafting = any(m not in peers and get_method(m).needs_source for m in methods)
+    source = build_source(args.source) if drafting else None
     rows, reference = [], None
     # target-only first: the others' windows are checked against its tokens
     for method in sorted(methods, key=lambda m: m != "target-only"):
@@ -122,10 +172,10 @@ def main() -> None:
             _write(row, args.out)
             rows.append(row)
             continue
-        if method in FW_PRECISIONS:
-            row = run_faster_whisper(method, samples, args.threads, args.language)
+        if method in peers:  # built here and dropped after its row: one peer's models in memory at a time
+            row = run_file_peer(method, build_file_peer(method, args.threads), samples, args.language, args.threads)
         else:
-            row = run_pipeline(method, as2d_pipeline(method, target, source, options), samples, reference)
+            row = run_pipeline(method, as2d_pipeline(method, target, source, options), samples, reference, args.threads)
             if method == "target-only":
                 reference = row["_tokens"]
         row.pop("_tokens", None)
@@ -144,12 +194,16 @@ def main() -> None:
         return
     base = next((r["wall_s"] for r in rows if r["method"] == "target-only"), None)
     print(f"\n{decoded.duration_s:.0f} s of audio ({args.audio.name}), {args.threads} threads\n")
-    print("| method | wall (s) | RTF | vs target-only | windows | exact |")
-    print("|---|---|---|---|---|---|")
+    print("| method | wall (s) | RTF | vs target-only | windows | exact | load 1 min | others' cores |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         speed = f"{base / r['wall_s']:.2f}x" if base else "-"
         exact = {True: "yes", False: "NO", None: "-"}[r["exact"]]
-        print(f"| {r['method']} | {r['wall_s']:.1f} | {r['rtf']:.3f} | {speed} | {r['windows']} | {exact} |")
+        busy = " (busy!)" if r["busy"] else ""
+        print(f"| {r['method']} | {r['wall_s']:.1f} | {r['rtf']:.3f} | {speed} | {r['windows']} | {exact} | "
+              f"{r['load_1m']:.2f} | {r['others_busy_cores']:.2f}{busy} |")
+    print("\nCTranslate2 peers spin on their threads: their rows are fair only with the other cores idle "
+          "(a row marked busy! was timed while other processes kept cores busy).")
 
 
 if __name__ == "__main__":

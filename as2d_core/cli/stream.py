@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import attrs
@@ -11,11 +10,10 @@ import click
 
 from as2d_core.input.audio import AudioError, read_audio
 from as2d_core.cli.shared import fail, given, model_flags, pipeline_from_flags
-from as2d_core.setup.options import STREAM
-from as2d_core.contracts import SAMPLE_RATE
 from as2d_core.decode.methods import get_method, method_names
+from as2d_core.input.stream import PACES
+from as2d_core.setup.options import STREAM
 
-PACES = ("realtime", "fast")
 TRAILING_BLOCKS = 15  # Figure 9 smooths throughput, prefill and RTF over at most 15 blocks
 
 
@@ -65,7 +63,7 @@ def stream(ctx, audio, block_s, context_s, pace, methods, check, as_json, plot_p
         try:
             session = pipeline.stream(block_s, context_s, check)
             sessions[method] = session
-            for block in _feed(session, decoded.samples, block_s, pace):
+            for block in session.replay(decoded.samples, pace):
                 if not check:
                     _emit(block, method, as_json)
         except ValueError as exc:
@@ -85,21 +83,6 @@ def stream(ctx, audio, block_s, context_s, pace, methods, check, as_json, plot_p
     if any(s.get("exact") is False for s in summaries):
         click.echo("MISMATCH: some block differs from target-only greedy decoding of the same view", err=True)
         sys.exit(1)
-
-
-def _feed(session, samples, block_s: float, pace: str):
-    """Blocks arrive at their real time (``realtime``) or as soon as the previous one is done (``fast``)."""
-    block = int(round(block_s * SAMPLE_RATE))
-    start = time.perf_counter()
-    session.begin(start)
-    for offset in range(0, samples.size, block):
-        chunk = samples[offset : offset + block]
-        arrival = time.perf_counter()
-        if pace == "realtime":
-            arrival = start + (offset + chunk.size) / SAMPLE_RATE
-            time.sleep(max(0.0, arrival - time.perf_counter()))
-        yield from session.feed(chunk, arrived_at=arrival)
-    yield from session.finish()
 
 
 def _emit(block, method: str, as_json: bool) -> None:
