@@ -329,6 +329,7 @@ class WhisperModel:
             options["model_dir"] = folder
         self.target = build_part("target", name, **options)
         self.source = build_source(source) if source is not None else None
+        self.bridge = catalog.resolve_bridge(self.source, self.target) if self.source is not None else None
         self.decode_options = DecodeOptions() if cpu_threads == 0 else DecodeOptions(target_threads=cpu_threads)
         self._lock = threading.RLock()
         self._detectors: dict[tuple, Any] = {}
@@ -389,7 +390,8 @@ class WhisperModel:
                                   task="translate" if task == "translate" else "asr", decode=decode,
                                   word_timestamps=word_timestamps)
         with self._lock:
-            pipeline = Pipeline(self.target, self.source, options, detector=self._detector(vad))
+            pipeline = Pipeline(self.target, self.source, options, detector=self._detector(vad),
+                                bridge=self.bridge)
             plan = pipeline.plan(samples)
             first = samples[plan.windows[0].start : plan.windows[0].end] if plan.windows else samples[: 30 * SAMPLE_RATE]
             probabilities = None

@@ -49,6 +49,7 @@ from as2d_core.input.audio import load_audio
 from as2d_core.contracts import PrefixDrafting, Request
 from as2d_core.decode import DecodeResult, run_request
 from as2d_core.decode.methods import registered
+from as2d_core.setup.catalog import resolve_bridge
 from as2d_core.setup.options import DecodeOptions
 from as2d_core.setup.peers import Peer
 from .folder import ResultsFolder
@@ -282,6 +283,12 @@ class Bench:
     task: str = "asr"
     instruction: str | None = None
     _warmed: bool = attrs.field(default=False, init=False)
+    # each drafting source's bridge to the target (by source name), resolved once when the bench is made
+    bridges: dict = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        decoupled, _serial = drafters(self.methods, self.sources, self.serial_sources)
+        self.bridges = {source.name: resolve_bridge(source, self.target) for source in decoupled}
 
     @property
     def sources(self) -> list:
@@ -304,7 +311,7 @@ class Bench:
         """The results folder of this configuration (building it checks the sources' names are distinct)."""
         config = run_config(self.methods, [s.name for s in self.sources], [s.name for s in self.serial_sources],
                             self.options, self.repeats,
-                            {"target": getattr(self.target, "name", type(self.target).__name__), **self.describe})
+                            {"target": self.target.name, **self.describe})
         return ResultsFolder(self.out_dir, config, [r.label for r in self.runs], self.save_traces)
 
     def run(self, windows: list[Window]) -> dict:
@@ -370,7 +377,8 @@ class Bench:
                 return error_row(window, label, f"source {source} offers no prefix-conditioned session "
                                                 f"(contracts.PrefixDrafting); serial method {method} cannot run on it",
                                  source)
-            return run_request(request, self.target, run.source, method, self.options)
+            return run_request(request, self.target, run.source, method, self.options,
+                               bridge=self.bridges.get(source))
         except Exception as exc:  # one failing method must not end the benchmark; the row says why
             return error_row(window, label, f"{type(exc).__name__}: {exc}", source)
 

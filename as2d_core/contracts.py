@@ -13,8 +13,10 @@ Vocabulary of the paper (Appendix C):
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Protocol, runtime_checkable
+import threading
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from concurrent.futures import Future
+from typing import Protocol, TypeVar, runtime_checkable
 
 import attrs
 import numpy as np
@@ -22,6 +24,49 @@ import numpy as np
 SAMPLE_RATE = 16_000
 TASKS = ("asr", "translate", "qa")
 TIMESTAMPS = ("none", "segment")  # segment: the target decodes timestamp tokens (``as2d_core.decode.timestamps``)
+
+
+T = TypeVar("T")
+
+
+class FeatureCache:
+    """Features that several models compute from one request's audio, computed once while they overlap.
+
+    The target and a drafter started with the request may both want the same features at arrival
+    (a Whisper target and a Whisper drafter: the log-mel); the later caller waits for the first one's
+    result instead of repeating it. Nothing is kept after the computation: each decode of a request
+    pays for its own features (a bench compares methods on one request), and the requests of a long
+    file hold none. Results are shared, so ``compute`` should return a read-only value.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._in_flight: dict[Hashable, Future] = {}
+
+    def shared(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()``, or the result of a call for the same ``key`` that is running right now."""
+        with self._lock:
+            future = self._in_flight.get(key)
+            owner = future is None
+            if owner:
+                future = self._in_flight[key] = Future()
+        if owner:
+            try:
+                future.set_result(compute())
+            except BaseException as exc:
+                future.set_exception(exc)
+            finally:
+                with self._lock:
+                    del self._in_flight[key]
+        return future.result()
+
+    def computing(self) -> bool:
+        """Whether a computation is under way (for tests of the sharing)."""
+        with self._lock:
+            return bool(self._in_flight)
+
+    def __reduce__(self):  # a copied or pickled request shares nothing in flight with the original
+        return (FeatureCache, ())
 
 
 def _readonly_audio(audio: np.ndarray) -> np.ndarray:
@@ -55,6 +100,9 @@ class Request:
     hotwords: str | None = None
     # the target keeps what it needs to time the response's words after decoding (``WordAligner``)
     word_timestamps: bool = False
+    # what the request's target and drafter compute from its audio once for both; not a field of the request
+    # (not compared, not in ``fields``), so a copy made with ``attrs.evolve`` or in a drafter process starts empty
+    feature_cache: FeatureCache = attrs.field(factory=FeatureCache, init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.sample_rate != SAMPLE_RATE:
@@ -75,7 +123,7 @@ class Request:
 
     def fields(self) -> dict:
         """Every field by name (``Request(**fields)`` makes it again, as a drafter process does)."""
-        return {field.name: getattr(self, field.name) for field in attrs.fields(Request)}
+        return {field.name: getattr(self, field.name) for field in attrs.fields(Request) if field.init}
 
 
 @attrs.frozen
@@ -188,6 +236,15 @@ class CancellableJob(Protocol):
 
 
 @runtime_checkable
+class Closable(Protocol):
+    """Optional for a source (or a chunked source's per-request transcriber): release what it holds (a drafter
+    process, native threads) when it is dropped; one without ``close`` holds nothing that needs it."""
+
+    def close(self) -> None:
+        """Release resources; never called while a job of it runs."""
+
+
+@runtime_checkable
 class Source(Protocol):
     name: str
     vocabulary: str
@@ -199,6 +256,21 @@ class Source(Protocol):
 
     def prepare(self, request: Request, language: str, threads: int) -> DraftJob:
         """Encode audio for the drafter (background preparation)."""
+
+
+@runtime_checkable
+class TaskList(Protocol):
+    """Optional for a source: the tasks it drafts (``serves_task``); a source without the list drafts any."""
+
+    tasks: frozenset[str] | None  # None: any, as without the list
+
+
+@runtime_checkable
+class FeatureList(Protocol):
+    """Optional for a target: what a request may ask of it beyond audio and task (``Request.features``:
+    timestamps, prompt, hotwords, word_timestamps); a target without the list offers none of them."""
+
+    features: frozenset[str]
 
 
 @runtime_checkable
@@ -298,16 +370,27 @@ class Bridge(Protocol):
         """Flush what is held back; add the target's end token if the drafter ended."""
 
 
+class BridgeFactory(Protocol):
+    """What a registered bridge is: it makes one request's bridge from the pair and the target's prepared session.
+
+    The factory for a source and a target is chosen once, when they load (``as2d_core.setup.catalog.resolve_bridge``),
+    and handed to the engine with them.
+    """
+
+    def __call__(self, source: Source, target: Target, session: TargetSession) -> Bridge:
+        """A fresh bridge for one request."""
+
+
 def serves_language(source: Source, language: str) -> bool:
     return source.languages is None or language in source.languages
 
 
 def serves_task(source: Source, task: str) -> bool:
     """Whether ``source`` drafts ``task``; a source may list its ``tasks`` (one that lists none drafts any)."""
-    tasks = getattr(source, "tasks", None)
-    return tasks is None or task in tasks
+    return not isinstance(source, TaskList) or source.tasks is None or task in source.tasks
 
 
 def unsupported_features(target: Target, request: Request) -> list[str]:
     """What ``request`` asks that ``target`` does not list in its optional ``features`` (none listed: none offered)."""
-    return sorted(request.features - frozenset(getattr(target, "features", ())))
+    offered = target.features if isinstance(target, FeatureList) else ()
+    return sorted(request.features - frozenset(offered))

@@ -20,11 +20,13 @@ import numpy as np
 
 from as2d_core.setup.build import build_parts, build_source, pipeline_options, source_spec
 from as2d_core.setup.config import Config, Report
-from as2d_core.contracts import SAMPLE_RATE, Request
+from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Closable, Request, Target, TargetSession
 from as2d_core.decode.methods import get_method, method_names
 from as2d_core.setup.options import SERVE, DecodeOptions
 from as2d_core.decode.faults import FaultLandingTarget, FaultySource, check_fault
+from as2d_core.decode.wrappers import SessionWrapper, TargetWrapper
 from as2d_core.input.pipeline import Pipeline, Transcript, default_detector
+from as2d_core.setup.catalog import resolve_bridge
 from as2d_core.setup.plugins import load_registry
 from as2d_core.setup.source_spec import SourceSpec
 from as2d_core.decode.words import prepare_words
@@ -62,41 +64,35 @@ class Cancel:
             raise Cancelled(self.reason or "cancelled")
 
 
-class _CancellableSession:
+class _CancellableSession(SessionWrapper):
     """A target session whose every call first checks the request's cancel flag."""
 
-    def __init__(self, session, cancel: Cancel):
-        self._session, self._cancel = session, cancel
-
-    def __getattr__(self, name):
-        return getattr(self._session, name)
+    def __init__(self, session: TargetSession, cancel: Cancel):
+        super().__init__(session)
+        self._cancel = cancel
 
     def first_token(self) -> int:
         self._cancel.check()
-        return self._session.first_token()
+        return self.inner.first_token()
 
     def verify(self, root, candidates):
         self._cancel.check()
-        return self._session.verify(root, candidates)
+        return self.inner.verify(root, candidates)
 
 
-class _CancellableTarget:
+class _CancellableTarget(TargetWrapper):
     """The loaded target for one request: cancellable calls; a refused request becomes an ``InputError``."""
 
-    def __init__(self, target, cancel: Cancel):
-        self._target, self._cancel = target, cancel
-        self.name, self.vocabulary, self.device_in_use = target.name, target.vocabulary, target.device_in_use
-        self.features = getattr(target, "features", frozenset())  # what a request may ask of it (prompt, ...)
-
-    def __getattr__(self, name):  # the target's optional parts (word timestamps) as they are
-        return getattr(self._target, name)
+    def __init__(self, target: Target, cancel: Cancel):
+        super().__init__(target)
+        self._cancel = cancel
 
     def prepare(self, request: Request, threads: int):
         self._cancel.check()
         try:
-            session = self._target.prepare(request, threads)
+            session = self.inner.prepare(request, threads)
         except ValueError as exc:  # unknown language, unsupported task: the request's fault, not the server's
-            raise InputError(f"the target {self._target.name} refused the request: {exc}") from exc
+            raise InputError(f"the target {self.inner.name} refused the request: {exc}") from exc
         return _CancellableSession(session, self._cancel)
 
 
@@ -156,22 +152,28 @@ class Worker:
     def __init__(self, settings: ServeSettings):
         self.settings = settings
         self.sources: dict[str, object] = {}
+        self.bridges: dict[str, BridgeFactory] = {}  # each source's bridge to the target, resolved as it loads
         self.detector = default_detector()  # voice activity, to cut audio over 30 s at pauses
         self.options = pipeline_options(settings.config)
         self.target, source = build_parts(settings.config, settings.report, with_source=True)
         self.default_source = source_spec(settings.config)
         if source is not None:
-            self.sources[self.default_source] = source
+            self._keep(self.default_source, source)
+
+    def _keep(self, name: str, source) -> None:
+        self.bridges[name] = resolve_bridge(source, self.target)
+        self.sources[name] = source
 
     def source(self, name: str):
         if name not in self.sources:
-            self.sources[name] = build_source(name)
+            self._keep(name, build_source(name))
         return self.sources[name]
 
     def drop_source(self, name: str) -> None:
         """Forget a drafter that failed; the next request builds a fresh one."""
         source = self.sources.pop(name, None)
-        if source is not None and hasattr(source, "close"):
+        self.bridges.pop(name, None)
+        if isinstance(source, Closable):
             try:
                 source.close()
             except Exception:
@@ -190,14 +192,16 @@ class Worker:
             except (ValueError, OSError) as exc:
                 raise InputError(f"word timestamps are not available on this server: {exc}") from exc
         target = _CancellableTarget(self.target, cancel)
-        source = source_name = None
+        source = source_name = bridge = None
         if get_method(method).needs_source:
             source_name = ask.source or self.default_source
             if source_name is None:
                 raise InputError(f"method {method!r} needs a source and this server has none configured")
             source = self.source(source_name)
+            bridge = self.bridges[source_name]
             if fault is not None:  # injected so that it always lands mid-request (faults.FaultLandingTarget)
                 source = FaultySource(source, fault, publish_as=self.target.vocabulary, stall_s=self.settings.stall_s)
+                bridge = source.bridge(bridge)
                 if decode.start == "arrival":
                     target = _CancellableTarget(FaultLandingTarget(self.target, source), cancel)
         # a fault is injected on the producer's own thread, where it lands before the request can end
@@ -205,7 +209,7 @@ class Worker:
                                decode=decode, lookahead=self.options.lookahead and fault is None,
                                task="translate" if ask.task == "translate" else self.options.task,
                                word_timestamps=ask.word_timestamps)
-        pipeline = Pipeline(target, source, options, detector=self.detector)
+        pipeline = Pipeline(target, source, options, detector=self.detector, bridge=bridge)
         transcript = pipeline.transcribe(ask.samples, request_id=f"serve-{id(cancel):x}", check=ask.check,
                                          on_text=on_text)
         outcome = Transcription(transcript, ask.duration_s)

@@ -43,8 +43,8 @@ import numpy as np
 
 from as2d_bench.machine import bench_machine, machine_info, package_versions  # noqa: F401  (also imported from here)
 from as2d_core.decode.buffer import CandidateBuffer
-from as2d_core.setup.catalog import bridge_for
-from as2d_core.contracts import Request, Source, Target
+from as2d_core.setup.catalog import resolve_bridge
+from as2d_core.contracts import BridgeFactory, Request, Source, Target
 from as2d_core.decode import run_request
 from as2d_core.setup.options import DecodeOptions
 from as2d_core.setup.source_spec import SourceSpec
@@ -401,6 +401,11 @@ class Measurement:
     limit_s: float = 40.0  # past this, no further round starts (after three)
     seed: int = 0
     say: Callable[[str], None] = lambda message: None
+    # each source's bridge to the target (by name), resolved once when the measurement is set up
+    bridges: dict[str, BridgeFactory] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.bridges = {name: resolve_bridge(source, self.target) for name, source in self.sources.items()}
 
     @property
     def full(self) -> float:
@@ -420,14 +425,15 @@ class Measurement:
             self.language = session.language
             session.close()
         full = self.request(self.full)
-        first_source = next(iter(self.sources.values()), None)
+        first_name, first_source = next(iter(self.sources.items()), (None, None))
         self.say("real decodes (loop residuals)")
         target_only = [run_request(full, target, None, "target-only", opts) for _ in range(self.decodes + 1)][1:]
         reference = target_only[0].tokens
         loops = [x for x in map(_loop_residual, target_only) if x is not None]
         as2d_loops = []
         if first_source is not None:
-            runs = [run_request(full, target, first_source, "as2d", opts) for _ in range(self.decodes + 1)][1:]
+            runs = [run_request(full, target, first_source, "as2d", opts, bridge=self.bridges[first_name])
+                    for _ in range(self.decodes + 1)][1:]
             as2d_loops = [x for x in map(_loop_residual, runs) if x is not None]
         body["prepare_s"] = self._prepare_alone()
         session = target.prepare(full, opts.target_threads)
@@ -503,7 +509,7 @@ class Measurement:
         threads = opts.drafter_threads
 
         def bridge():
-            return bridge_for(source, target, session)
+            return self.bridges[name](source, target, session)
 
         def jobs(requests: Sequence[Request], niceness: int = 0, warm: bool = True) -> list[JobTiming]:
             """A job per request (after one untimed, if ``warm``) in a fresh thread at ``niceness``, as a

@@ -112,10 +112,26 @@ class PlainSession:
     def cache_length(self):
         return self._inner.cache_length
 
-    def __getattr__(self, name):
-        if name in ("first_token", "verify", "truncate", "use_threads", "decode_text", "encode_text", "close"):
-            return getattr(self._inner, name)
-        raise AttributeError(name)
+    def first_token(self):
+        return self._inner.first_token()
+
+    def verify(self, root, candidates):
+        return self._inner.verify(root, candidates)
+
+    def truncate(self, cache_length):
+        self._inner.truncate(cache_length)
+
+    def use_threads(self, threads):
+        self._inner.use_threads(threads)
+
+    def decode_text(self, tokens):
+        return self._inner.decode_text(tokens)
+
+    def encode_text(self, text):
+        return self._inner.encode_text(text)
+
+    def close(self):
+        self._inner.close()
 
 
 class PrefixSource(ScriptedSource):

@@ -6,6 +6,7 @@ these tests fail with that instruction rather than skip, so a missing model is n
 import pytest
 
 from as2d_core import DecodeOptions, Request, run_request
+from as2d_core.setup.catalog import resolve_bridge
 from conftest import speech_audio, speech_row
 from drafting import options_that_draft
 
@@ -39,6 +40,7 @@ def test_as2d_without_budget_configuration_is_exact(pair):
     target, source = pair
     request = _request("librivox_sense_en_w01")
     ref = run_request(request, target, None, "target-only")
-    result = run_request(request, target, source, "as2d", options_that_draft(budget=24, confidence_stop=0.4))
+    result = run_request(request, target, source, "as2d", options_that_draft(budget=24, confidence_stop=0.4),
+                         bridge=resolve_bridge(source, target))
     assert result.tokens == ref.tokens
     assert result.verify_calls > 0

@@ -18,6 +18,7 @@ from as2d_core.decode.chunked import (
 )
 from as2d_core.decode import Producer
 from as2d_core.decode.events import EventLog
+from as2d_core.setup.catalog import resolve_bridge
 from tiny_lm import TinyLM
 from tokenizer_bridges import TextBridge
 
@@ -165,7 +166,8 @@ def test_target_is_never_reset_by_chunks_and_output_is_exact():
     ref = run_request(request, MODEL, None, "target-only").tokens
     chunks = [words_of(ref[i : i + 9]) for i in range(0, len(ref), 9)][:4]
     source = PieceSource(chunks)
-    result = run_request(request, MODEL, source, "as2d", DecodeOptions(budget=7))
+    result = run_request(request, MODEL, source, "as2d", DecodeOptions(budget=7),
+                         bridge=resolve_bridge(source, MODEL))
     assert result.tokens == ref
     assert result.accepted > 0 and result.producer_error is None
 
@@ -190,6 +192,8 @@ def test_output_equals_target_only_whatever_the_chunks_publish(seed, chunks, use
             i += 1
             pieces.append(("\u2581t" if space else "") + str(value))
         script.append(pieces)
-    result = run_request(request, LENIENT, PieceSource(script), "as2d", DecodeOptions(budget=budget))
+    source = PieceSource(script)
+    result = run_request(request, LENIENT, source, "as2d", DecodeOptions(budget=budget),
+                         bridge=resolve_bridge(source, LENIENT))
     assert result.tokens == ref
     assert result.producer_error is None

@@ -24,7 +24,9 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wa
 BUSY_DRAFTER = textwrap.dedent(f"""
     import threading
     from as2d_core import Request, load_audio, run_request
+    from as2d_core.decode.wrappers import SourceWrapper
     from as2d_core.setup.build import build_part, build_source
+    from as2d_core.setup.catalog import resolve_bridge
     from as2d_core.setup.options import DecodeOptions
 
     class BusyJob:
@@ -40,13 +42,7 @@ BUSY_DRAFTER = textwrap.dedent(f"""
         def close(self):
             self.inner.close()
 
-    class BusySource:
-        def __init__(self, inner):
-            self.inner = inner
-            self.name, self.vocabulary, self.languages, self.eos_token = (
-                inner.name, inner.vocabulary, inner.languages, inner.eos_token)
-        def decode_text(self, tokens):
-            return self.inner.decode_text(tokens)
+    class BusySource(SourceWrapper):
         def prepare(self, request, language, threads):
             return BusyJob(self.inner.prepare(request, language, threads))
 
@@ -54,7 +50,7 @@ BUSY_DRAFTER = textwrap.dedent(f"""
     request = Request("busy", load_audio({str(EXAMPLE)!r}), language="en")
     options = DecodeOptions(drain_timeout_s=0.0)
     reference = run_request(request, target, None, "target-only", options)
-    result = run_request(request, target, BusySource(source), "as2d", options)
+    result = run_request(request, target, BusySource(source), "as2d", options, bridge=resolve_bridge(source, target))
     assert result.tokens == reference.tokens
     print("EXACT", "left behind" in (result.note or "") or "runtime call" in (result.note or ""), flush=True)
 """)

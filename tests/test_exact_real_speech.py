@@ -8,6 +8,7 @@ own thread) on ONNX Runtime. A mismatch fails the test and names the request.
 import pytest
 
 from as2d_core import DecodeOptions, Request, load_audio, run_request
+from as2d_core.setup.catalog import resolve_bridge
 from conftest import speech_params
 
 BUDGETS = (1, 3, 7)
@@ -20,7 +21,8 @@ def test_as2d_equals_target_only(whisper_target, whisper_source, row):
     reference = run_request(request, target, None, "target-only")
     assert reference.tokens, f"{row['id']}: the target produced no tokens"
     for budget in BUDGETS:
-        result = run_request(request, target, source, "as2d", DecodeOptions(budget=budget))
+        result = run_request(request, target, source, "as2d", DecodeOptions(budget=budget),
+                             bridge=resolve_bridge(source, target))
         assert result.tokens == reference.tokens, (
             f"{row['id']} budget {budget}: as2d {result.text!r} != target-only {reference.text!r}"
         )

@@ -18,6 +18,7 @@ import pytest
 
 from as2d_core import DecodeOptions, Request, run_request
 from as2d_core.contracts import Source, Target, TargetSession
+from as2d_core.setup.catalog import resolve_bridge
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HAS_MNN = importlib.util.find_spec("MNN") is not None
@@ -215,7 +216,8 @@ def test_as2d_equals_target_only(parts, task, instruction):
     for seed in range(2):
         request = Request(f"{task}-{seed}", speech(seed + 2), language="en", task=task, instruction=instruction)
         ref = run_request(request, target, None, "target-only")
-        result = run_request(request, target, source, "as2d", DecodeOptions(budget=3, publication_size=2))
+        result = run_request(request, target, source, "as2d", DecodeOptions(budget=3, publication_size=2),
+                             bridge=resolve_bridge(source, target))
         assert result.tokens == ref.tokens and result.text == ref.text
         assert result.producer_error is None
         assert len(ref.tokens) == 24

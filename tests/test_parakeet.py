@@ -6,6 +6,7 @@ from as2d_core import DecodeOptions, Request, load_audio, run_request
 from as2d_core.decode.chunked import chunk_spans, ctc_greedy
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.plugins import load_registry
+from as2d_core.setup.catalog import resolve_bridge
 from conftest import speech_row
 
 pytest.importorskip("torch")
@@ -91,6 +92,7 @@ def test_as2d_with_parakeet_equals_target_only(source):
         pytest.skip(f"whisper-base is not installed ({exc})")
     request = Request("librivox", load_audio(SPEECH))
     reference = run_request(request, target, None, "target-only")
-    result = run_request(request, target, source, "as2d", DecodeOptions(budget=7))
+    result = run_request(request, target, source, "as2d", DecodeOptions(budget=7),
+                         bridge=resolve_bridge(source, target))
     assert result.tokens == reference.tokens
     assert result.producer_error is None

@@ -9,6 +9,7 @@ from as2d_core.decode import Producer
 from as2d_core.decode.events import EventLog
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.plugins import load_registry
+from as2d_core.setup.catalog import resolve_bridge
 from conftest import speech_audio
 from drafting import options_that_draft
 from tokenizer_bridges import TextBridge
@@ -93,7 +94,8 @@ def whisper_base():
 def test_as2d_with_pocketsphinx_equals_target_only(source, whisper_base, window):
     request = Request(window, speech_audio(window))
     reference = run_request(request, whisper_base, None, "target-only")
-    result = run_request(request, whisper_base, source, "as2d", options_that_draft(budget=7))
+    result = run_request(request, whisper_base, source, "as2d", options_that_draft(budget=7),
+                         bridge=resolve_bridge(source, whisper_base))
     assert result.tokens == reference.tokens, f"{window}: as2d differs from target-only"
     assert result.producer_error is None and result.published > 0
     assert all(b.span_s is not None for b in result.batches if not b.final)

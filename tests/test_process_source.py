@@ -13,6 +13,7 @@ import pytest
 from as2d_core import DecodeOptions, Request, run_request
 from as2d_core.contracts import Source
 from as2d_core.workers.process_source import ProcessSource
+from as2d_core.setup.catalog import resolve_bridge
 from tiny_lm import ScriptedSource, SlowTarget, TinyLM
 
 MODEL = TinyLM()
@@ -156,7 +157,8 @@ def test_registered_source_by_suffix(whisper_target):
             request = Request(item_id, speech_audio(item_id), language="en")
             ref = run_request(request, whisper_target, None, "target-only")
             for start in ("arrival", PREPARED):  # the shared target reuses the audio K/V: no encoder to draft beside
-                result = run_request(request, whisper_target, source, "as2d", DecodeOptions(start=start))
+                result = run_request(request, whisper_target, source, "as2d", DecodeOptions(start=start),
+                                     bridge=resolve_bridge(source, whisper_target))
                 assert result.tokens == ref.tokens and result.producer_error is None
             assert result.accepted > 0
     finally:

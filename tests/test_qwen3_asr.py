@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 from as2d_core import DecodeOptions, Request, run_request  # noqa: E402
 from as2d_core.contracts import Source, Target, TargetSession  # noqa: E402
+from as2d_core.setup.catalog import resolve_bridge  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -91,7 +92,8 @@ def test_as2d_equals_target_only(parts, language):
     for seed in range(2):
         request = Request(f"a-{seed}", speech(seed + 3), language=language)
         ref = run_request(request, target, None, "target-only")
-        result = run_request(request, target, source, "as2d", DecodeOptions(budget=3, publication_size=1))
+        result = run_request(request, target, source, "as2d", DecodeOptions(budget=3, publication_size=1),
+                             bridge=resolve_bridge(source, target))
         assert result.tokens == ref.tokens and result.text == ref.text
         assert result.producer_error is None
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from as2d_core.setup.catalog import resolve_bridge
 from as2d_tuning.costs import Costs, MissingCost
 from as2d_tuning.replay import mae, parse_budgets, read_traces, record_of, replay_record, row_of, simulate
 
@@ -264,7 +265,8 @@ def test_native_traces_replay_call_by_call_whisper(whisper_target, drafter, requ
     clip = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
     speech = Request(request_id="ljspeech", audio=load_audio(clip), language="en")
     reference = run_request(speech, whisper_target, None, "target-only")
-    result = run_request(speech, whisper_target, source, "as2d", DecodeOptions(budget=7))
+    result = run_request(speech, whisper_target, source, "as2d", DecodeOptions(budget=7),
+                         bridge=resolve_bridge(source, whisper_target))
     assert result.tokens == reference.tokens and result.start == "arrival"
     _native_replay_matches(result, reference.tokens)
 

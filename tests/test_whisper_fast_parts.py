@@ -13,6 +13,7 @@ import pytest
 from as2d_core import Request, load_audio, run_request
 from as2d_core.contracts import DraftJob, DraftPiece, Source, Target
 from as2d_core.decode import greedy_reference
+from as2d_core.setup.catalog import resolve_bridge
 from conftest import needs_shared, speech_audio
 from drafting import options_that_draft
 
@@ -93,7 +94,8 @@ def test_ct2_encoder_on_the_audio_plus_a_margin(whisper_ct2_source, whisper_targ
     text = source.decode_text(tokens).lower()
     assert "printing" in text and "arts and crafts" in text, text
     reference = run_request(request, whisper_target, None, "target-only")
-    result = run_request(request, whisper_target, source, "as2d", options_that_draft(budget=7))
+    result = run_request(request, whisper_target, source, "as2d", options_that_draft(budget=7),
+                         bridge=resolve_bridge(source, whisper_target))
     assert result.tokens == reference.tokens and result.accepted > 0
 
 
@@ -120,7 +122,8 @@ def test_ct2_long_audio_is_drafted_in_quiet_chunks(whisper_ct2_source, whisper_t
     texts = [whisper_ct2_source.decode_text(p.tokens).lower() for p in pieces]
     assert "printing" in texts[0] and "arts and crafts" in " ".join(texts), texts
     reference = run_request(request, whisper_target, None, "target-only")
-    result = run_request(request, whisper_target, whisper_ct2_source, "as2d", options_that_draft(budget=7))
+    result = run_request(request, whisper_target, whisper_ct2_source, "as2d", options_that_draft(budget=7),
+                         bridge=resolve_bridge(whisper_ct2_source, whisper_target))
     assert result.tokens == reference.tokens and result.accepted > 0
 
 
@@ -208,7 +211,8 @@ def test_as2d_with_ct2_drafter_equals_target_only_on_the_example(whisper_target,
     request = _example_request()
     for target in (whisper_target, whisper_int8_target):
         reference = run_request(request, target, None, "target-only")
-        result = run_request(request, target, whisper_ct2_source, "as2d", options_that_draft(budget=budget))
+        result = run_request(request, target, whisper_ct2_source, "as2d", options_that_draft(budget=budget),
+                             bridge=resolve_bridge(whisper_ct2_source, target))
         assert result.tokens == reference.tokens, f"{target.name}: {result.text!r} != {reference.text!r}"
         assert result.producer_error is None and result.source == whisper_ct2_source.name
         assert result.published > 0 and result.accepted > 0
@@ -224,13 +228,15 @@ def test_as2d_equals_target_only_on_real_windows(request, window, target_name, d
     speech = _window(window)
     reference = run_request(speech, target, None, "target-only")
     assert reference.tokens, f"{window}: the target produced no tokens"
-    result = run_request(speech, target, source, "as2d", options_that_draft(budget=7))
+    result = run_request(speech, target, source, "as2d", options_that_draft(budget=7),
+                         bridge=resolve_bridge(source, target))
     assert result.tokens == reference.tokens, f"{window} on {target_name}: {result.text!r} != {reference.text!r}"
     assert result.producer_error is None
     if reference.language == "en":
         assert result.source == source.name
         if result.published == 0:  # on a busy machine the target may finish a short window before the first batch
-            result = run_request(speech, target, source, "as2d", options_that_draft(budget=7))
+            result = run_request(speech, target, source, "as2d", options_that_draft(budget=7),
+                                 bridge=resolve_bridge(source, target))
             assert result.tokens == reference.tokens and result.producer_error is None
         assert result.published > 0, f"{window}: the drafter published nothing in two runs"
     else:

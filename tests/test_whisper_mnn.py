@@ -22,6 +22,7 @@ from as2d_core.contracts import Request, Target, TargetSession
 from as2d_core.decode import run_request
 from as2d_core.setup.options import DecodeOptions
 from as2d_core.setup.paths import models_dir
+from as2d_core.setup.catalog import resolve_bridge
 
 from conftest import HAVE_SHARED, speech_audio
 from drafting import options_that_draft
@@ -102,7 +103,8 @@ def test_plugin_factory_passes_backend(mnn_target):
 @pytest.mark.parametrize("item_id", WINDOWS)
 def test_as2d_equals_target_only_on_mnn(mnn_target, mnn_source, mnn_greedy, item_id, budget):
     request = Request(item_id, speech_audio(item_id), language="en")
-    result = run_request(request, mnn_target, mnn_source, "as2d", DecodeOptions(budget=budget))
+    result = run_request(request, mnn_target, mnn_source, "as2d", DecodeOptions(budget=budget),
+                         bridge=resolve_bridge(mnn_source, mnn_target))
     assert result.tokens == mnn_greedy[item_id], (
         f"{item_id} budget {budget}: as2d {mnn_target._model.decode_text(result.tokens)!r} vs target-only "
         f"{mnn_target._model.decode_text(mnn_greedy[item_id])!r}")
@@ -119,7 +121,8 @@ def test_as2d_with_drafter_process_on_mnn(mnn_target, mnn_greedy, source_backend
         for item_id in WINDOWS[:2]:
             request = Request(item_id, speech_audio(item_id), language="en")
             # prepared start: the shared target reuses its audio K/V, so no encoder runs beside an arrival start
-            result = run_request(request, mnn_target, source, "as2d", options_that_draft(start="prepared"))
+            result = run_request(request, mnn_target, source, "as2d", options_that_draft(start="prepared"),
+                                 bridge=resolve_bridge(source, mnn_target))
             assert result.tokens == mnn_greedy[item_id] and result.producer_error is None
             assert result.published > 0
     finally:

@@ -13,6 +13,8 @@ import pytest
 from audio_files import encode
 from conftest import speech_audio
 
+from as2d_core.decode.wrappers import TargetWrapper
+
 
 @pytest.fixture(scope="module")
 def model():
@@ -124,15 +126,12 @@ def test_segments_come_window_by_window_as_the_caller_iterates(model):
     prepared = []
     target = model.target
 
-    class Counting:
-        def __getattr__(self, name):
-            return getattr(target, name)
-
+    class Counting(TargetWrapper):
         def prepare(self, request, threads):
             prepared.append(request.request_id)
             return target.prepare(request, threads)
 
-    model.target = Counting()
+    model.target = Counting(target)
     try:
         segments, info = model.transcribe(audio, language="en")
         assert prepared == [] and info.duration_after_vad > 30

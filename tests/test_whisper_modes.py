@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from as2d_core import Request, run_request
 from as2d_core.cli.main import cli
+from as2d_core.setup.catalog import resolve_bridge
 from conftest import speech_audio
 from drafting import options_that_draft
 
@@ -41,7 +42,8 @@ def test_timestamp_mode_is_exact_with_both_drafters(whisper_target, drafters, it
     assert all(a.end_s <= b.start_s for a, b in zip(segments, segments[1:]))
     assert "".join(s.text for s in segments) == reference.text
     for name, source in drafters.items():
-        result = run_request(request, whisper_target, source, "as2d", options_that_draft())
+        result = run_request(request, whisper_target, source, "as2d", options_that_draft(),
+                             bridge=resolve_bridge(source, whisper_target))
         assert result.tokens == reference.tokens, f"{item_id} {name}: {result.text!r} != {reference.text!r}"
         assert result.producer_error is None and result.source == source.name
         assert [s.tokens for s in result.segments] == [s.tokens for s in segments]
@@ -90,7 +92,8 @@ def test_prompt_hotwords_and_previous_text_reach_target_and_drafters_and_stay_ex
                         hotwords=request.hotwords, previous_text=request.previous_text, timestamps=timestamps)
         reference = run_request(asked, whisper_target, None, "target-only")
         for name, source in drafters.items():
-            result = run_request(asked, whisper_target, source, "as2d", options_that_draft())
+            result = run_request(asked, whisper_target, source, "as2d", options_that_draft(),
+                                 bridge=resolve_bridge(source, whisper_target))
             assert result.tokens == reference.tokens, (timestamps, name, result.text, reference.text)
 
 
@@ -112,7 +115,8 @@ def test_a_prompt_over_whispers_limit_is_refused_and_earlier_text_is_cut_as_whis
 def test_translation_runs_target_only_and_says_so(whisper_target, whisper_ct2_source):
     request = Request("translate", speech_audio("fleurs_de_w00"), task="translate", timestamps="segment")
     reference = run_request(request, whisper_target, None, "target-only")
-    result = run_request(request, whisper_target, whisper_ct2_source, "as2d")
+    result = run_request(request, whisper_target, whisper_ct2_source, "as2d",
+                         bridge=resolve_bridge(whisper_ct2_source, whisper_target))
     assert result.tokens == reference.tokens and result.source is None and result.verify_calls == 0
     assert result.language == "de" and "does not draft the task 'translate'" in result.note
     transcribed = run_request(Request("de", request.audio), whisper_target, None, "target-only")

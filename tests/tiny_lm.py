@@ -15,6 +15,7 @@ import numpy as np
 
 from as2d_core import DraftPiece
 from as2d_core.decode.timestamps import TimestampRules
+from as2d_core.decode.wrappers import SessionWrapper
 
 
 class TinyLM:
@@ -151,23 +152,17 @@ class SlowTarget:
         return _SlowSession(self.model.prepare(request, threads), self.delay)
 
 
-class _SlowSession:
+class _SlowSession(SessionWrapper):
     """A TinySession whose verify sleeps first (a wrapper: patching the session's own verify would
     tie it to itself in a reference cycle, which the leak tests must not see)."""
 
     def __init__(self, session: TinySession, delay: float):
-        object.__setattr__(self, "_inner", session)
-        object.__setattr__(self, "_delay", delay)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def __setattr__(self, name, value):
-        setattr(self._inner, name, value)
+        super().__init__(session)
+        self._delay = delay
 
     def verify(self, root, candidates):
         time.sleep(self._delay)
-        return self._inner.verify(root, candidates)
+        return self.inner.verify(root, candidates)
 
 
 class ScriptedSource:

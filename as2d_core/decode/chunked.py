@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 import attrs
 import numpy as np
 
-from as2d_core.contracts import SAMPLE_RATE, DraftPiece, Request
+from as2d_core.contracts import SAMPLE_RATE, Closable, DraftPiece, Request
 
 DEFAULT_CHUNK_S = 2.56
 
@@ -114,9 +114,8 @@ class ChunkedJob:
     def close(self) -> None:
         """Stop before the next chunk (a chunk already running finishes first); release the transcriber."""
         self._stop.set()
-        release = getattr(self.transcribe, "close", None)
-        if release is not None:
-            release()
+        if isinstance(self.transcribe, Closable):
+            self.transcribe.close()
 
 
 class ChunkedSource:
@@ -141,7 +140,7 @@ class ChunkedSource:
         raise NotImplementedError
 
     def transcriber(self, request: Request, language: str, threads: int) -> Transcriber:
-        """The per-request chunk transcriber; override to keep per-request recogniser state (may have ``close``)."""
+        """The per-request chunk transcriber; override to keep per-request recogniser state (``Closable``: released)."""
         return lambda samples: self.transcribe_chunk(samples, language, threads)
 
     def prepare(self, request: Request, language: str, threads: int) -> ChunkedJob:

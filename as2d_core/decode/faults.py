@@ -24,10 +24,13 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
-from as2d_core.contracts import (CancellableJob, DraftPiece, KnownVocabulary, LanguageDetector, Request, Source, Target,
-                        TargetSession, TimestampVocabulary, WordAligner)
+from tokenizer_bridges import IdentityBridge
+
+from as2d_core.contracts import (BridgeFactory, CancellableJob, DraftJob, DraftPiece, Request, Source, Target,
+                                 TargetSession)
+from as2d_core.decode.wrappers import SessionWrapper, SourceWrapper, TargetWrapper
 
 FAULTS = ("raise", "stall", "slow", "garbage-in", "garbage-out", "flood")
 REAL_PIECES_FIRST = 3  # raise and stall draft this many real pieces first, so the fault hits mid-request
@@ -46,17 +49,13 @@ def check_fault(kind: str) -> str:
     return kind
 
 
-class FaultySource:
+class FaultySource(SourceWrapper):
     """``inner`` with one injected fault; ``publish_as`` is the target's vocabulary (``garbage-out`` only)."""
 
     def __init__(self, inner: Source, kind: str, publish_as: str | None = None,
                  stall_s: float = 20.0, seed: int = 0) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.fault = check_fault(kind)
-        self.name = inner.name
-        self.languages = inner.languages
-        self.tasks = getattr(inner, "tasks", None)
-        self.eos_token = inner.eos_token
         # Claiming the target's vocabulary skips the bridge: the ids reach the engine as they are.
         self.vocabulary = publish_as if kind == "garbage-out" and publish_as else inner.vocabulary
         self.stall_s = stall_s
@@ -65,8 +64,10 @@ class FaultySource:
         self._waited: set[str] = set()  # requests whose target has waited for the fault already
         self._lock = threading.Lock()
 
-    def decode_text(self, tokens: Sequence[int]) -> str:
-        return self.inner.decode_text(tokens)
+    def bridge(self, drafter_bridge: BridgeFactory) -> BridgeFactory:
+        """This source's bridge, given the one resolved for its drafter: ``garbage-out`` claims the target's
+        vocabulary, so its ids pass unconverted (what ``resolve_bridge`` chooses for it too)."""
+        return IdentityBridge.for_request if self.vocabulary != self.inner.vocabulary else drafter_bridge
 
     def landed(self, request_id: str) -> threading.Event:
         """Set once the fault of ``request_id`` has taken effect (or its drafting ended without reaching it)."""
@@ -90,7 +91,7 @@ class FaultySource:
 class FaultyJob:
     """One request's drafting with the source's fault."""
 
-    def __init__(self, source: FaultySource, inner_job, seed: int, landed: threading.Event) -> None:
+    def __init__(self, source: FaultySource, inner_job: DraftJob, seed: int, landed: threading.Event) -> None:
         self.source = source
         self.inner = inner_job
         self.random = random.Random(seed)
@@ -130,7 +131,7 @@ class FaultyJob:
             start = time.perf_counter()
             piece = next(real, None)
             if piece is None:
-                self.ended_with_eos = bool(getattr(self.inner, "ended_with_eos", False))
+                self.ended_with_eos = bool(self.inner.ended_with_eos)
                 return
             self.landed.set()
             self._closed.wait((SLOWDOWN - 1) * (time.perf_counter() - start))
@@ -164,7 +165,7 @@ class FaultyJob:
         self.inner.close()
 
 
-class FaultLandingTarget:
+class FaultLandingTarget(TargetWrapper):
     """A target whose first step in each request waits until that request's fault has taken effect
     (at most ``wait_s``): the fault then always lands while the target decodes.
 
@@ -175,52 +176,20 @@ class FaultLandingTarget:
     """
 
     def __init__(self, target: Target, source: FaultySource, wait_s: float = LANDING_WAIT_S) -> None:
-        self.target, self.source, self.wait_s = target, source, wait_s
-        self.name, self.vocabulary, self.device_in_use = target.name, target.vocabulary, target.device_in_use
-        self.features = getattr(target, "features", frozenset())
-        # the target's optional parts, as they are (word timestamps after decoding, language probabilities)
-        if isinstance(target, WordAligner):
-            self.prepare_words, self.align_words = target.prepare_words, target.align_words
-        if isinstance(target, LanguageDetector):
-            self.language_probabilities = target.language_probabilities
+        super().__init__(target)
+        self.source, self.wait_s = source, wait_s
 
     def prepare(self, request: Request, threads: int) -> TargetSession:
-        return _LandingSession(self.target.prepare(request, threads), self.source, request.request_id, self.wait_s)
+        return _LandingSession(self.inner.prepare(request, threads), self.source, request.request_id, self.wait_s)
 
 
-class _LandingSession:
+class _LandingSession(SessionWrapper):
     """A target session whose ``first_token`` waits for the fault; every other call is the session's own."""
 
     def __init__(self, session: TargetSession, source: FaultySource, request_id: str, wait_s: float) -> None:
-        self.session, self._source, self._request_id, self._wait_s = session, source, request_id, wait_s
-        self.language, self.eos_token, self.max_new_tokens = session.language, session.eos_token, session.max_new_tokens
-        if isinstance(session, KnownVocabulary):
-            self.vocab_size = session.vocab_size
-        if isinstance(session, TimestampVocabulary):
-            self.timestamp_begin, self.time_precision_s = session.timestamp_begin, session.time_precision_s
-
-    @property
-    def cache_length(self) -> int:
-        return self.session.cache_length
+        super().__init__(session)
+        self._source, self._request_id, self._wait_s = source, request_id, wait_s
 
     def first_token(self) -> int:
         self._source.wait_until_landed(self._request_id, self._wait_s)
-        return self.session.first_token()
-
-    def verify(self, root: int, candidates: Sequence[int]) -> list[int]:
-        return self.session.verify(root, candidates)
-
-    def truncate(self, cache_length: int) -> None:
-        self.session.truncate(cache_length)
-
-    def use_threads(self, threads: int) -> None:
-        self.session.use_threads(threads)
-
-    def decode_text(self, tokens: Sequence[int]) -> str:
-        return self.session.decode_text(tokens)
-
-    def encode_text(self, text: str) -> list[int]:
-        return self.session.encode_text(text)
-
-    def close(self) -> None:
-        self.session.close()
+        return self.inner.first_token()

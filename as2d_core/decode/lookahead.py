@@ -14,10 +14,11 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 from as2d_core.workers import drafter_threads
 from as2d_core.contracts import CancellableJob, DraftJob, DraftPiece, Request, Source
+from as2d_core.decode.wrappers import SourceWrapper
 
 _POLL_S = 0.05
 _END = object()
@@ -110,25 +111,15 @@ class _AheadJob:
                 prepared.close()
 
 
-class LookaheadSource:
+class LookaheadSource(SourceWrapper):
     """A source whose next window is drafted as soon as the current window's draft ends."""
 
     def __init__(self, source: Source) -> None:
-        self.inner = source
-        self.name = source.name
-        self.vocabulary = source.vocabulary
-        self.languages = source.languages
-        self.eos_token = source.eos_token
+        super().__init__(source)
         self._lock = threading.Lock()
         self._drafting: _AheadJob | None = None  # the job whose end starts the next one
         self._next: tuple[Request, int] | None = None
         self._ahead: _AheadJob | None = None
-
-    def __getattr__(self, name):  # encode_text, prefix_session, ...: whatever the wrapped source offers
-        return getattr(self.inner, name)
-
-    def decode_text(self, tokens: Sequence[int]) -> str:
-        return self.inner.decode_text(tokens)
 
     def queue_next(self, request: Request, threads: int) -> None:
         """Draft ``request`` once the draft now running ends (or at the next ``prepare``'s end)."""

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import time
 
-from as2d_core.contracts import (KnownVocabulary, Request, Source, Target, TargetSession, TimestampVocabulary,
-                                 serves_language, serves_task, unsupported_features)
+from tokenizer_bridges import IdentityBridge
+
+from as2d_core.contracts import (BridgeFactory, KnownVocabulary, Request, Source, Target, TargetSession,
+                                 TimestampVocabulary, serves_language, serves_task, unsupported_features)
 from as2d_core.decode.buffer import CandidateBuffer
 from as2d_core.decode.events import EventLog
 from as2d_core.decode.loop import Counters, OnCommit, TargetOnly, target_loop
@@ -25,7 +27,6 @@ from as2d_core.decode.producer import Producer, stop_and_join
 from as2d_core.decode.proposers import PublishedProposer
 from as2d_core.decode.result import DecodeResult, build_result
 from as2d_core.decode.serial import PrefixDrafter, SerialProposer, check_prefix_drafting, open_prefix_session
-from as2d_core.setup.catalog import bridge_for
 from as2d_core.setup.options import DecodeOptions
 
 
@@ -51,6 +52,17 @@ def _drafting_language(request: Request, source: Source) -> str | None:
     return None
 
 
+def _pair_bridge(source: Source, target: Target, bridge: BridgeFactory | None) -> BridgeFactory:
+    """The bridge resolved when the pair loaded; a source that shares the target's vocabulary needs none given."""
+    if bridge is not None:
+        return bridge
+    if source.vocabulary != target.vocabulary:
+        raise ValueError(f"source {source.name} ({source.vocabulary}) needs a bridge to target {target.name} "
+                         f"({target.vocabulary}): resolve it once when they load "
+                         "(as2d_core.setup.catalog.resolve_bridge) and pass it as bridge=")
+    return IdentityBridge.for_request
+
+
 def run_request(
     request: Request,
     target: Target,
@@ -58,6 +70,7 @@ def run_request(
     method: str | Method = "as2d",
     options: DecodeOptions | None = None,
     on_commit: OnCommit | None = None,
+    bridge: BridgeFactory | None = None,
 ) -> DecodeResult:
     """Decode one response; ``prepare_s + decode_s`` is the user's clock from the audio's arrival.
 
@@ -67,6 +80,7 @@ def run_request(
     ``on_commit`` hears the committed tokens as the target verifies them (``target_loop``).
     ``method`` is a registered method's name (or the :class:`Method`); its overrides apply over ``options``.
     A serial method opens its prefix-conditioned drafter after the target is prepared, on the target's threads.
+    ``bridge`` carries the source's tokens to the target (``resolve_bridge``, once per loaded pair).
     """
     method = get_method(method)
     options = method.options(options or DecodeOptions())
@@ -75,6 +89,8 @@ def run_request(
     decoupled, serial = method.proposer == "published", method.proposer == "serial"
     if serial:
         check_prefix_drafting(source)
+    if decoupled and source is not None:
+        bridge = _pair_bridge(source, target, bridge)
     missing = unsupported_features(target, request)
     if missing:  # a target that does not know a request field would ignore it: refuse instead
         raise ValueError(f"target {target.name} does not offer {' or '.join(missing)}")
@@ -121,12 +137,12 @@ def run_request(
         job = source.prepare(request, session.language, options.drafter_threads)
         _warm_thread_switch(session, options)
         buffer = CandidateBuffer(request.request_id, source.name, f"{source.name}:{id(job):x}")
-        producer = Producer(job, bridge_for(source, target, session), buffer, options.publication_size, events,
+        producer = Producer(job, bridge(source, target, session), buffer, options.publication_size, events,
                             niceness=options.drafter_nice)
     if decoupled and speculative:
         producer.vocab_size = session.vocab_size if isinstance(session, KnownVocabulary) else None
         if producer.bridge is None:
-            producer.attach_bridge(bridge_for(source, target, session))
+            producer.attach_bridge(bridge(source, target, session))
     drafter = policy = None
     if serial and speculative:
         policy = method.serial.for_budget(options.budget)

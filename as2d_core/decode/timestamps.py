@@ -27,7 +27,7 @@ import attrs
 import numpy as np
 
 from as2d_core.decode.align import Aligner, Proposal
-from as2d_core.contracts import Request
+from as2d_core.contracts import Request, TimestampVocabulary
 
 TIME_PRECISION_S = 0.02
 MAX_INITIAL_TIMESTAMP_S = 1.0
@@ -195,4 +195,4 @@ def response_segments(request: Request, session, tokens: Sequence[int], text: st
     if request.timestamps == "none":
         return [Segment(0.0, request.duration_s, text, tuple(tokens))] if text.strip() else []
     return split_segments(tokens, session.timestamp_begin, session.decode_text, request.duration_s,
-                          getattr(session, "time_precision_s", TIME_PRECISION_S))
+                          session.time_precision_s if isinstance(session, TimestampVocabulary) else TIME_PRECISION_S)

@@ -33,12 +33,13 @@ import attrs
 import numpy as np
 
 from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
-from as2d_core.contracts import SAMPLE_RATE, Request, Source, Target
+from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Request, Source, Target
 from as2d_core.decode.deltas import TextDeltas
 from as2d_core.decode import DecodeResult, OnCommit, get_method, run_request
 from as2d_core.setup.options import STREAM, DecodeOptions
 from as2d_core.decode.lookahead import LookaheadSource
 from as2d_core.decode.timestamps import Segment, marked_up
+from as2d_core.setup.catalog import resolve_bridge
 from as2d_core.setup.plugins import load_registry
 from as2d_core.workers.process_source import ProcessSource
 from as2d_core.decode.words import add_words, prepare_words
@@ -185,7 +186,9 @@ class Pipeline:
     """Resident target (and drafter) transcribing files window by window, or streams block by block.
 
     ``decode`` replaces the engine call per request (for a baseline such as serial
-    speculative decoding); by default every request goes to ``run_request``.
+    speculative decoding); by default every request goes to ``run_request``. ``bridge`` carries the
+    source's tokens to the target; by default the registered one is resolved here, once, so a pair
+    that no bridge connects fails before any audio is read.
     """
 
     def __init__(
@@ -195,12 +198,15 @@ class Pipeline:
         options: PipelineOptions | None = None,
         detector: SpeechDetector | None | str = AUTO,
         decode: Decoder | None = None,
+        bridge: BridgeFactory | None = None,
     ) -> None:
         self.options = options or PipelineOptions()
         if get_method(self.options.method).needs_source and source is None and decode is None:
             raise ValueError(f"method {self.options.method!r} needs a source (drafter)")
         self.target = target
         self.source = source
+        self.bridge = bridge if bridge is not None or source is None or decode is not None else (
+            resolve_bridge(source, target))
         publishes = get_method(self.options.method).proposer == "published"  # drafts a window ahead; serial cannot
         if source is not None and self.options.lookahead and publishes and not isinstance(source, ProcessSource):
             self.source = LookaheadSource(source)  # a ProcessSource's child serves one job at a time
@@ -241,7 +247,7 @@ class Pipeline:
         if self._decode is not None:
             return add_words(self.target, request, self._decode(request), options.target_threads)
         return add_words(self.target, request, run_request(request, self.target, self.source, self.options.method,
-                                                          options, on_commit), options.target_threads)
+                                                          options, on_commit, self.bridge), options.target_threads)
 
     def reference(self, request: Request) -> DecodeResult:
         """Target-only greedy decoding of the same request: what every method must reproduce."""

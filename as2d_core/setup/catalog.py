@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from as2d_core.contracts import BridgeFactory, Source, Target
 from as2d_core.setup.paths import absent_files
 from as2d_core.setup.paths import models_dir as default_models_dir
 from as2d_core.setup.plugins import Registry, load_registry
@@ -249,10 +250,11 @@ def bridge_between(source: Entry, target: Entry, bridges: list[Entry] | None = N
     return choose_bridge(source.vocabulary, target.vocabulary, _capabilities(source.info, target.info), installed)
 
 
-def bridge_for(source, target, session, registry: Registry | None = None):
-    """A fresh bridge for one request, built by the registered bridge that connects ``source`` to ``target``.
+def resolve_bridge(source: Source, target: Target, registry: Registry | None = None) -> BridgeFactory:
+    """The registered bridge that carries ``source`` tokens to ``target``, chosen once when the two load.
 
-    Raises ``LookupError`` when no registered bridge does (``as2d config check`` says so earlier).
+    The engine calls it for a fresh bridge per request. Raises ``LookupError`` when no registered
+    bridge connects the pair (``as2d config check`` says so before the models load).
     """
     registry = registry if registry is not None else load_registry()
     source_part = registry.find("source", source.name.split("+", 1)[0])
@@ -263,7 +265,7 @@ def bridge_for(source, target, session, registry: Registry | None = None):
     if name is None:
         raise LookupError(f"no registered bridge carries {source.name} ({source.vocabulary}) "
                           f"to {target.name} ({target.vocabulary})")
-    return registry.get("bridge", name).factory(source, target, session)
+    return registry.get("bridge", name).factory
 
 
 def plugin_rows(registry: Registry | None = None, catalog: dict | None = None) -> list[dict[str, Any]]:

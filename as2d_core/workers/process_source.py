@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from as2d_core.contracts import DraftPiece, Request
+from as2d_core.contracts import DraftPiece, Request, TaskList
 from as2d_core.workers.priority import lower_thread_priority
 
 STOP_TIMEOUT_S = 2.0
@@ -110,7 +110,7 @@ def _child(factory: Callable[..., Any], args: tuple, niceness: int, control_sock
         control.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
     languages = None if source.languages is None else sorted(source.languages)
-    tasks = getattr(source, "tasks", None)
+    tasks = source.tasks if isinstance(source, TaskList) else None
     control.send(("ready", source.name, source.vocabulary, languages, int(source.eos_token),
                   None if tasks is None else sorted(tasks)))
     threading.Thread(target=_serve_decode, args=(source, text), daemon=True).start()
