@@ -76,10 +76,11 @@ def test_features_match_faster_whisper():
 
 
 def test_the_log_mel_is_computed_once_for_the_target_and_the_drafter(monkeypatch):
-    """Two threads asking for one array's log-mel at once share one computation (read-only);
-    nothing is kept afterwards, so a later request (or the array refilled) is computed afresh."""
+    """Two threads asking for one request's log-mel at once share one computation (read-only) through the
+    request's feature cache; nothing is kept afterwards, so a later decode of the request computes it afresh."""
     import threading
 
+    from as2d_core.contracts import Request
     from as2d_whisper import features
 
     calls = []
@@ -92,15 +93,16 @@ def test_the_log_mel_is_computed_once_for_the_target_and_the_drafter(monkeypatch
     real = features.log_mel
     second_caller_waiting = threading.Event()
     monkeypatch.setattr(features, "log_mel", counted)
-    audio = np.random.default_rng(1).normal(0, 0.1, 16_000 * 3).astype(np.float32)
+    request = Request("r", np.random.default_rng(1).normal(0, 0.1, 16_000 * 3).astype(np.float32))
+    cache = request.feature_cache
     out = []
-    first = threading.Thread(target=lambda: out.append(features.shared_log_mel(audio)))
+    first = threading.Thread(target=lambda: out.append(features.request_log_mel(request)))
     first.start()
-    while not features._in_flight:
+    while not cache.computing():
         threading.Event().wait(0.001)
-    second = threading.Thread(target=lambda: out.append(features.shared_log_mel(audio)))
+    second = threading.Thread(target=lambda: out.append(features.request_log_mel(request)))
     second.start()
-    future = next(iter(features._in_flight.values()))
+    future = next(iter(cache._in_flight.values()))
     for _ in range(5000):  # until the second caller waits on the first one's result
         if future._condition._waiters:
             break
@@ -108,12 +110,11 @@ def test_the_log_mel_is_computed_once_for_the_target_and_the_drafter(monkeypatch
     second_caller_waiting.set()
     first.join()
     second.join()
-    assert len(calls) == 1 and out[0] is out[1] and np.array_equal(out[0], real(audio))
+    assert len(calls) == 1 and out[0] is out[1] and np.array_equal(out[0], real(request.audio))
     with pytest.raises(ValueError, match="read-only"):
         out[0][0, 0] = 1.0
-    assert not features._in_flight
-    audio[:1600] = 0.0  # the same array, new samples: computed again
-    assert np.array_equal(features.shared_log_mel(audio), real(audio)) and len(calls) == 2
+    assert not cache.computing()
+    assert np.array_equal(features.request_log_mel(request), real(request.audio)) and len(calls) == 2
 
 
 def test_quiet_cuts_split_evenly_at_the_quietest_frames():

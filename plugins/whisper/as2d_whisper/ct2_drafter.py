@@ -28,7 +28,8 @@ from as2d_core.setup.paths import models_dir as default_models_dir
 from as2d_core.workers.priority import run_at_lower_priority, thread_niceness
 
 from .convert.ct2_folder import CT2_FILES
-from .features import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, encoder_input, pad_or_trim, quiet_cuts, shared_log_mel
+from .features import (HOP_LENGTH, N_FRAMES, SAMPLE_RATE, pad_or_trim, quiet_cuts, request_encoder_input,
+                       request_log_mel)
 from .runtime import LAST_TIMESTAMP, WhisperVocabulary, read_model_folder
 
 NAME = "whisper-tiny.en-ct2"
@@ -214,7 +215,7 @@ class Ct2WhisperSource(WhisperVocabulary):
         prompt = self.decoder_prompt(request, language)
         max_draft = self.max_length - len(prompt)  # tokens a decode can add after the prompt
         if self.audio_margin_s is None:
-            chunks = [(encoder_input(request.audio, self.n_mels), max_draft, 0)]
+            chunks = [(request_encoder_input(request, self.n_mels), max_draft, 0)]
         else:
             chunks = [(mel, min(cap, max_draft), offset) for mel, cap, offset in self._chunks(request)]
         return Ct2DraftJob(model, self.encode(model, chunks[0][0]), chunks, self, prompt)
@@ -231,7 +232,7 @@ class Ct2WhisperSource(WhisperVocabulary):
     def _chunks(self, request: Request) -> list[tuple[np.ndarray, int, int]]:
         """Encoder inputs (a chunk of the log-mel plus its margin) with their caps on drafted tokens and their starts
         (in timestamps)."""
-        features = shared_log_mel(request.audio, self.n_mels)
+        features = request_log_mel(request, self.n_mels)
         cuts = [0, features.shape[1]]
         if self.chunk_s is not None:
             cuts = quiet_cuts(features, int(self.chunk_s * SAMPLE_RATE / HOP_LENGTH))

@@ -8,11 +8,11 @@ encoder sees the same features.
 from __future__ import annotations
 
 import functools
-import threading
-from concurrent.futures import Future
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
+
+from as2d_core.contracts import Request
 
 SAMPLE_RATE = 16_000
 N_FFT = 400
@@ -79,36 +79,19 @@ def log_mel(audio: np.ndarray, n_mels: int = 80, keep_last_frame: bool = False) 
     return log_spec if keep_last_frame else log_spec[:, :-1]
 
 
-_in_flight_lock = threading.Lock()
-_in_flight: dict[tuple[int, int], Future] = {}
+def request_log_mel(request: Request, n_mels: int = 80) -> np.ndarray:
+    """The request's ``log_mel`` (read-only), shared through its ``feature_cache``.
 
-
-def shared_log_mel(audio: np.ndarray, n_mels: int = 80) -> np.ndarray:
-    """``log_mel``, computed once for callers that ask for the same array's at the same time.
-
-    The target and a drafter started with the request both want the request's log-mel at
-    arrival; the later caller waits for the first one's result (read-only) instead of
-    repeating it (in a niced drafter, that numpy work also held the GIL the target needed:
-    BENCHMARKS.md section 6). Nothing is kept after the computation, so a later request,
-    or the same array refilled, is computed afresh.
+    The target and a drafter started with the request both want its log-mel at arrival;
+    the later caller waits for the first one's result instead of repeating it (in a niced
+    drafter, that numpy work also held the GIL the target needed: BENCHMARKS.md section 6).
     """
-    key = (id(audio), n_mels)  # the computing caller holds ``audio``, so its id stays unique meanwhile
-    with _in_flight_lock:
-        future = _in_flight.get(key)
-        owner = future is None
-        if owner:
-            future = _in_flight[key] = Future()
-    if owner:
-        try:
-            features = log_mel(audio, n_mels)
-            features.flags.writeable = False
-            future.set_result(features)
-        except BaseException as exc:
-            future.set_exception(exc)
-        finally:
-            with _in_flight_lock:
-                del _in_flight[key]
-    return future.result()
+    def compute() -> np.ndarray:
+        features = log_mel(request.audio, n_mels)
+        features.flags.writeable = False
+        return features
+
+    return request.feature_cache.shared(("whisper-log-mel", n_mels), compute)
 
 
 def pad_or_trim(features: np.ndarray, frames: int = N_FRAMES) -> np.ndarray:
@@ -121,7 +104,12 @@ def pad_or_trim(features: np.ndarray, frames: int = N_FRAMES) -> np.ndarray:
 
 def encoder_input(audio: np.ndarray, n_mels: int = 80) -> np.ndarray:
     """The first 30 s window of features as the encoder takes it: [1, n_mels, 3000]."""
-    return pad_or_trim(shared_log_mel(audio, n_mels))[None]
+    return pad_or_trim(log_mel(audio, n_mels))[None]
+
+
+def request_encoder_input(request: Request, n_mels: int = 80) -> np.ndarray:
+    """``encoder_input`` of the request's audio, from its shared log-mel (``request_log_mel``)."""
+    return pad_or_trim(request_log_mel(request, n_mels))[None]
 
 
 def quiet_cuts(features: np.ndarray, chunk_frames: int, search_frames: int = 200, smooth_frames: int = 10) -> list[int]:

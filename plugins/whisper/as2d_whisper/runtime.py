@@ -30,7 +30,7 @@ from as2d_onnxruntime import providers_for
 from as2d_onnxruntime.sessions import OrtSessions
 
 from .alignment import WordTimestamps
-from .features import encoder_input
+from .features import request_encoder_input
 
 FORMAT_VERSION = 1
 INSTALL_HINT = "run `as2d models install whisper-base whisper-tiny.en`"
@@ -305,7 +305,7 @@ def _audio_kv(model: _Model, request: Request, threads: int) -> np.ndarray:
         with model._lock:
             if key in model._audio_cache:
                 return model._audio_cache[key]
-    mel = encoder_input(request.audio, model.n_mels)
+    mel = request_encoder_input(request, model.n_mels)
     cross = model.cross_kv(mel, threads)
     if key is not None:
         with model._lock:
