@@ -153,10 +153,10 @@ def test_subtitles_have_a_cue_per_timestamp_segment_inside_its_window(transcript
 
 
 @needs_shared
-def test_the_drafter_ran_ahead_to_the_next_window(whisper_source, recording):
+def test_the_drafter_ran_ahead_to_the_next_window(whisper_target, whisper_source, recording):
     samples, _ = recording
     ahead = LookaheadSource(whisper_source)
-    pipeline = Pipeline(None, ahead, PipelineOptions(language="en"))  # only the drafter is used here
+    pipeline = Pipeline(whisper_target, ahead, PipelineOptions(language="en"))  # only its requests are used here
     first, second = (pipeline.request(f"ahead-{i}", samples[i * 8 * SR : (i + 1) * 8 * SR]) for i in range(2))
     ahead.queue_next(second, 1)
     job = ahead.prepare(first, "en", 1)

@@ -20,6 +20,7 @@ from as2d_core.contracts import BridgeFactory, Source, Target
 from as2d_core.setup.paths import absent_files
 from as2d_core.setup.paths import models_dir as default_models_dir
 from as2d_core.setup.plugins import Registry, load_registry
+from as2d_core.setup.source_spec import SourceSpec
 
 CATALOG_FILE = Path(__file__).with_name("registry.toml")
 KINDS = ("source", "target", "backend", "bridge")
@@ -257,7 +258,7 @@ def resolve_bridge(source: Source, target: Target, registry: Registry | None = N
     bridge connects the pair (``as2d config check`` says so before the models load).
     """
     registry = registry if registry is not None else load_registry()
-    source_part = registry.find("source", source.name.split("+", 1)[0])
+    source_part = registry.find("source", SourceSpec.parse(source.name).name)
     target_part = registry.find("target", target.name)
     capabilities = _capabilities(source_part.info if source_part else {}, target_part.info if target_part else {})
     bridges = ((name, registry.get("bridge", name).info) for name in registry.names("bridge"))
