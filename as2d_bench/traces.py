@@ -66,6 +66,7 @@ def build_trace(window: str, result: DecodeResult, label: str | None = None) -> 
         "decode_s": result.decode_s,
         "prepare_s": result.prepare_s,
         "start": result.start,
+        "timestamps": list(result.timestamp_ids) if result.timestamp_ids else None,
         "published": published,
         "calls": calls,
         "spans": [{"kind": e.kind, "t0": rel(e.start), "t1": rel(e.end), "tokens": e.tokens, "width": e.width}

@@ -93,6 +93,7 @@ class Record:
     niceness: int | None = None  # the drafter's niceness in the traced run (None: not recorded)
     units: tuple[Unit, ...] = ()
     label: str | None = None  # the bench's name of the run (``as2d@SOURCE`` for a later source)
+    timestamps: tuple[int, int] | None = None  # timestamp mode's (first timestamp id, end token), as traced
 
     @property
     def name(self) -> str:
@@ -234,7 +235,8 @@ def record_of(trace: dict) -> Record:
                   decode_s=float(trace["decode_s"]), calls=tuple(trace.get("calls", ())),
                   serial_drafted=drafted, prepare_s=trace.get("prepare_s"),
                   start=trace.get("start") or ("prepared" if trace.get("source") else None),
-                  audio_s=trace.get("audio_s"), named=named, niceness=niceness, units=units, label=trace.get("label"))
+                  audio_s=trace.get("audio_s"), named=named, niceness=niceness, units=units, label=trace.get("label"),
+                  timestamps=tuple(trace["timestamps"]) if trace.get("timestamps") else None)
 
 
 def timeline(target_s: float | None, work: Sequence[float], contention: Contention, start: str,
@@ -402,7 +404,8 @@ def _run_loop(record: Record, target: PricedTarget, published: PricedRecord | No
               align_window: int, confidence_stop: float | None, out: Replayed) -> list[dict]:
     """The engine's own target loop over the priced stand-ins; fills ``out``'s counters."""
     options = DecodeOptions(budget=budget or 1, align_window=align_window, confidence_stop=confidence_stop)
-    proposer = PublishedProposer(published, target, options) if published is not None else TargetOnly()
+    proposer = (PublishedProposer(published, target, options, timestamps=record.timestamps) if published is not None
+                else TargetOnly())
     counters, trace = Counters(), []
     out.tokens = target_loop(target, proposer, EventLog(), counters, trace)
     out.proposed, out.accepted = counters.proposed, counters.accepted

@@ -252,10 +252,11 @@ def test_native_traces_replay_call_by_call_tiny(tiny_request, seed):
     _native_replay_matches(result, reference.tokens)
 
 
-@pytest.mark.parametrize("drafter", ["whisper_source", "whisper_ct2_source"])
-def test_native_traces_replay_call_by_call_whisper(whisper_target, drafter, request):
-    """The real Whisper pair on the bundled clip, with either drafter from arrival: the replay's loop is the
-    engine's loop."""
+@pytest.mark.parametrize("drafter, timestamps", [("whisper_source", "none"), ("whisper_ct2_source", "none"),
+                                                 ("whisper_ct2_source", "segment")])
+def test_native_traces_replay_call_by_call_whisper(whisper_target, drafter, timestamps, request):
+    """The real Whisper pair on the bundled clip, with either drafter from arrival and in timestamp mode: the
+    replay's loop is the engine's loop (in timestamp mode it proposes over the record's text as the engine does)."""
     from pathlib import Path
 
     from as2d_core import DecodeOptions, Request, run_request
@@ -263,11 +264,12 @@ def test_native_traces_replay_call_by_call_whisper(whisper_target, drafter, requ
 
     source = request.getfixturevalue(drafter)
     clip = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
-    speech = Request(request_id="ljspeech", audio=load_audio(clip), language="en")
+    speech = Request(request_id="ljspeech", audio=load_audio(clip), language="en", timestamps=timestamps)
     reference = run_request(speech, whisper_target, None, "target-only")
     result = run_request(speech, whisper_target, source, "as2d", DecodeOptions(budget=7),
                          bridge=resolve_bridge(source, whisper_target))
     assert result.tokens == reference.tokens and result.start == "arrival"
+    assert (result.timestamp_ids is not None) == (timestamps == "segment")
     _native_replay_matches(result, reference.tokens)
 
 

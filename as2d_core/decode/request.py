@@ -197,4 +197,5 @@ def run_request(
         producer_error=producer.error if producer is not None and speculative else None,
         published=len(buffer.snapshot()) if buffer is not None else proposer.published if drafter is not None else 0,
         batches=buffer.batches if buffer is not None else (),
+        timestamp_ids=timestamps,
     )

@@ -43,6 +43,8 @@ class DecodeResult:
     # with ``Request.word_timestamps``: the response's words (``as2d_core.decode.words``) and what timing them cost
     words: list[Word] = attrs.Factory(list)
     words_s: float | None = None
+    # (first timestamp id, end token) when the target decoded in timestamp mode: replay re-proposes as the engine did
+    timestamp_ids: tuple[int, int] | None = None
 
     @property
     def e2e_s(self) -> float:
