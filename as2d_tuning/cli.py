@@ -49,18 +49,24 @@ def _mapper(ray_address: str | None):
 def _load_config(path: Path | None):
     """Validate a task configuration and build its target and source, as ``as2d run --config`` does;
     without one, ``as2d run``'s default target and drafter."""
-    from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, ConfigProblem, build_parts, parts_from_config, \
-        resolve_config
+    from as2d_core.setup.build import ConfigProblem, build_parts, parts_from_config
     from as2d_core.setup.plugins import UnknownPart
 
     try:
         if path is None:
-            config, report = resolve_config(None, {}, {"target.model": DEFAULT_TARGET, "source.name": DEFAULT_SOURCE})
-            return (config, *build_parts(config, report, with_source=True))
+            config = _run_default_config()
+            return (config, *build_parts(config, None, with_source=True))
         config, _, target, source = parts_from_config(path, with_source=True)
     except (ConfigProblem, UnknownPart) as exc:
         _fail(str(exc))
     return config, target, source
+
+
+def _run_default_config():
+    """``as2d run``'s configuration without a file: its default target and drafter."""
+    from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, resolve_config
+
+    return resolve_config(None, {}, {"target.model": DEFAULT_TARGET, "source.name": DEFAULT_SOURCE})[0]
 
 
 DEFAULT_AUDIO = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
@@ -360,9 +366,12 @@ def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path
         dev = [w.id for w in read_manifest(dev_manifest)]
         test = [w.id for w in read_manifest(test_manifest)]
         base_path = base_path or Path(profile_data.get("config") or "")
-        base = check_file(base_path).config if base_path and base_path.is_file() else None
-        if base is None:
-            raise ValueError("no base configuration: pass --config")
+        if base_path.is_file():
+            base = check_file(base_path).config
+        elif base_path == Path("<command line>"):  # profiled without --config: as2d run's target and drafter
+            base = _run_default_config()
+        else:
+            raise ValueError(f"no base configuration ({base_path} is not a file): pass --config")
         start_list = [x.strip() for x in starts.split(",") if x.strip()]
         if not start_list or any(x not in STARTS for x in start_list):
             raise ValueError(f"--starts takes {' and/or '.join(STARTS)}, got {starts!r}")

@@ -211,10 +211,11 @@ def record_of(trace: dict) -> Record:
     tokens = list(trace["tokens"])
     reference = list(tokens)
     if trace.get("calls"):
-        last = trace["calls"][-1]["commit"]
+        # the committed stream (first token, then each call's accepted candidates and own token) runs past the
+        # response by the end token; an end token accepted as a candidate is followed by the call's own token
         produced = ([tokens[0]] if tokens else []) + [t for c in trace["calls"] for t in c["commit"]]
-        if len(produced) > len(tokens) and last:  # the last call committed the end token
-            reference.append(last[-1])
+        if len(produced) > len(tokens) and trace["calls"][-1]["commit"]:
+            reference.append(produced[len(tokens)])
     ended = len(reference) > len(tokens)
     max_new = NO_EOS_LIMIT if ended else len(tokens)
     batches = []

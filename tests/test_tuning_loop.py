@@ -119,6 +119,24 @@ def test_select_chooses_on_the_users_clock(loop):
     assert decode.exit_code == 0 and json.loads(decode.stdout)["clock"] == "decode"
 
 
+def test_select_without_config_takes_the_defaults_a_profile_without_config_measured(loop, tmp_path):
+    """``as2d profile`` without --config measures ``as2d run``'s parts; select on such a profile needs no --config."""
+    from as2d_core.setup.build import DEFAULT_TARGET
+    from as2d_core.setup.config import check_file
+    from as2d_tuning.cli import select
+
+    tmp, dev, test = loop
+    data = json.loads((tmp / "p.json").read_text())
+    (tmp_path / "p.json").write_text(json.dumps(dict(data, config="<command line>")))
+    out = _invoke(select, [dev, "--test", test, "--profile", tmp_path / "p.json", "--sources", "whisper-tiny.en-ct2",
+                           "--budgets", "1-3", "--traces", tmp / "bench", "--out", tmp_path / "s.toml", "--json"])
+    assert out.exit_code == 0, out.stdout + out.stderr
+    assert check_file(tmp_path / "s.toml").config.target.model == DEFAULT_TARGET
+    missing = _invoke(select, [dev, "--test", test, "--profile", tmp_path / "p.json", "--sources", "whisper-tiny.en-ct2",
+                               "--config", tmp_path / "absent.toml", "--traces", tmp / "bench", "--out", tmp_path / "t.toml"])
+    assert missing.exit_code != 0 and "absent.toml" in missing.stdout + missing.stderr
+
+
 def test_errors_are_one_line(loop, tmp_path):
     from as2d_tuning.cli import profile, replay, select
 
