@@ -6,7 +6,6 @@ Whisper pair; a signal that arrives while a window is written waits for the writ
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -67,11 +66,15 @@ def test_a_signal_during_a_write_acts_once_the_write_is_whole(tmp_path, monkeypa
     write = folder_module._append_durably
 
     def signalled_write(path, text):
-        os.kill(os.getpid(), signal.SIGINT)  # as if Ctrl-C came between the traces and the rows
+        signal.raise_signal(signal.SIGINT)  # as if Ctrl-C came between the traces and the rows (to this thread)
         write(path, text)
 
     monkeypatch.setattr(folder_module, "_append_durably", signalled_write)
-    with pytest.raises(KeyboardInterrupt):  # Python's own SIGINT handler, once both files are written
-        folder.append([{"window": "w", "method": "target-only"}], [{"window": "w", "label": "target-only"}])
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, whatever ran before
+    try:
+        with pytest.raises(KeyboardInterrupt):  # Python's own SIGINT handler, once both files are written
+            folder.append([{"window": "w", "method": "target-only"}], [{"window": "w", "label": "target-only"}])
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert folder.rows() == [{"window": "w", "method": "target-only"}]
     assert len(folder.traces.read_text().splitlines()) == 1
