@@ -385,10 +385,9 @@ class WhisperModel:
             raise ValueError("the audio is empty")
         decode = attrs.evolve(self.decode_options, timestamps="none" if without_timestamps else "segment",
                               prompt=initial_prompt, hotwords=hotwords,
-                              condition_on_previous_text=condition_on_previous_text)
+                              condition_on_previous_text=condition_on_previous_text, word_timestamps=word_timestamps)
         options = PipelineOptions(method="as2d" if self.source is not None else "target-only",
-                                  task="translate" if task == "translate" else "asr", decode=decode,
-                                  word_timestamps=word_timestamps)
+                                  task="translate" if task == "translate" else "asr", decode=decode)
         with self._lock:
             pipeline = Pipeline(self.target, self.source, options, detector=self._detector(vad),
                                 bridge=self.bridge)

@@ -81,6 +81,23 @@ def _decomposition_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _words_section(methods: dict) -> list[str]:
+    """What timing words cost each method (``--word-timestamps``): one aligner pass over the committed tokens,
+    after the final token, so it is off the e2e clock and the same work for every method with the same tokens."""
+    timed = {name: s for name, s in methods.items() if s.get("words_s") is not None}
+    if not timed:
+        return []
+    lines = ["## Word timestamps", "",
+             "The aligner pass after decoding (not in e2e): equal tokens, equal work for every method.", "",
+             "| method | words (s, summed) | per window (s, mean) | share of e2e + words |", "|---|---|---|---|"]
+    for name, s in timed.items():
+        e2e = s.get("e2e_s")
+        share = s["words_s"] / (e2e + s["words_s"]) if e2e else None
+        lines.append(f"| {name} | {_fmt(s['words_s'], 3)} | {_fmt(s['words_s'] / s['windows'], 3)} "
+                     f"| {_fmt(share, 3)} |")
+    return [*lines, ""]
+
+
 def _window_table(rows: list[dict], methods: list[str]) -> list[str]:
     tps = window_tps(rows, "e2e")
     windows = list(dict.fromkeys(r["window"] for r in rows))
@@ -172,7 +189,7 @@ def write_report(out_dir: Path, rows: list[dict], summary: dict, traces: dict) -
              "from the start of the decode clock to the first non-empty published batch / the final one "
              "(serial methods: the end of the first / last proposing drafting round).", *_rounds_line(rows), "",
              "## Summary, all windows", "", *_summary_table(summary["methods"]), "", *_methods_section(ran),
-             *_eligible_section(summary),
+             *_eligible_section(summary), *_words_section(summary["methods"]),
              "## Time decomposition (Appendix D.2.7), all windows summed", "", *_decomposition_table(rows), ""]
     try:
         plot_tps_distribution(rows, out_dir / "tps_distribution.png")

@@ -49,6 +49,7 @@ from as2d_core.input.audio import load_audio
 from as2d_core.contracts import PrefixDrafting, Request
 from as2d_core.decode import DecodeResult, run_request
 from as2d_core.decode.methods import registered
+from as2d_core.decode.words import add_words, prepare_words
 from as2d_core.setup.catalog import resolve_bridge
 from as2d_core.setup.options import DecodeOptions
 from as2d_core.setup.peers import Peer
@@ -209,6 +210,8 @@ def result_row(window: Window, method: str, result: DecodeResult, reference: Dec
         "producer_error": result.producer_error,
         "text": result.text,
     }
+    if result.words_s is not None:  # --word-timestamps: the aligner pass after decoding, off the e2e clock
+        row["words_s"], row["words"] = result.words_s, len(result.words)
     if d is not None:
         row["decomposition"] = {"T": d.total, "D": d.drafting, "V": d.verification, "O": d.overlap, "H": d.residual}
         row["decomposition_ok"] = d.check()
@@ -289,6 +292,8 @@ class Bench:
     def __attrs_post_init__(self) -> None:
         decoupled, _serial = drafters(self.methods, self.sources, self.serial_sources)
         self.bridges = {source.name: resolve_bridge(source, self.target) for source in decoupled}
+        if self.options.word_timestamps:  # a target without an aligner fails here, before any window
+            prepare_words(self.target, self.options.target_threads)
 
     @property
     def sources(self) -> list:
@@ -377,8 +382,9 @@ class Bench:
                 return error_row(window, label, f"source {source} offers no prefix-conditioned session "
                                                 f"(contracts.PrefixDrafting); serial method {method} cannot run on it",
                                  source)
-            return run_request(request, self.target, run.source, method, self.options,
-                               bridge=self.bridges.get(source))
+            result = run_request(request, self.target, run.source, method, self.options,
+                                 bridge=self.bridges.get(source))
+            return add_words(self.target, request, result, self.options.target_threads)
         except Exception as exc:  # one failing method must not end the benchmark; the row says why
             return error_row(window, label, f"{type(exc).__name__}: {exc}", source)
 

@@ -107,6 +107,8 @@ def _pooled(rows: list[dict]) -> dict:
         "accepted": accepted,
         "median_first_publish_s": _median(r.get("first_publish_s") for r in rows),
         "median_all_published_s": _median(r.get("all_published_s") for r in rows),
+        # --word-timestamps: the aligner pass after decoding, summed (off the e2e clock; equal tokens, equal work)
+        "words_s": sum(r["words_s"] for r in rows) if rows and all("words_s" in r for r in rows) else None,
     }
 
 

@@ -342,7 +342,7 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
             admission.leave(took)
         outcome.queued_s = queued_s
         metrics.served(outcome)
-        return _render(outcome, response_format, task, ask.word_timestamps)
+        return _render(outcome, response_format, task)
 
     async def _stream(ask: Ask, request: Request, cancel: Cancel, arrived: float, queued_s: float) -> Response:
         """``stream=true``: the decode runs on its slot while its pieces of text go out as events.
@@ -492,16 +492,18 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
         data = await upload.read()
         samples = await run_in_threadpool(decode_upload, data)
         # Whisper's previous-text prompt: the target refuses one over its limit (400), as the command line does
+        # words only where the format has room for them: named granularities, else the server's word_timestamps
+        verbose = response_format == "verbose_json"
         ask = Ask(samples, language=language, method=method, source=source, budget=budget, check=check, task=task,
                   prompt=_form_field(form, "prompt"), timestamps="segment" if "segment" in granularities else None,
-                  word_timestamps="word" in granularities)
+                  word_timestamps=("word" in granularities if granularities else None) if verbose else False)
         return ask, response_format, stream
 
-    def _render(outcome, response_format: str, task: str, words: bool = False) -> Response:
+    def _render(outcome, response_format: str, task: str) -> Response:
         if response_format == "json":
             return JSONResponse({"text": outcome.transcript.text})
         if response_format == "verbose_json":
-            return JSONResponse(verbose_json(outcome, task, words))
+            return JSONResponse(verbose_json(outcome, task))
         if response_format == "text":
             return PlainTextResponse(outcome.transcript.text)
         return PlainTextResponse(subtitles(outcome, response_format),

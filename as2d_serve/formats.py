@@ -45,7 +45,8 @@ def as2d_fields(t: Transcription) -> dict:
     return out
 
 
-def verbose_json(t: Transcription, task: str = "asr", words: bool = False) -> dict:
+def verbose_json(t: Transcription, task: str = "asr") -> dict:
+    """OpenAI's verbose_json; words where the request's granularities (or the server's default) asked for them."""
     segments = [{"id": i, "seek": 0, "start": s.start_s, "end": s.end_s, "text": s.text, "tokens": list(s.tokens),
                  "temperature": 0.0}  # greedy; no log-probabilities are computed, so none are reported
                 for i, s in enumerate(t.transcript.segments)]
@@ -53,7 +54,7 @@ def verbose_json(t: Transcription, task: str = "asr", words: bool = False) -> di
     out = {"task": "translate" if task == "translate" else "transcribe", "language": language,
            "duration": t.duration_s, "text": t.transcript.text, "segments": segments,
            "usage": {"type": "duration", "seconds": t.duration_s}}
-    if words:  # in the file's time; OpenAI's words carry no spaces (Whisper's keep the leading one)
+    if t.words:  # in the file's time; OpenAI's words carry no spaces (Whisper's keep the leading one)
         timed = [w.shifted(window.start_s) for window in t.transcript.windows for w in window.result.words]
         out["words"] = [{"word": w.word.strip(), "start": w.start_s, "end": w.end_s, "probability": w.probability}
                         for w in timed]

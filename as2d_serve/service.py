@@ -109,7 +109,7 @@ class Ask:
     task: str = "asr"  # translate: POST /v1/audio/translations
     prompt: str | None = None  # Whisper's previous-text prompt, over the server's own (--prompt)
     timestamps: str | None = None  # "segment" (timestamp_granularities segment): Whisper's segments; None: the server's
-    word_timestamps: bool = False  # timestamp_granularities word
+    word_timestamps: bool | None = None  # timestamp_granularities word; None: the server's (``word_timestamps``)
 
     @property
     def duration_s(self) -> float:
@@ -121,6 +121,7 @@ class Transcription:
     transcript: Transcript
     duration_s: float
     fault: str | None = None  # injected into this request's drafter (None: none, or the drafter never ran)
+    words: bool = False  # the windows' words were timed (the request's granularities, or the server's default)
     drafter_rebuilt: bool = False
     queued_s: float = 0.0
     total_s: float = 0.0
@@ -186,7 +187,8 @@ class Worker:
         decode = self.options.decode if ask.budget is None else attrs.evolve(self.options.decode, budget=ask.budget)
         decode = decode if ask.prompt is None else attrs.evolve(decode, prompt=ask.prompt)
         decode = decode if ask.timestamps is None else attrs.evolve(decode, timestamps=ask.timestamps)
-        if ask.word_timestamps:
+        decode = decode if ask.word_timestamps is None else attrs.evolve(decode, word_timestamps=ask.word_timestamps)
+        if decode.word_timestamps:
             try:  # loads the aligner once; a target without one is the request's answer, not a server fault
                 prepare_words(self.target, decode.target_threads)
             except (ValueError, OSError) as exc:
@@ -207,12 +209,11 @@ class Worker:
         # a fault is injected on the producer's own thread, where it lands before the request can end
         options = attrs.evolve(self.options, method=method, language=ask.language or self.options.language,
                                decode=decode, lookahead=self.options.lookahead and fault is None,
-                               task="translate" if ask.task == "translate" else self.options.task,
-                               word_timestamps=ask.word_timestamps)
+                               task="translate" if ask.task == "translate" else self.options.task)
         pipeline = Pipeline(target, source, options, detector=self.detector, bridge=bridge)
         transcript = pipeline.transcribe(ask.samples, request_id=f"serve-{id(cancel):x}", check=ask.check,
                                          on_text=on_text)
-        outcome = Transcription(transcript, ask.duration_s)
+        outcome = Transcription(transcript, ask.duration_s, words=decode.word_timestamps)
         drafted = any(r.source for r in outcome.results)
         outcome.fault = fault if drafted else None
         if outcome.drafter_error and source_name is not None:

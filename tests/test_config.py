@@ -119,6 +119,7 @@ def test_source_spec_parses_and_formats_back(text, name, in_process):
         (("budget = 7", 'budget = 7\ntimestamps = "word"'), "timestamps: 'word' is not allowed; choose one of none"),
         (("budget = 7", "budget = 7\nprompt = 3"), "prompt: must be a string, got 3"),
         (("budget = 7", 'budget = 7\ncondition_on_previous_text = "yes"'), "condition_on_previous_text: must be true"),
+        (("budget = 7", 'budget = 7\nword_timestamps = 1'), "word_timestamps: must be true"),
     ],
 )
 def test_bad_configs_name_key_and_allowed(tmp_path, whisper_registry, edit, expected):
@@ -130,14 +131,16 @@ def test_bad_configs_name_key_and_allowed(tmp_path, whisper_registry, edit, expe
 def test_timestamps_prompts_and_a_task_the_drafter_cannot_draft(tmp_path, whisper_registry):
     """The drafter cannot translate: the file is fine, it says so, and requests run target-only."""
     text = GOOD.replace('task = "asr"', 'task = "translate"\ntimestamps = "segment"\nprompt = "as2d, Whisper"\n'
-                                          'hotwords = "CTranslate2"\ncondition_on_previous_text = true')
+                                          'hotwords = "CTranslate2"\ncondition_on_previous_text = true\n'
+                                          'word_timestamps = true')
     report = _check(tmp_path, text, whisper_registry)
     assert report.ok, report.errors
     assert any("source 'whisper-tiny.en' does not draft 'translate'" in w for w in report.warnings), report.warnings
     options = report.config.decode
     assert (options.timestamps, options.prompt, options.hotwords, options.condition_on_previous_text) == (
         "segment", "as2d, Whisper", "CTranslate2", True)
-    assert options.request_fields() == {"timestamps": "segment", "prompt": "as2d, Whisper", "hotwords": "CTranslate2"}
+    assert options.request_fields() == {"timestamps": "segment", "prompt": "as2d, Whisper", "hotwords": "CTranslate2",
+                                        "word_timestamps": True}
 
 
 def test_parts_of_absent_plugins_are_checked_by_name_only(tmp_path, registry):

@@ -3,7 +3,8 @@
 Each command runs through its real click code path with ``--config`` naming a file that sets every
 key to a value other than its default; the commands stop where decoding would start (a pipeline's
 ``transcribe`` or ``stream``, the bench's ``run``, the server's app), and what they would decode
-with is compared with the file. The parts are registered test doubles, so no model loads.
+with is compared with the file. The parts are registered test doubles, so no model loads; the target
+aligns words (a ``WordAligner``), so ``word_timestamps`` on gets as far as any other key.
 """
 from __future__ import annotations
 
@@ -28,6 +29,22 @@ LANGUAGE, TASK, INSTRUCTION = "de", "qa", "Answer the question the passage ends 
 
 class Arrived(Exception):
     """Raised where a command would start decoding: what it decodes with has arrived."""
+
+
+class WordsTarget(TinyLM):
+    """The test target, with word timestamps (``contracts.WordAligner``): records the threads it prepared them on."""
+
+    def __init__(self):
+        super().__init__()
+        self.name = TARGET
+        self.features = frozenset({"word_timestamps"})
+        self.words_prepared: list[int] = []
+
+    def prepare_words(self, threads: int) -> None:
+        self.words_prepared.append(threads)
+
+    def align_words(self, request, language, tokens, threads):
+        raise AssertionError("no command decodes in these tests")
 
 
 def _other_values() -> dict[str, object]:
@@ -72,9 +89,7 @@ def built(monkeypatch):
 
     def target(options):
         parts.append(("target", TARGET, options))
-        model = TinyLM()
-        model.name = TARGET
-        return model
+        return WordsTarget()
 
     def source(options):
         parts.append(("source", SOURCE, options))
@@ -191,3 +206,21 @@ def test_flags_given_override_the_file(command, built, arrived, files, tmp_path)
     _invoke(command, path, files, tmp_path, "--budget", "5", "--start", "arrival")
     options, _ = _arrived(command, arrived)
     assert options == attrs.evolve(expected, decode=attrs.evolve(expected.decode, budget=5, start="arrival"))
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_word_timestamps_is_a_setting_of_every_command(command, built, arrived, files, tmp_path):
+    """On in the file: it arrives, and the bench and the server prepare the target's aligner before decoding (the
+    server for a request that names no granularity: the server's default); ``--no-word-timestamps`` turns it off."""
+    path, expected = _config(tmp_path, "target-only")
+    assert expected.decode.word_timestamps
+    _invoke(command, path, files, tmp_path)
+    options, _ = _arrived(command, arrived)
+    assert options.decode.word_timestamps and options.decode.request_fields()["word_timestamps"]
+    if command in ("bench", "serve"):
+        target = arrived["bench"].target if command == "bench" else arrived["service"].workers.queue[0].target
+        assert target.words_prepared == [expected.decode.target_threads]
+    arrived.clear()
+    _invoke(command, path, files, tmp_path, "--no-word-timestamps")
+    options, _ = _arrived(command, arrived)
+    assert options.decode.word_timestamps is False

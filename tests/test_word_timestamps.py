@@ -18,12 +18,14 @@ from as2d_core.input.audio import load_audio
 from as2d_core.cli.main import cli
 from as2d_core.setup.paths import models_dir
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.setup.options import DecodeOptions
 from conftest import HAVE_SHARED, speech_audio, speech_row
 from tiny_lm import TinyLM
 
 # the repository's windows, then (when present) shared ones: one more English voice and a language
 # written without spaces, whose words are characters
 WINDOWS = ["cmu_cards_en_w00", "librivox_sense_en_w00"] + (["jfk_en_w00", "fleurs_ja_w00"] if HAVE_SHARED else [])
+WORDS = DecodeOptions(word_timestamps=True)  # ``--word-timestamps``, a decoding option like the others
 
 
 # --------------------------------------------------------------------------- the method's pieces, no model
@@ -101,7 +103,7 @@ def transcripts(whisper_target, whisper_ct2_source):
     out = {}
     for item in WINDOWS:
         row = speech_row(item)
-        options = PipelineOptions(language=row["lang"], word_timestamps=True)
+        options = PipelineOptions(language=row["lang"], decode=WORDS)
         out[item] = Pipeline(whisper_target, whisper_ct2_source, options).transcribe(load_audio(row["file"]),
                                                                                     check=True)
     return out
@@ -149,8 +151,7 @@ def test_words_match_faster_whisper_word_timestamps(transcripts):
 
 def test_timestamp_mode_words_are_inside_their_segments(whisper_target, whisper_ct2_source):
     row = speech_row("librivox_sense_en_w00")
-    options = PipelineOptions(language="en", word_timestamps=True)
-    options = attrs.evolve(options, decode=attrs.evolve(options.decode, timestamps="segment"))
+    options = PipelineOptions(language="en", decode=attrs.evolve(WORDS, timestamps="segment"))
     transcript = Pipeline(whisper_target, whisper_ct2_source, options).transcribe(load_audio(row["file"]), check=True)
     (window,) = transcript.windows
     assert window.exact and window.result.words == window.reference.words
@@ -168,7 +169,7 @@ def test_timestamp_mode_words_are_inside_their_segments(whisper_target, whisper_
 def test_words_of_later_windows_are_in_the_files_time(whisper_target):
     """Two windows of one file (at the pause the detector finds): each window's words in its own stretch."""
     audio = np.concatenate([speech_audio("cmu_cards_en_w00"), speech_audio("cmu_cards_en_w01")])
-    options = PipelineOptions(method="target-only", language="en", word_timestamps=True, max_window_s=6.0)
+    options = PipelineOptions(method="target-only", language="en", decode=WORDS, max_window_s=6.0)
     transcript = Pipeline(whisper_target, None, options).transcribe(audio)
     assert len(transcript.windows) == 2
     for window in transcript.windows:
@@ -195,7 +196,7 @@ def test_run_json_gives_words_and_their_cost_for_both_methods():
 def test_a_target_of_another_family_says_it_has_no_words(tiny_request):
     target = TinyLM()
     with pytest.raises(ValueError, match="word timestamps need a target that aligns words.*tiny-lm does not"):
-        Pipeline(target, None, PipelineOptions(method="target-only", word_timestamps=True)).transcribe(
+        Pipeline(target, None, PipelineOptions(method="target-only", decode=WORDS)).transcribe(
             tiny_request().audio)
     request = attrs.evolve(tiny_request(), word_timestamps=True)
     with pytest.raises(ValueError, match="does not offer word_timestamps"):

@@ -43,11 +43,8 @@ def cli() -> None:
               help="text, one JSON object, or subtitles: one cue per segment (--timestamps segment, their default), "
                    "or per window with --timestamps none.")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-@click.option("--word-timestamps", is_flag=True,
-              help="Time every word (start, end, probability) by the target's cross-attention after decoding, as "
-                   "openai-whisper does; --json gives each window's words in the file's time.")
 @click.pass_context
-def run(ctx, audio, method, resample, check, output_format, as_json, word_timestamps, **model_options):
+def run(ctx, audio, method, resample, check, output_format, as_json, **model_options):
     """Transcribe AUDIO (any common audio format, any length) with as2d or target-only decoding.
 
     Audio longer than 30 s is cut into windows at pauses found by a voice-activity detector;
@@ -61,8 +58,6 @@ def run(ctx, audio, method, resample, check, output_format, as_json, word_timest
     if output_format in SUBTITLES and pipeline.options.decode.timestamps is None:
         pipeline.options = attrs.evolve(pipeline.options,
                                         decode=attrs.evolve(pipeline.options.decode, timestamps="segment"))
-    if word_timestamps:
-        pipeline.options = attrs.evolve(pipeline.options, word_timestamps=True)
     try:
         decoded = read_audio(audio)
     except AudioError as exc:

@@ -58,7 +58,6 @@ class PipelineOptions:
     decode: DecodeOptions = attrs.Factory(DecodeOptions)
     max_window_s: float = MAX_WINDOW_S
     lookahead: bool = True  # draft window n+1 while the target verifies window n
-    word_timestamps: bool = False  # each window's words, by its target after decoding (``as2d_core.decode.words``)
 
 
 @attrs.define
@@ -237,8 +236,7 @@ class Pipeline:
         if not (first or o.decode.condition_on_previous_text):
             fields["prompt"] = None
         return Request(request_id=request_id, audio=samples, language=o.language, task=o.task,
-                       instruction=o.instruction, previous_text=previous_text, word_timestamps=o.word_timestamps,
-                       **fields)
+                       instruction=o.instruction, previous_text=previous_text, **fields)
 
     def decode(self, request: Request, options: DecodeOptions | None = None,
                on_commit: OnCommit | None = None) -> DecodeResult:
@@ -268,7 +266,7 @@ class Pipeline:
         samples = decoded.samples if isinstance(decoded, DecodedAudio) else np.asarray(audio, dtype=np.float32)
         request_id = request_id or (Path(audio).stem if isinstance(audio, (str, Path)) else "audio")
         with self._lock:
-            if self.options.word_timestamps:
+            if self.options.decode.word_timestamps:
                 prepare_words(self.target, self.options.decode.target_threads)
             start = time.perf_counter()
             plan = self.plan(samples)
@@ -292,7 +290,7 @@ class Pipeline:
         pipeline stays locked until the last window is taken or the iterator is closed.
         """
         with self._lock:
-            if self.options.word_timestamps:
+            if self.options.decode.word_timestamps:
                 prepare_words(self.target, self.options.decode.target_threads)
             decoded = self._decoded(samples, plan.windows, request_id, on_text)
             try:
@@ -343,6 +341,8 @@ class Pipeline:
         """A stream fed block by block (``feed``), each block one request over the current context view."""
         from as2d_core.input.stream import StreamSession
 
+        if self.options.decode.word_timestamps:  # before the first block arrives, so no block pays for it
+            prepare_words(self.target, self.options.decode.target_threads)
         return StreamSession(self, block_s, context_s, check)
 
     def locked(self):

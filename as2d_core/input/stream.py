@@ -69,6 +69,9 @@ class BlockResult:
             "prepare_s": r.prepare_s, "decode_s": r.decode_s, "service_s": self.service_s, "lag_s": self.lag_s,
             "tps": r.tps, "accepted": r.accepted, "proposed": r.proposed, "producer_error": r.producer_error,
         }
+        if r.words_s is not None:  # --word-timestamps: the view's words, in the stream's time
+            out["words"] = [word.shifted(self.view_start_s).as_dict() for word in r.words]
+            out["words_s"] = r.words_s
         if self.exact is not None:
             out["exact"] = self.exact
         return out

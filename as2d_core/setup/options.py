@@ -94,6 +94,11 @@ class DecodeOptions:
         False, "condition_on_previous_text", "Prompt each window of a file with the text before it (after --prompt), "
         "as Whisper's long-form transcription does; the drafter then drafts a window only once the one before it is "
         "done. Files only: bench windows and stream blocks are each decoded alone.")
+    word_timestamps: bool = _option(
+        False, "word_timestamps", "Time every word (start, end, probability) by the target's cross-attention after "
+        "decoding, as openai-whisper does: one pass over the committed tokens, so it costs every method the same "
+        "(words_s in --json and in bench rows). The server gives words in verbose_json when a request names no "
+        "timestamp_granularities.")
     drain_timeout_s: float = 2.0
     # as2d-no-bc (SpecASR's budget rule kept with decoupled drafting): candidates end at the first
     # published token whose confidence is below this (that token included); None keeps the fixed budget.
@@ -101,7 +106,8 @@ class DecodeOptions:
 
     def request_fields(self) -> dict[str, Any]:
         """What these options put in a request on their own (the pipeline adds each window's previous text)."""
-        return {"timestamps": self.timestamps or "none", "prompt": self.prompt, "hotwords": self.hotwords}
+        return {"timestamps": self.timestamps or "none", "prompt": self.prompt, "hotwords": self.hotwords,
+                "word_timestamps": self.word_timestamps}
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> "DecodeOptions":
