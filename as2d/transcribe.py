@@ -5,17 +5,19 @@ built by name through the core (``as2d_core.setup.build``), the audio goes throu
 (windows of at most 30 s at pauses, each exactly the target's greedy output, drafted by as2d's
 drafter), and ``transcribe`` returns faster-whisper's lazy generator of segments and its info object,
 with its field names. An option as2d does not have (beam search, sampling, temperature fallback, a
-decoding prefix...) is refused with a ValueError that names it and says why: never ignored.
+decoding prefix...) is refused with a ValueError that names it and says why: never ignored. Each segment's
+``avg_logprob`` and ``no_speech_prob`` are its window's, computed as faster-whisper computes them
+(``as2d_core.decode.scores``), and a window they mark as silence is skipped as faster-whisper skips it.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 import math
 import threading
-import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -30,6 +32,7 @@ from as2d_core.contracts import SAMPLE_RATE, LanguageDetector, Request
 from as2d_core.setup.options import DecodeOptions
 from as2d_core.input.pipeline import Pipeline, PipelineOptions, WindowResult
 from as2d_core.setup.plugins import load_registry
+from as2d_core.decode.scores import compression_ratio, is_silent
 from as2d_core.decode.timestamps import Segment as _Segment
 from as2d_core.input.windows import WindowPlan
 
@@ -41,7 +44,6 @@ TARGETS = ("whisper-base", "whisper-base-int8")
 INSTALL = "as2d models install whisper-base whisper-base-int8"
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # faster-whisper's default: greedy, then fallback
 HOP = SAMPLE_RATE // 100  # one mel frame, the unit of faster-whisper's ``seek``
-NOT_COMPUTED = float("nan")  # avg_logprob, no_speech_prob: greedy verification computes no log-probabilities
 DEFAULT_PUNCTUATION = ("\"'“¿([{-", "\"'.。,，!！?？:：”)]}、")  # faster-whisper's (prepend, append)
 
 
@@ -61,9 +63,9 @@ class Segment:
     end: float
     text: str
     tokens: list[int]
-    avg_logprob: float  # NaN: not computed (as2d verifies greedy tokens; it computes no log-probabilities)
+    avg_logprob: float  # the window's, as faster-whisper's: its tokens and end token over len(tokens) + 1
     compression_ratio: float
-    no_speech_prob: float  # NaN: not computed
+    no_speech_prob: float  # the window's: the no-speech token at the start of its transcript
     words: list[Word] | None
     temperature: float | None
 
@@ -160,12 +162,6 @@ def _samples(audio) -> np.ndarray:
     raise TypeError(f"audio must be a path, a file object or 16 kHz float32 samples, not {type(audio).__name__}")
 
 
-def compression_ratio(text: str) -> float:
-    """faster-whisper's ``get_compression_ratio``: UTF-8 bytes over their zlib-compressed bytes."""
-    data = text.encode("utf-8")
-    return len(data) / len(zlib.compress(data)) if data else 0.0
-
-
 def _installed_targets() -> list[str]:
     registry = load_registry()
     rows = (catalog.row(entry, registry) for entry in catalog.entries("target", registry))
@@ -238,11 +234,9 @@ def check_options(given: dict[str, Any]) -> None:
     if given["suppress_tokens"] not in ([-1], (-1,)):
         raise _refuse("suppress_tokens", given["suppress_tokens"],
                       "the targets suppress faster-whisper's default set ([-1]) and no other")
-    for name, default in (("compression_ratio_threshold", 2.4), ("log_prob_threshold", -1.0),
-                          ("no_speech_threshold", 0.6)):
-        if given[name] not in (None, default):
-            raise _refuse(name, given[name], "as2d has no temperature fallback and drops no window as silent; "
-                                             f"leave it at faster-whisper's default ({default}) or None")
+    if given["compression_ratio_threshold"] not in (None, 2.4):  # it only starts the fallback
+        raise _refuse("compression_ratio_threshold", given["compression_ratio_threshold"],
+                      "as2d has no temperature fallback; leave it at faster-whisper's default (2.4) or None")
     if (given["prepend_punctuations"], given["append_punctuations"]) != DEFAULT_PUNCTUATION:
         raise ValueError("prepend_punctuations and append_punctuations are not supported: the word timestamps "
                          "join faster-whisper's default punctuation to its words")
@@ -387,7 +381,7 @@ class WhisperModel:
                               prompt=initial_prompt, hotwords=hotwords,
                               condition_on_previous_text=condition_on_previous_text, word_timestamps=word_timestamps)
         options = PipelineOptions(method="as2d" if self.source is not None else "target-only",
-                                  task="translate" if task == "translate" else "asr", decode=decode)
+                                  task="translate" if task == "translate" else "asr", decode=decode, scores=True)
         with self._lock:
             pipeline = Pipeline(self.target, self.source, options, detector=self._detector(vad),
                                 bridge=self.bridge)
@@ -409,7 +403,9 @@ class WhisperModel:
             vad_options=vad,
             notes=_notes(plan, vad),
         )
-        return self._segments(pipeline, samples, plan, word_timestamps, log_progress), info
+        silent = functools.partial(_silent, no_speech_threshold=no_speech_threshold,
+                                   log_prob_threshold=log_prob_threshold)
+        return self._segments(pipeline, samples, plan, word_timestamps, silent, log_progress), info
 
     def _language_probabilities(self, samples: np.ndarray, options: PipelineOptions) -> dict[str, float]:
         if not isinstance(self.target, LanguageDetector):
@@ -434,10 +430,10 @@ class WhisperModel:
         return self._detectors[key]
 
     def _segments(self, pipeline: Pipeline, samples: np.ndarray, plan: WindowPlan, word_timestamps: bool,
-                  log_progress: bool) -> Iterator[Segment]:
+                  silent: Callable[[Any], bool], log_progress: bool) -> Iterator[Segment]:
         from tqdm import tqdm
 
-        windows = pipeline.decode_windows(samples, plan, "whisper-model")
+        windows = pipeline.decode_windows(samples, plan, "whisper-model", silent)
         count = 0
         with tqdm(total=round(samples.size / SAMPLE_RATE, 2), unit="seconds", disable=not log_progress) as progress:
             try:
@@ -446,7 +442,7 @@ class WhisperModel:
                         window = next(windows, None)
                     if window is None:
                         return
-                    for segment in _window_segments(window, word_timestamps, count):
+                    for segment in [] if window.silent else _window_segments(window, word_timestamps, count):
                         count += 1
                         yield segment
                     progress.update(round(window.end_s - window.start_s, 2))
@@ -454,15 +450,26 @@ class WhisperModel:
                 windows.close()
 
 
+def _silent(result, no_speech_threshold: float | None, log_prob_threshold: float | None) -> bool:
+    """faster-whisper's no-speech rule on a decoded window (``as2d_core.decode.scores.is_silent``)."""
+    if result.no_speech_prob is None:  # a target that keeps no scores: nothing to judge by
+        return False
+    return is_silent(result.avg_logprob, result.no_speech_prob, no_speech_threshold, log_prob_threshold)
+
+
+def _score(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
 def _window_segments(window: WindowResult, word_timestamps: bool, count: int) -> list[Segment]:
     """A decoded window's segments as faster-whisper's, numbered after ``count``, with their words."""
     segments = window.segments
     words = [w.shifted(window.start_s) for w in window.result.words] if word_timestamps else []
     grouped = words_by_segment(segments, words) if word_timestamps else [None] * len(segments)
-    ratio = compression_ratio(window.result.text)
+    ratio = compression_ratio(window.result.text.strip())  # as faster-whisper: the decoded text, stripped
     return [Segment(id=count + i + 1, seek=window.window.start // HOP, start=s.start_s, end=s.end_s, text=s.text,
-                    tokens=list(s.tokens), avg_logprob=NOT_COMPUTED, compression_ratio=ratio,
-                    no_speech_prob=NOT_COMPUTED, temperature=0.0,
+                    tokens=list(s.tokens), avg_logprob=_score(window.result.avg_logprob), compression_ratio=ratio,
+                    no_speech_prob=_score(window.result.no_speech_prob), temperature=0.0,
                     words=None if group is None else [Word(w.start_s, w.end_s, w.word, w.probability) for w in group])
             for i, (s, group) in enumerate(zip(segments, grouped))]
 
@@ -476,8 +483,8 @@ def _options(given: dict[str, Any]) -> TranscriptionOptions:
 
 
 def _notes(plan: WindowPlan, vad: VadOptions | None) -> list[str]:
-    notes = ["greedy decoding (temperature 0) without temperature fallback; avg_logprob and no_speech_prob "
-             "are not computed (NaN)"]
+    notes = ["greedy decoding (temperature 0) without temperature fallback; a window whose no_speech_prob is over "
+             "no_speech_threshold is skipped as silence unless its avg_logprob is over log_prob_threshold"]
     if vad is None and len(plan.windows) > 1:
         notes.append("vad_filter=False: the audio is cut every 30 s, possibly inside words")
     elif plan.note:

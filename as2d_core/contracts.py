@@ -100,6 +100,8 @@ class Request:
     hotwords: str | None = None
     # the target keeps what it needs to time the response's words after decoding (``WordAligner``)
     word_timestamps: bool = False
+    # the target session keeps its tokens' log-probabilities and the no-speech probability (``ResponseScores``)
+    scores: bool = False
     # what the request's target and drafter compute from its audio once for both; not a field of the request
     # (not compared, not in ``fields``), so a copy made with ``attrs.evolve`` or in a drafter process starts empty
     feature_cache: FeatureCache = attrs.field(factory=FeatureCache, init=False, eq=False, repr=False)
@@ -342,6 +344,25 @@ class ScoredSession(TargetSession, Protocol):
 
     def verify_with_confidence(self, root: int, candidates: Sequence[int]) -> tuple[list[int], list[float]]:
         """``verify`` plus the probability of each returned greedy token."""
+
+
+@runtime_checkable
+class ResponseScores(Protocol):
+    """Optional for a target session: how sure the target was of its own greedy tokens, as Whisper's decoders
+    report it (faster-whisper's ``avg_logprob`` and ``no_speech_prob`` come from these).
+
+    A session keeps them only for a request that asks (``Request.scores``), so decoding without them costs
+    nothing; for another request both raise. The values are the target's, so every method that commits the same
+    tokens gets the same scores (up to the rounding of a batched verification).
+    """
+
+    def token_logprobs(self) -> list[float]:
+        """The log-probability of the first token, then of the greedy token after each response position in the
+        cache (``cache_length + 1`` values), each under the distribution the greedy choice was made from (with the
+        target's suppressions and timestamp rules); kept in step with ``truncate``."""
+
+    def no_speech_prob(self) -> float:
+        """The probability of the no-speech token at the start-of-transcript position (raw logits, as Whisper)."""
 
 
 @runtime_checkable

@@ -496,7 +496,8 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
         verbose = response_format == "verbose_json"
         ask = Ask(samples, language=language, method=method, source=source, budget=budget, check=check, task=task,
                   prompt=_form_field(form, "prompt"), timestamps="segment" if "segment" in granularities else None,
-                  word_timestamps=("word" in granularities if granularities else None) if verbose else False)
+                  word_timestamps=("word" in granularities if granularities else None) if verbose else False,
+                  scores=verbose)
         return ask, response_format, stream
 
     def _render(outcome, response_format: str, task: str) -> Response:

@@ -4,10 +4,15 @@ A segment is one of the transcript's segments: in timestamp mode (``timestamps =
 server's configuration, ``--timestamps segment``, or a request's ``timestamp_granularities`` segment) one
 per pair of Whisper's timestamps, otherwise one window of the core's ``Pipeline`` (at most 30 s, cut at
 pauses), with the window's times. With the word granularity, ``words`` lists every word in the file's time.
+Each segment carries its window's ``avg_logprob``, ``no_speech_prob`` and ``compression_ratio``, computed as
+faster-whisper computes them (``as2d_core.decode.scores``), and ``temperature`` 0: as2d decodes greedily.
 """
 from __future__ import annotations
 
+import math
+
 from as2d_core.cli.subtitles import to_srt, to_vtt
+from as2d_core.decode.scores import compression_ratio
 
 from .service import Transcription
 
@@ -45,11 +50,19 @@ def as2d_fields(t: Transcription) -> dict:
     return out
 
 
+def _number(value: float | None) -> float | None:
+    """A score as JSON has it: null where there is none (a target that keeps none; an empty window's average)."""
+    return None if value is None or not math.isfinite(value) else value
+
+
 def verbose_json(t: Transcription, task: str = "asr") -> dict:
     """OpenAI's verbose_json; words where the request's granularities (or the server's default) asked for them."""
+    pairs = [(w, s) for w in t.transcript.windows for s in w.segments]
     segments = [{"id": i, "seek": 0, "start": s.start_s, "end": s.end_s, "text": s.text, "tokens": list(s.tokens),
-                 "temperature": 0.0}  # greedy; no log-probabilities are computed, so none are reported
-                for i, s in enumerate(t.transcript.segments)]
+                 "temperature": 0.0, "avg_logprob": _number(w.result.avg_logprob),
+                 "compression_ratio": compression_ratio(w.result.text.strip()),
+                 "no_speech_prob": _number(w.result.no_speech_prob)}
+                for i, (w, s) in enumerate(pairs)]
     language = t.results[0].language if t.results else None
     out = {"task": "translate" if task == "translate" else "transcribe", "language": language,
            "duration": t.duration_s, "text": t.transcript.text, "segments": segments,

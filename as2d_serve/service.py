@@ -110,6 +110,7 @@ class Ask:
     prompt: str | None = None  # Whisper's previous-text prompt, over the server's own (--prompt)
     timestamps: str | None = None  # "segment" (timestamp_granularities segment): Whisper's segments; None: the server's
     word_timestamps: bool | None = None  # timestamp_granularities word; None: the server's (``word_timestamps``)
+    scores: bool = False  # each window's avg_logprob and no_speech_prob (verbose_json's segments)
 
     @property
     def duration_s(self) -> float:
@@ -209,7 +210,8 @@ class Worker:
         # a fault is injected on the producer's own thread, where it lands before the request can end
         options = attrs.evolve(self.options, method=method, language=ask.language or self.options.language,
                                decode=decode, lookahead=self.options.lookahead and fault is None,
-                               task="translate" if ask.task == "translate" else self.options.task)
+                               task="translate" if ask.task == "translate" else self.options.task,
+                               scores=ask.scores)
         pipeline = Pipeline(target, source, options, detector=self.detector, bridge=bridge)
         transcript = pipeline.transcribe(ask.samples, request_id=f"serve-{id(cancel):x}", check=ask.check,
                                          on_text=on_text)

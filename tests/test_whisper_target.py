@@ -125,6 +125,59 @@ def check_batched_verify_and_truncate(target, audio):
         session.close()
 
 
+def test_scores_stay_in_step_with_the_cache(target):
+    """With ``Request.scores``: one log-probability per cached position plus one, cut back with the cache, each the
+    log-softmax of the greedy token's logits as one step at a time gives it (up to a batched call's rounding)."""
+    from as2d_core.contracts import ResponseScores
+    from as2d_core.decode import greedy_reference
+
+    audio = speech_audio("librivox_sense_en_w01")
+    stepped = target.prepare(Request("steps", audio, language="en", scores=True), threads=2)
+    batched = target.prepare(Request("batched", audio, language="en", scores=True), threads=2)
+    plain = target.prepare(Request("plain", audio, language="en"), threads=2)
+    try:
+        assert isinstance(stepped, ResponseScores)
+        reference = greedy_reference(stepped, max_new_tokens=24)
+        expected = stepped.token_logprobs()
+        assert len(expected) == stepped.cache_length + 1 == len(reference)
+        assert all(value <= 0 for value in expected) and 0 <= stepped.no_speech_prob() < 0.5
+        wrong = list(reference[1:9])
+        wrong[4] = (wrong[4] + 1) % 50000
+        assert batched.verify(reference[0], wrong)[:5] == reference[1:6]
+        batched.truncate(5)
+        assert len(batched.token_logprobs()) == 6
+        tokens = reference[:6]
+        while len(tokens) < len(reference):
+            tokens.append(batched.verify(tokens[-1], [])[0])
+        assert tokens == reference
+        assert batched.token_logprobs() == pytest.approx(expected, abs=1e-4)
+        assert batched.no_speech_prob() == pytest.approx(stepped.no_speech_prob(), abs=1e-6)
+        assert greedy_reference(plain, max_new_tokens=24) == reference  # scores change no token
+        with pytest.raises(ValueError, match="only for a request that asks for scores"):
+            plain.token_logprobs()
+    finally:
+        for session in (stepped, batched, plain):
+            session.close()
+
+
+def test_every_method_gets_the_targets_scores(target, whisper_ct2_source):
+    """as2d's drafted windows score as target-only's: the same tokens, the same log-probabilities (up to the
+    rounding of batched verification); a request that does not ask gets none."""
+    from as2d_core.decode import run_request
+    from as2d_core.setup.catalog import resolve_bridge
+
+    bridge = resolve_bridge(whisper_ct2_source, target)
+    for item in ("cmu_cards_en_w00", "librivox_sense_en_w00"):
+        request = Request(item, speech_audio(item), language="en", scores=True)
+        alone = run_request(request, target, None, "target-only")
+        drafted = run_request(request, target, whisper_ct2_source, "as2d", bridge=bridge)
+        assert drafted.tokens == alone.tokens and drafted.accepted > 0
+        assert drafted.avg_logprob == pytest.approx(alone.avg_logprob, abs=1e-4) and -1 < alone.avg_logprob < 0
+        assert drafted.no_speech_prob == pytest.approx(alone.no_speech_prob, abs=1e-6)
+        plain = run_request(Request(item, speech_audio(item), language="en"), target, None, "target-only")
+        assert plain.tokens == alone.tokens and plain.avg_logprob is None and plain.no_speech_prob is None
+
+
 def test_missing_model_dir_names_install_command(tmp_path):
     from as2d_whisper.runtime import WhisperTarget
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from as2d_core.contracts import (Closable, FeatureList, KnownVocabulary, LanguageDetector, PrefixDrafting,
-                                 ScoredSession, Source, Target, TargetSession, TaskList, TimestampVocabulary,
-                                 WordAligner)
+                                 ResponseScores, ScoredSession, Source, Target, TargetSession, TaskList,
+                                 TimestampVocabulary, WordAligner)
 from as2d_core.decode.faults import FaultLandingTarget, FaultySource
 from as2d_core.decode.lookahead import LookaheadSource
 from as2d_core.decode.wrappers import SessionWrapper, SourceWrapper, TargetWrapper
@@ -20,7 +20,7 @@ from tiny_lm import ScriptedSource, TinyLM
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE_CAPABILITIES = (Source, Closable, TaskList, TimestampVocabulary, PrefixDrafting)
 TARGET_CAPABILITIES = (Target, FeatureList, WordAligner, LanguageDetector)
-SESSION_CAPABILITIES = (TargetSession, KnownVocabulary, TimestampVocabulary, ScoredSession)
+SESSION_CAPABILITIES = (TargetSession, KnownVocabulary, TimestampVocabulary, ScoredSession, ResponseScores)
 
 
 class FullSource(ScriptedSource):
@@ -95,6 +95,12 @@ class FullSession(ContractSession):
     def verify_with_confidence(self, root, candidates):
         return [root], [0.9]
 
+    def token_logprobs(self):
+        return [-0.1] * (self.cache_length + 1)
+
+    def no_speech_prob(self):
+        return 0.25
+
 
 def public(part) -> set[str]:
     return {name for name in dir(part) if not name.startswith("_")}
@@ -155,13 +161,14 @@ def test_a_wrapped_session_exposes_exactly_what_its_session_does(inner):
     contract = {"language", "eos_token", "max_new_tokens", "cache_length", "first_token", "verify", "truncate",
                 "use_threads", "decode_text", "encode_text", "close"}
     optional = {"vocab_size", "timestamp_begin", "time_precision_s", "first_token_confidence",
-                "verify_with_confidence"}
+                "verify_with_confidence", "token_logprobs", "no_speech_prob"}
     assert public(wrapped) == {"inner"} | contract | (optional & public(inner))
     assert wrapped.verify(4, [6, 7]) == [4, 6, 7] and wrapped.first_token() == 5
     wrapped.truncate(1)
     assert wrapped.cache_length == inner.cache_length == 1  # read live from the session, not copied
     if isinstance(inner, KnownVocabulary):
         assert wrapped.vocab_size == 40 and wrapped.verify_with_confidence(3, []) == ([3], [0.9])
+        assert wrapped.token_logprobs() == [-0.1, -0.1] and wrapped.no_speech_prob() == 0.25
 
 
 def test_the_servers_cancellable_session_checks_the_flag_and_forwards_the_rest(tiny_request):

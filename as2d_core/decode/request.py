@@ -26,6 +26,7 @@ from as2d_core.decode.methods import Method, get_method
 from as2d_core.decode.producer import Producer, stop_and_join
 from as2d_core.decode.proposers import PublishedProposer
 from as2d_core.decode.result import DecodeResult, build_result
+from as2d_core.decode.scores import response_scores
 from as2d_core.decode.serial import PrefixDrafter, SerialProposer, check_prefix_drafting, open_prefix_session
 from as2d_core.setup.options import DecodeOptions
 
@@ -173,6 +174,7 @@ def run_request(
         tokens = target_loop(session, proposer, events, counters, trace, on_commit)
         clock_end = time.perf_counter()
         text = session.decode_text(tokens)
+        scores = response_scores(session, tokens) if request.scores else (None, None)
     finally:
         # The request's drafting ends with it, also when the target failed or was interrupted.
         left_behind = stop_and_join(drafters, options.drain_timeout_s)
@@ -193,6 +195,8 @@ def run_request(
         budget=policy.proposals if drafter is not None else options.budget if speculative else None,
         start=options.start if decoupled and speculative else None,
         drain_s=drain_s,
+        avg_logprob=scores[0],
+        no_speech_prob=scores[1],
         note=note,
         producer_error=producer.error if producer is not None and speculative else None,
         published=len(buffer.snapshot()) if buffer is not None else proposer.published if drafter is not None else 0,

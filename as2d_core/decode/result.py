@@ -43,6 +43,9 @@ class DecodeResult:
     # with ``Request.word_timestamps``: the response's words (``as2d_core.decode.words``) and what timing them cost
     words: list[Word] = attrs.Factory(list)
     words_s: float | None = None
+    # with ``Request.scores``: faster-whisper's avg_logprob and no_speech_prob of the response (``decode.scores``)
+    avg_logprob: float | None = None
+    no_speech_prob: float | None = None
     # (first timestamp id, end token) when the target decoded in timestamp mode: replay re-proposes as the engine did
     timestamp_ids: tuple[int, int] | None = None
 
@@ -85,6 +88,8 @@ class DecodeResult:
         if self.words_s is not None:
             out["words"] = [word.as_dict() for word in self.words]
             out["words_s"] = self.words_s
+        if self.no_speech_prob is not None:
+            out["avg_logprob"], out["no_speech_prob"] = self.avg_logprob, self.no_speech_prob
         if self.exact is not None:
             out["exact"] = self.exact
         return out

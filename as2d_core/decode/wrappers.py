@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from as2d_core.contracts import (Closable, DraftJob, FeatureList, KnownVocabulary, LanguageDetector, PrefixDrafting,
-                                 Request, ScoredSession, Source, Target, TargetSession, TaskList, TimestampVocabulary,
-                                 WordAligner)
+                                 Request, ResponseScores, ScoredSession, Source, Target, TargetSession, TaskList,
+                                 TimestampVocabulary, WordAligner)
 
 
 class SourceWrapper:
@@ -72,6 +72,8 @@ class SessionWrapper:
         if isinstance(inner, ScoredSession):
             self.first_token_confidence = inner.first_token_confidence
             self.verify_with_confidence = inner.verify_with_confidence
+        if isinstance(inner, ResponseScores):
+            self.token_logprobs, self.no_speech_prob = inner.token_logprobs, inner.no_speech_prob
 
     @property
     def cache_length(self) -> int:

@@ -58,6 +58,10 @@ class PipelineOptions:
     decode: DecodeOptions = attrs.Factory(DecodeOptions)
     max_window_s: float = MAX_WINDOW_S
     lookahead: bool = True  # draft window n+1 while the target verifies window n
+    # each window's avg_logprob and no_speech_prob, from a target session that keeps them (``ResponseScores``):
+    # for callers that report them (``as2d.WhisperModel``, the server's verbose_json); off by default, since keeping
+    # them costs a log-softmax over the vocabulary at every verified position
+    scores: bool = False
 
 
 @attrs.define
@@ -65,6 +69,7 @@ class WindowResult:
     window: Window
     result: DecodeResult
     reference: DecodeResult | None = None  # target-only on the same window, when checked
+    silent: bool = False  # dropped as silence by the caller's rule (``decode_windows``): its text is fed to no window
 
     @property
     def start_s(self) -> float:
@@ -236,7 +241,7 @@ class Pipeline:
         if not (first or o.decode.condition_on_previous_text):
             fields["prompt"] = None
         return Request(request_id=request_id, audio=samples, language=o.language, task=o.task,
-                       instruction=o.instruction, previous_text=previous_text, **fields)
+                       instruction=o.instruction, previous_text=previous_text, scores=o.scores, **fields)
 
     def decode(self, request: Request, options: DecodeOptions | None = None,
                on_commit: OnCommit | None = None) -> DecodeResult:
@@ -283,25 +288,29 @@ class Pipeline:
         return plan_windows(samples, self.detector if needs_detector else None, self.options.max_window_s)
 
     def decode_windows(self, samples: np.ndarray, plan: WindowPlan, request_id: str = "audio",
-                       on_text: Callable[[str], None] | None = None) -> Iterator[WindowResult]:
+                       silent: Callable[[DecodeResult], bool] | None = None) -> Iterator[WindowResult]:
         """The windows of ``plan`` (``self.plan(samples)``), each decoded only when the caller asks for it.
 
         For callers that hand out results as they come (``as2d.WhisperModel``'s lazy segments); the
-        pipeline stays locked until the last window is taken or the iterator is closed.
+        pipeline stays locked until the last window is taken or the iterator is closed. ``silent`` marks
+        a window as silence (``WindowResult.silent``, faster-whisper's no-speech rule): its text does not
+        become the next window's previous text when conditioning on it.
         """
         with self._lock:
             if self.options.decode.word_timestamps:
                 prepare_words(self.target, self.options.decode.target_threads)
-            decoded = self._decoded(samples, plan.windows, request_id, on_text)
+            decoded = self._decoded(samples, plan.windows, request_id, None, silent)
             try:
                 for window, (_request, result) in zip(plan.windows, decoded):
-                    yield WindowResult(window, result)
+                    yield WindowResult(window, result, silent=silent is not None and silent(result))
             finally:  # a caller that stops early stops the lookahead before the lock is free
                 decoded.close()
 
     def _decoded(self, samples: np.ndarray, windows: tuple[Window, ...], request_id: str,
-                 on_text: Callable[[str], None] | None) -> Iterator[tuple[Request, DecodeResult]]:
-        """Each window's request and result, one window at a time (the caller holds the lock)."""
+                 on_text: Callable[[str], None] | None,
+                 silent: Callable[[DecodeResult], bool] | None = None) -> Iterator[tuple[Request, DecodeResult]]:
+        """Each window's request and result, one window at a time (the caller holds the lock); the text of a
+        window ``silent`` drops is not fed to the next one."""
 
         def make(w: Window, previous: str | None) -> Request:  # previous: the text before it, when conditioning
             return self.request(f"{request_id}-w{w.index:03d}", samples[w.start : w.end], first=w.index == 0,
@@ -328,7 +337,8 @@ class Pipeline:
                 result = self.decode(requests[i], options, deltas.commit if deltas is not None else None)
                 if deltas is not None:
                     deltas.end_window(result.text)
-                if result.text.strip():  # Whisper feeds back the window's tokens: its timestamps too
+                dropped = silent is not None and silent(result)
+                if result.text.strip() and not dropped:  # Whisper feeds back the window's tokens: its timestamps too
                     timed = requests[i].timestamps != "none"
                     texts.append(marked_up(result.segments) if timed else result.text.strip())
                 yield requests[i], result

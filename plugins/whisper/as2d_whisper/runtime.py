@@ -320,6 +320,20 @@ def _top_probability(row: np.ndarray) -> float:
     return 1.0 / float(np.exp(row - row.max()).sum())
 
 
+def _top_logprobs(rows: np.ndarray) -> list[float]:
+    """Log-softmax of the arg-max entry of each logits row (``[K, vocab]``): the greedy tokens' log-probabilities."""
+    rows = rows.astype(np.float64)
+    top = rows.max(axis=-1, keepdims=True)
+    return [float(v) for v in -np.log(np.exp(rows - top).sum(axis=-1))]
+
+
+def _probability(row: np.ndarray, token: int) -> float:
+    """Softmax probability of ``token`` in one logits row."""
+    row = row.astype(np.float64)
+    weights = np.exp(row - row.max())
+    return float(weights[token] / weights.sum())
+
+
 # --------------------------------------------------------------------------- target
 
 
@@ -328,7 +342,9 @@ class WhisperTargetSession:
 
     In timestamp mode each verified position's logits get Whisper's timestamp rules for the response
     up to that position (``TimestampRules.apply_rows``): the session keeps the response tokens in its
-    cache for that, so a batched verification decides as one step at a time would.
+    cache for that, so a batched verification decides as one step at a time would. For a request that
+    asks (``Request.scores``) it also keeps each greedy token's log-probability and the no-speech
+    probability (``contracts.ResponseScores``), as CTranslate2 computes them for faster-whisper.
     """
 
     def __init__(self, target: "WhisperTarget", request: Request, threads: int):
@@ -359,11 +375,16 @@ class WhisperTargetSession:
         self.max_new_tokens = model.max_length - len(self.prompt)
         self._state = _DecoderState(model, cross, threads)
         logits = self._state.append(self.prompt)
+        self._no_speech = None  # with scores: at <|startoftranscript|>, before the suppressions edit the logits
+        if request.scores:
+            self._no_speech = _probability(logits[self.prompt.index(model.sot)], model.special["no_speech"])
         first_row = model.greedy(logits[-1], first_step=True)
         if self._rules is not None:
             self._rules.apply(first_row, [])
         self._first = int(np.argmax(first_row))
         self._first_confidence = _top_probability(first_row)
+        # with scores: the first token's log-probability, then the greedy token's after each cached position
+        self._logprobs = _top_logprobs(first_row[None]) if request.scores else None
 
     @property
     def cache_length(self) -> int:
@@ -384,6 +405,8 @@ class WhisperTargetSession:
         if self._rules is not None:
             self._rules.apply_rows(logits, self._response, appended)
         self._response += appended
+        if self._logprobs is not None:
+            self._logprobs += _top_logprobs(logits)
         return logits
 
     def verify(self, root: int, candidates: Sequence[int]) -> list[int]:
@@ -397,11 +420,23 @@ class WhisperTargetSession:
     def first_token_confidence(self) -> float:
         return self._first_confidence
 
+    def token_logprobs(self) -> list[float]:
+        if self._logprobs is None:
+            raise ValueError("token log-probabilities are kept only for a request that asks for scores")
+        return list(self._logprobs)
+
+    def no_speech_prob(self) -> float:
+        if self._no_speech is None:
+            raise ValueError("the no-speech probability is kept only for a request that asks for scores")
+        return self._no_speech
+
     def truncate(self, cache_length: int) -> None:
         if not 0 <= cache_length <= self.cache_length:
             raise ValueError(f"cannot truncate a cache of {self.cache_length} response tokens to {cache_length}")
         self._state.length = len(self.prompt) + cache_length
         del self._response[cache_length:]
+        if self._logprobs is not None:
+            del self._logprobs[cache_length + 1:]
 
     def use_threads(self, threads: int) -> None:
         self._state.bind(threads)
