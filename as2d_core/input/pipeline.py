@@ -271,8 +271,7 @@ class Pipeline:
         samples = decoded.samples if isinstance(decoded, DecodedAudio) else np.asarray(audio, dtype=np.float32)
         request_id = request_id or (Path(audio).stem if isinstance(audio, (str, Path)) else "audio")
         with self._lock:
-            if self.options.decode.word_timestamps:
-                prepare_words(self.target, self.options.decode.target_threads)
+            self._prepare_words()
             start = time.perf_counter()
             plan = self.plan(samples)
             pairs = list(self._decoded(samples, plan.windows, request_id, on_text))
@@ -297,8 +296,7 @@ class Pipeline:
         become the next window's previous text when conditioning on it.
         """
         with self._lock:
-            if self.options.decode.word_timestamps:
-                prepare_words(self.target, self.options.decode.target_threads)
+            self._prepare_words()
             decoded = self._decoded(samples, plan.windows, request_id, None, silent)
             try:
                 for window, (_request, result) in zip(plan.windows, decoded):
@@ -351,9 +349,14 @@ class Pipeline:
         """A stream fed block by block (``feed``), each block one request over the current context view."""
         from as2d_core.input.stream import StreamSession
 
-        if self.options.decode.word_timestamps:  # before the first block arrives, so no block pays for it
-            prepare_words(self.target, self.options.decode.target_threads)
+        self._prepare_words()
         return StreamSession(self, block_s, context_s, check)
+
+    def _prepare_words(self) -> None:
+        """With word timestamps, the target's aligner is made ready before the first window or block, so none
+        pays for it."""
+        if self.options.decode.word_timestamps:
+            prepare_words(self.target, self.options.decode.target_threads)
 
     def locked(self):
         """The lock that keeps one decode at a time on the resident models (streams hold it per block)."""
