@@ -9,6 +9,8 @@ a missing width is an error, never a zero cost (Appendix D.2.1).
     format = "as2d-profile/1"
     verify_s.alone.K    target call of physical width K, target alone (its full threads)
     verify_s.shared.K   the same call while the configured drafter runs (shared threads, concurrent slowdown)
+    sweep_scale         optional: real decode steps over the sweep's width-1 call; every verification cost
+                        (alone, shared, beside each drafter) is priced times it
     shared_ratio        optional: shared cost = ratio x alone cost for widths without a shared entry
     target_step_s       optional: a target-only step if it uses another entry point than verify K=1
     prepare_s           optional: {alone: {L: s}, line: {intercept, slope}, detect_extra: s}: the target's
@@ -52,12 +54,12 @@ def value(entry: Any) -> float | None:
     return float(entry["median"]) if entry.get("median") is not None else None
 
 
-def _widths(table: dict | None) -> dict[int, float]:
+def _widths(table: dict | None, scale: float = 1.0) -> dict[int, float]:
     out = {}
     for key, entry in (table or {}).items():
         seconds = value(entry)
         if seconds is not None:
-            out[int(key)] = seconds
+            out[int(key)] = seconds * scale
     return out
 
 
@@ -263,7 +265,7 @@ class Costs:
         return max(self.verify_alone) if self.verify_alone else 0
 
 
-def _measured_drafter(name: str, entry: dict) -> DrafterCosts | None:
+def _measured_drafter(name: str, entry: dict, scale: float = 1.0) -> DrafterCosts | None:
     """A drafter as ``as2d profile`` measures it (None for a step-cost entry)."""
     piece = entry.get("piece_s")
     if not piece:
@@ -271,7 +273,7 @@ def _measured_drafter(name: str, entry: dict) -> DrafterCosts | None:
     contention = {}
     for nice, c in (entry.get("niceness") or {}).items():
         target, drafter = c.get("target_slowdown") or {}, c.get("drafter_slowdown") or {}
-        contention[int(nice)] = Contention(_widths(c.get("verify_s")), target.get("prepare", 1.0),
+        contention[int(nice)] = Contention(_widths(c.get("verify_s"), scale), target.get("prepare", 1.0),
                                            drafter.get("prepare", 1.0), drafter.get("verify", 1.0))
     return DrafterCosts(name, _lengths(entry.get("prepare_s")), piece.get("first", 0.0), piece.get("next", 0.0),
                         piece.get("per_token", 0.0), piece.get("end", 0.0), value(entry.get("publish_s")) or 0.0,
@@ -285,15 +287,17 @@ def costs_of(profile: dict) -> Costs:
     if not isinstance(draft, dict) or "median" in draft:
         draft = {"alone": draft, "shared": None}
     entries = profile.get("drafters") or {}
-    measured = {name: d for name, d in ((n, _measured_drafter(n, e)) for n, e in entries.items()) if d is not None}
+    scale = profile.get("sweep_scale") or 1.0
+    measured = {name: d for name, d in ((n, _measured_drafter(n, e, scale)) for n, e in entries.items())
+                if d is not None}
     prepare = profile.get("prepare_s") or {}
     line = prepare.get("line")
     alone = _lengths(prepare.get("alone"))
     if line and alone:  # priced on the line through the samples: noise at one length does not set its price
         alone = {length: line["intercept"] + line["slope"] * length for length in alone}
     return Costs(
-        verify_alone=_widths(verify.get("alone")),
-        verify_shared=_widths(verify.get("shared")),
+        verify_alone=_widths(verify.get("alone"), scale),
+        verify_shared=_widths(verify.get("shared"), scale),
         shared_ratio=profile.get("shared_ratio"),
         target_step=value(profile.get("target_step_s")),
         draft_step_alone=value(draft.get("alone")),

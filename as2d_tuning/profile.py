@@ -20,7 +20,9 @@ its own process) is profiled the same way, and the costs are those of what the e
   alone and beside the drafter, and the drafter's job alone, beside the target's preparation
   and beside its verification: the slowdowns the replay applies;
 - the residual loop cost per target round: decode clock minus target time, over rounds, in
-  real target-only and as2d decodes; and one publication.
+  real target-only and as2d decodes; and one publication;
+- from the real target-only decodes too: the target's own steps, which set the level of the width
+  sweep (``sweep_scale``).
 
 A measurement that collects no sample is a :class:`ProfileError` naming it. Medians are kept
 with their spread (quartiles, standard deviation, n).
@@ -368,6 +370,16 @@ def _loop_residual(result) -> float | None:
     return (result.decode_s - target_time) / rounds
 
 
+def _calls_by_width(results, what: str) -> dict:
+    """Seconds of the target's calls in real decodes, by physical width (widths with 3 calls or more)."""
+    calls: dict[int, list[float]] = {}
+    for result in results:
+        for e in result.events:
+            if e.kind in TARGET_KINDS and e.width:
+                calls.setdefault(e.width, []).append(e.end - e.start)
+    return {str(k): stat(v, f"{what} K={k}") for k, v in sorted(calls.items()) if len(v) >= 3}
+
+
 def _pool(samples: dict[int, dict[int, list[float]]], widths, what: str) -> dict:
     return {str(k): stat([x for per in samples.values() for x in per[k]], f"{what} K={k}") for k in widths}
 
@@ -430,11 +442,14 @@ class Measurement:
         target_only = [run_request(full, target, None, "target-only", opts) for _ in range(self.decodes + 1)][1:]
         reference = target_only[0].tokens
         loops = [x for x in map(_loop_residual, target_only) if x is not None]
-        as2d_loops = []
+        as2d_loops, runs = [], []
         if first_source is not None:
             runs = [run_request(full, target, first_source, "as2d", opts, bridge=self.bridges[first_name])
                     for _ in range(self.decodes + 1)][1:]
             as2d_loops = [x for x in map(_loop_residual, runs) if x is not None]
+        body["real_calls_s"] = {"target-only": _calls_by_width(target_only, "target-only decode steps")}
+        if runs:
+            body["real_calls_s"]["as2d"] = _calls_by_width(runs, "as2d decode calls")
         body["prepare_s"] = self._prepare_alone()
         session = target.prepare(full, opts.target_threads)
         language = session.language
@@ -445,6 +460,10 @@ class Measurement:
             alone = _verify_sweep(session, sequence, self.widths, self.offsets, self.repeats, self.warmup, rng)
             body["verify_s"] = {"alone": _pool(alone, self.widths, "verification alone")}
             body["verify_by_offset_s"] = {"alone": _by_offset(alone)}
+            # the sweep's calls (each cut back) and a decode's steps (its cache growing) ran a tenth apart on a
+            # 2-core machine, either way: the real steps set the level, the sweep the shape across widths
+            body["sweep_scale"] = (body["real_calls_s"]["target-only"]["1"]["median"]
+                                   / body["verify_s"]["alone"]["1"]["median"])
             drafters = {}
             for name, source in self.sources.items():
                 drafters[name] = self._drafter(name, source, session, sequence, language, rng)

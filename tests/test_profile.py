@@ -93,6 +93,12 @@ def test_measure_on_tiny_lm():
     assert costs.prepare(0.15) > 0 and costs.feasible_budget(3, source="other", niceness=5)
     assert not costs.feasible_budget(4, source="other")
     assert costs.drafter("other").piece(1, 1) >= 0.0009 and costs.drafter("unknown") is None
+    # the real decodes' steps set the level of every verification price, the sweep its shape across widths
+    real, scale = body["real_calls_s"]["target-only"]["1"]["median"], body["sweep_scale"]
+    assert scale == pytest.approx(real / body["verify_s"]["alone"]["1"]["median"])
+    assert costs.verify(1, alone=True) == pytest.approx(real)
+    beside = body["drafters"]["other"]["niceness"]["5"]["verify_s"]["2"]["median"]
+    assert costs.verify(2, alone=False, contention=costs.drafter("other").at(5)) == pytest.approx(beside * scale)
 
 
 def _profile_made_here() -> dict:

@@ -33,7 +33,7 @@ class DecodeResult:
     producer_error: str | None = None
     published: int = 0
     decomposition: Decomposition | None = None
-    clock: tuple[float, float] = (0.0, 0.0)  # perf_counter() at the request and at the final commit
+    clock: tuple[float, float] = (0.0, 0.0)  # perf_counter() at the start of the decode clock and at the final commit
     events: Any = attrs.field(default=None, repr=False)
     trace: list[dict] = attrs.field(factory=list, repr=False)
     batches: tuple = attrs.field(default=(), repr=False)
