@@ -2,8 +2,8 @@
 
 A drafter needs nothing from the target, so over a long file it can work ahead:
 ``LookaheadSource`` wraps any in-process source and, once the current window's
-draft is finished, starts drafting the next window (``queue_next``) in a
-background thread, collecting its pieces. When the engine later asks for that
+draft is finished and the next window is queued (``queue_next``), drafts the
+next window in a background thread, collecting its pieces. When the engine later asks for that
 window's job, it gets the pieces drafted so far at once and the rest as they
 come. Only the ordinary ``Source``/``DraftJob`` contracts are used, so the engine
 does not know it happens. A failure in the background surfaces in ``pieces``
@@ -122,9 +122,12 @@ class LookaheadSource(SourceWrapper):
         self._ahead: _AheadJob | None = None
 
     def queue_next(self, request: Request, threads: int) -> None:
-        """Draft ``request`` once the draft now running ends (or at the next ``prepare``'s end)."""
+        """Draft ``request`` once the draft now running ends, at once if it has ended (else at the next
+        ``prepare``'s end)."""
         with self._lock:
             self._next = (request, threads)
+            if self._drafting is not None and self._drafting.done:
+                self._start_next(self._drafting.language)
 
     def prepare(self, request: Request, language: str, threads: int) -> DraftJob:
         with self._lock:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import attrs
@@ -177,6 +178,19 @@ class Transcript:
             "totals": self.totals(),
             "notes": self.notes,
         }
+
+
+def _first_commit_then(action: Callable[[], None], then: OnCommit | None) -> OnCommit:
+    """An ``OnCommit`` that runs ``action`` at the first commit (the target is prepared), then ``then`` each time."""
+    pending = [action]
+
+    def commit(session, tokens: list[int]) -> None:
+        if pending:
+            pending.pop()()
+        if then is not None:
+            then(session, tokens)
+
+    return commit
 
 
 def default_detector() -> SpeechDetector | None:
@@ -330,9 +344,13 @@ class Pipeline:
             for i, window in enumerate(windows):
                 if conditioned:
                     requests.append(make(window, " ".join(texts) if texts else None))
+                on_commit = deltas.commit if deltas is not None else None
                 if ahead is not None and i + 1 < len(windows):
-                    ahead.queue_next(requests[i + 1], options.drafter_threads)
-                result = self.decode(requests[i], options, deltas.commit if deltas is not None else None)
+                    # queued at this window's first commit: the next window's drafter then stays off the cores
+                    # while the target encodes this one (BENCHMARKS.md section 14)
+                    on_commit = _first_commit_then(partial(ahead.queue_next, requests[i + 1], options.drafter_threads),
+                                                   on_commit)
+                result = self.decode(requests[i], options, on_commit)
                 if deltas is not None:
                     deltas.end_window(result.text)
                 dropped = silent is not None and silent(result)
