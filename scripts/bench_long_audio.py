@@ -9,7 +9,10 @@ Any other method is an outside peer that a plugin offers through ``register_peer
 VAD: the Whisper plugin's ``faster-whisper`` (sequential, temperature 0, no fallback, no conditioning:
 the equal-decoding row), ``faster-whisper-default`` (its shipped temperature fallback and conditioning),
 ``faster-whisper-batched4``/``-batched8`` (``BatchedInferencePipeline``), each also ``-int8``.
-One JSON line per method, then a Markdown table.
+One JSON line per method and round, then a Markdown table of each method's median over the rounds.
+
+``--rounds N`` (default 3) runs every method once per round, in the same order each round, so a slow
+drift of a shared machine touches all methods alike; the table quotes medians and the ratios of medians.
 
 CTranslate2 (faster-whisper) waits on its threads by spinning, so a peer timed while other work runs
 is slowed unfairly: run this with the other cores idle. Before each timed run the machine's load is
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -38,7 +42,7 @@ import numpy as np
 
 from as2d_core.decode.methods import get_method
 from as2d_core.input.audio import read_audio
-from as2d_core.setup.build import build_part, build_source
+from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source
 from as2d_core.setup.options import DecodeOptions
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.peers import FilePeer
@@ -130,7 +134,7 @@ def _write(row: dict, path: Path | None) -> None:
             out.write(line + "\n")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("audio", type=Path)
     parser.add_argument("--methods", default=None,
@@ -138,7 +142,8 @@ def main() -> None:
                              "(default: those three and every whole-file peer the plugins offer)")
     parser.add_argument("--language", default="en")
     parser.add_argument("--target", default="whisper-base")
-    parser.add_argument("--source", default="whisper-tiny.en")
+    parser.add_argument("--source", default=DEFAULT_SOURCE, help="the drafter (default: as2d run's)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of every method, interleaved; medians reported")
     parser.add_argument("--threads", type=int, default=2, help="target threads alone; every peer's threads")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON lines here")
     parser.add_argument("--stream", action="store_true", help="a sustained stream per method instead of the file")
@@ -149,7 +154,7 @@ def main() -> None:
     parser.add_argument("--block-s", type=float, default=4.0)
     parser.add_argument("--context-s", type=float, default=12.0)
     parser.add_argument("--pace", choices=PACES, default="realtime")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     peers = load_registry().names("peer")
     if args.methods is None:
         args.methods = ",".join([PIPELINE_METHODS] if args.stream else [PIPELINE_METHODS, *whole_file_peers()])
@@ -165,25 +170,12 @@ def main() -> None:
     drafting = any(m not in peers and get_method(m).needs_source for m in methods)
     source = build_source(args.source) if drafting else None
     rows, reference = [], None
-    # target-only first: the others' windows are checked against its tokens
-    for method in sorted(methods, key=lambda m: m != "target-only"):
-        if args.stream:
+    order = sorted(methods, key=lambda m: m != "target-only")  # target-only first: the others are checked against it
+    if args.stream:
+        for method in order:
             row = run_stream(method, as2d_pipeline(method, target, source, options), samples, args)
             _write(row, args.out)
             rows.append(row)
-            continue
-        if method in peers:  # built here and dropped after its row: one peer's models in memory at a time
-            row = run_file_peer(method, build_file_peer(method, args.threads), samples, args.language, args.threads)
-        else:
-            row = run_pipeline(method, as2d_pipeline(method, target, source, options), samples, reference, args.threads)
-            if method == "target-only":
-                reference = row["_tokens"]
-        row.pop("_tokens", None)
-        row["audio_s"] = decoded.duration_s
-        row["rtf"] = row["wall_s"] / decoded.duration_s
-        rows.append(row)
-        _write(row, args.out)
-    if args.stream:
         print(f"\n{decoded.duration_s:.0f} s stream ({args.audio.name}), {args.block_s:g} s blocks, "
               f"{args.context_s:g} s context, {args.pace} pace\n")
         print("| method | active RTF | resource RTF | decode TPS | p50 lag (s) | p95 lag (s) | max queue wait (s) |")
@@ -192,19 +184,47 @@ def main() -> None:
             print(f"| {r['method']} | {r['active_rtf']:.3f} | {r['resource_rtf']:.3f} | {r['decode_tps']:.1f} | "
                   f"{r['p50_lag_s']:.2f} | {r['p95_lag_s']:.2f} | {r['max_queue_wait_s']:.2f} |")
         return
-    base = next((r["wall_s"] for r in rows if r["method"] == "target-only"), None)
-    print(f"\n{decoded.duration_s:.0f} s of audio ({args.audio.name}), {args.threads} threads\n")
-    print("| method | wall (s) | RTF | vs target-only | windows | exact | load 1 min | others' cores |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        speed = f"{base / r['wall_s']:.2f}x" if base else "-"
-        exact = {True: "yes", False: "NO", None: "-"}[r["exact"]]
-        busy = " (busy!)" if r["busy"] else ""
-        print(f"| {r['method']} | {r['wall_s']:.1f} | {r['rtf']:.3f} | {speed} | {r['windows']} | {exact} | "
-              f"{r['load_1m']:.2f} | {r['others_busy_cores']:.2f}{busy} |")
-    print("\nCTranslate2 peers spin on their threads: their rows are fair only with the other cores idle "
-          "(a row marked busy! was timed while other processes kept cores busy).")
+    for round_ in range(1, args.rounds + 1):
+        for method in order:
+            if method in peers:  # built here and dropped after its row: one peer's models in memory at a time
+                row = run_file_peer(method, build_file_peer(method, args.threads), samples, args.language,
+                                    args.threads)
+            else:
+                row = run_pipeline(method, as2d_pipeline(method, target, source, options), samples, reference,
+                                   args.threads)
+                if method == "target-only" and reference is None:
+                    reference = row["_tokens"]
+            row.pop("_tokens", None)
+            row.update(round=round_, audio_s=decoded.duration_s, rtf=row["wall_s"] / decoded.duration_s,
+                       source=args.source if method not in peers and get_method(method).needs_source else None)
+            rows.append(row)
+            _write(row, args.out)
+    print_table(rows, order, decoded.duration_s, args)
 
+
+def print_table(rows: list[dict], order: list[str], audio_s: float, args) -> None:
+    """Each method's median wall over the rounds, its ratio to target-only's median and to the fastest peer's."""
+    by_method = {m: [r for r in rows if r["method"] == m] for m in order}
+    median = {m: statistics.median(r["wall_s"] for r in runs) for m, runs in by_method.items()}
+    base = median.get("target-only")
+    peers = [m for m, runs in by_method.items() if runs[0]["exact"] is None]
+    fastest = min(peers, key=median.get) if peers else None
+    print(f"\n{audio_s:.0f} s of audio ({args.audio.name}), {args.threads} threads, {args.rounds} rounds, "
+          f"drafter {args.source}\n")
+    print(f"| method | wall (s) per round | median wall (s) | RTF | vs target-only | vs {fastest or 'fastest peer'} | "
+          "windows | exact | busy rounds |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for m, runs in by_method.items():
+        exact = [r["exact"] for r in runs]
+        shown = "-" if exact[0] is None else ("yes" if all(exact) else f"NO ({exact.count(False)} of {len(exact)})")
+        busy = sum(1 for r in runs if r["busy"])
+        walls = ", ".join(f"{r['wall_s']:.2f}" for r in runs)
+        print(f"| {m} | {walls} | {median[m]:.2f} | {median[m] / audio_s:.3f} | "
+              f"{f'{base / median[m]:.2f}x' if base else '-'} | "
+              f"{f'{median[fastest] / median[m]:.2f}x' if fastest else '-'} | {runs[0]['windows']} | {shown} | "
+              f"{busy}{' (busy!)' if busy else ''} |")
+    print("\nCTranslate2 peers spin on their threads: their rows are fair only with the other cores idle "
+          "(a round marked busy was timed while other processes kept cores busy).")
 
 if __name__ == "__main__":
     main()

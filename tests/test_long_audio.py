@@ -13,6 +13,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 import pytest
+import soundfile
 import srt
 import webvtt
 from click.testing import CliRunner
@@ -20,6 +21,7 @@ from click.testing import CliRunner
 from as2d_core import Request, run_request
 from as2d_core.input.audio import load_audio
 from as2d_core.cli.main import cli
+from as2d_core.setup.build import DEFAULT_SOURCE
 from as2d_core.decode.lookahead import LookaheadSource
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from as2d_core.cli.subtitles import to_srt, to_vtt
@@ -271,3 +273,24 @@ def test_pipeline_from_a_configuration_transcribes_exactly():
     transcript = pipeline.transcribe(BUNDLED, check=True)
     assert transcript.exact is True and transcript.windows[0].result.source == "whisper-tiny.en"
     assert "printing" in transcript.text.lower()
+
+
+def test_the_whole_file_benchmark_runs_interleaved_rounds_and_quotes_medians(tmp_path, capsys):
+    """``scripts/bench_long_audio.py`` on 40 s made of the bundled clip: every method once per round, as2d
+    drafting with ``as2d run``'s drafter and exact in each round, and a table of medians."""
+    clip = load_audio(BUNDLED)
+    gap = np.zeros(SR, dtype=np.float32)
+    audio = np.concatenate([clip, gap] * int(np.ceil(40 * SR / (clip.size + gap.size))))
+    path = tmp_path / "long.wav"
+    soundfile.write(path, audio, SR)
+    out = tmp_path / "rows.jsonl"
+    _script("bench_long_audio").main([str(path), "--methods", "as2d,target-only", "--rounds", "2",
+                                      "--out", str(out)])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["round"], r["method"]) for r in rows] == [(1, "target-only"), (1, "as2d"), (2, "target-only"),
+                                                         (2, "as2d")]
+    assert [r["exact"] for r in rows] == [None, True, True, True]  # each against the first target-only round
+    assert {r["source"] for r in rows if r["method"] == "as2d"} == {DEFAULT_SOURCE}
+    assert rows[0]["windows"] >= 2 and rows[0]["tokens"] == rows[1]["tokens"] > 0
+    table = capsys.readouterr().out
+    assert "| as2d | " in table and "2 rounds" in table and "| yes |" in table
