@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from as2d_core.input.audio import load_audio
-from .runner import Window, _NoBar, _progress, _timeline_only, error_row, write_outputs
+from .runner import Window, _NoBar, _progress, error_row, timelines_of, write_outputs
 from .spec import BenchSpec
 
 SLOT_LOCKS = Path(os.environ.get("AS2D_SLOT_DIR", "/tmp"))
@@ -122,7 +122,7 @@ class RayBench:
                     continue
                 rows, traces = result
                 self.folder.append(rows, traces)
-                timelines.update({(t["window"], t["label"]): _timeline_only(t) for t in traces})
+                timelines.update(timelines_of(traces))
                 idle.append(actor)
                 finished += 1
                 bar.update(1)

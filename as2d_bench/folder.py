@@ -174,6 +174,6 @@ class ResultsFolder:
 
     def timelines(self) -> dict[tuple[str, str], dict]:
         """What the report's timeline needs, from the saved traces (empty without --save-traces)."""
-        from .runner import _timeline_only
+        from .runner import timelines_of
 
-        return {(t["window"], t.get("label") or t["method"]): _timeline_only(t) for t in read_jsonl(self.traces)}
+        return timelines_of(read_jsonl(self.traces))

@@ -331,7 +331,7 @@ class Bench:
             for window in todo:
                 rows, traces = self.window_rows(window, load_audio(window.path), bar)
                 folder.append(rows, traces)
-                timelines.update({(t["window"], t["label"]): _timeline_only(t) for t in traces})
+                timelines.update(timelines_of(traces))
         finally:
             bar.close()
         run = {"executor": "local", "windows_run": len(todo), "wall_s": time.perf_counter() - started}
@@ -341,7 +341,8 @@ class Bench:
     def window_rows(self, window: Window, audio, bar=None) -> tuple[list[dict], list[dict]]:
         """All methods back to back on one window, ``repeats`` rounds: its rows (``sd`` means included) and traces.
 
-        With several rounds each method keeps its median round (``median_round``).
+        With several rounds each method's row is its median round (``median_round``); every round's trace
+        is kept, numbered (``round``), the median one marked (``median_round``).
         """
         bar = bar or _NoBar()
         if self.warmup and not self._warmed:
@@ -364,6 +365,10 @@ class Bench:
         kept = [median_round(runs) if self.repeats > 1 else runs[0] for runs in rounds.values()]
         rows = [row for row, _ in kept]
         traces = [trace for _, trace in kept if trace is not None]
+        if self.repeats > 1:  # every round's trace: a replay calibrates each on the target-only run just before it
+            medians = {id(trace) for trace in traces}
+            traces = [{**trace, "round": i, "median_round": id(trace) in medians}
+                      for runs in rounds.values() for i, (_, trace) in enumerate(runs) if trace is not None]
         rows += sd_mean_rows(window, rows)
         machine = bench_machine()
         for row in rows:
@@ -454,9 +459,11 @@ def _listed(source) -> list:
     return list(source) if isinstance(source, (list, tuple)) else [source]
 
 
-def _timeline_only(trace: dict) -> dict:
-    """What the report's timeline needs (kept in memory for every run)."""
-    return {"spans": trace["spans"], "decode_s": trace["decode_s"], "tokens": len(trace["tokens"])}
+def timelines_of(traces: list[dict]) -> dict[tuple[str, str], dict]:
+    """What the report's timeline needs of each run (kept in memory for every run): its median round's trace."""
+    return {(t["window"], t.get("label") or t["method"]):
+            {"spans": t["spans"], "decode_s": t["decode_s"], "tokens": len(t["tokens"])}
+            for t in traces if t.get("median_round", True)}
 
 
 class _NoBar:

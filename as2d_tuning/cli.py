@@ -208,8 +208,8 @@ def profile(config_path, out_path, audio_paths, kmax, offsets, repeats, warmup, 
 @click.option("--start", type=click.Choice(STARTS), default=None,
               help="Re-price the as2d runs with the drafter started at arrival or once prepared (default: as traced).")
 @click.option("--load-calibrate", is_flag=True,
-              help="Scale each window's costs by its own native target-only run, its preparation and its decode "
-                   "apart (drifting load on shared cores).")
+              help="Scale each window's costs by its own native target-only run (of the same round, when the bench "
+                   "repeated rounds), its preparation and its decode apart (drifting load on shared cores).")
 @_ray_option
 def replay(traces, profile_path, out_dir, sources, budgets, publication, align_window, compare_native, languages,
            niceness, start, load_calibrate, ray_address):
@@ -220,14 +220,15 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
     from as2d_bench.summary import summarize
     from .costs import costs_of, load_profile
     from .profile import staleness
-    from .replay import CLOCKS, load_factors, mae, parse_budgets, priced_as, read_traces, record_of, row_of
+    from .replay import (CLOCKS, calibration_key, load_factors, mae, parse_budgets, priced_as, read_traces,
+                         record_of, row_of)
     from .tasks import replay_plan
 
     try:
         profile_data = load_profile(profile_path)
         budget_list = parse_budgets(budgets)
         wanted = {s.strip() for s in sources.split(",")} if sources else None
-        raw = read_traces(traces)
+        raw = read_traces(traces, rounds=True)
         if languages:
             keep = {x.strip() for x in languages.split(",")}
             raw = [t for t in raw if t.get("language") in keep]
@@ -244,7 +245,7 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
     repriced = niceness is not None or start is not None
     rows, skipped, jobs, plans = [], [], [], []
     for trace, record in zip(raw, records):
-        factor = factors.get((trace.get("_file", ""), record.window))
+        factor = factors.get(calibration_key(trace))
         if load_calibrate and factor is None:
             skipped.append({"window": record.window, "method": record.method, "reason": "no target-only run to calibrate"})
             continue
@@ -256,15 +257,17 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
         if record.method == "as2d" and budget_list:
             plan = [(b, record.name if len(budget_list) == 1 else record.name_at(b)) for b in budget_list]
         jobs.append((record, costs, [b for b, _ in plan], align_window, publication, niceness, start))
-        plans.append((record, plan))
+        plans.append((record, plan, trace))
     with _mapper(ray_address) as mapper:
         priced = mapper(replay_plan, jobs)
-    for (record, plan), outs in zip(plans, priced):
+    for (record, plan, trace), outs in zip(plans, priced):
         for (budget, name), out in zip(plan, outs):
             if isinstance(out, str):  # the profile cannot price it
                 skipped.append({"window": record.window, "method": name, "reason": out})
                 continue
             row = row_of(out, record, name)
+            if "round" in trace:  # a bench's repeated rounds: each priced, its median round summarised
+                row.update(round=trace["round"], median_round=trace["median_round"])
             traced = record.source is None or (not repriced and (budget is None or budget == record.budget))
             if not (compare_native and traced):
                 row["native_tps"] = row["native_e2e_tps"] = None
@@ -273,7 +276,7 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
     with (out_dir / "results.jsonl").open("w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
-    summary = summarize(rows)
+    summary = summarize([r for r in rows if r.get("median_round", True)])
     summary["replay"] = {"profile": str(profile_path), "profile_name": profile_data.get("name"),
                          "publication": publication, "budgets": budget_list, "sources": sorted(wanted or []),
                          "niceness": niceness, "start": start, "load_calibrated": load_calibrate,

@@ -529,9 +529,10 @@ def priced_as(method: str) -> str:
     return get_method(method).pricing
 
 
-def read_traces(paths: Iterable[str | Path]) -> list[dict]:
+def read_traces(paths: Iterable[str | Path], rounds: bool = False) -> list[dict]:
     """Trace objects from files (``traces.jsonl``) or directories holding one, each with its bench's
-    ``run.json`` (options, named languages) when it lies beside the file."""
+    ``run.json`` (options, named languages) when it lies beside the file. Of a bench's repeated rounds,
+    only each run's median round unless ``rounds``."""
     traces = []
     for path in paths:
         path = Path(path)
@@ -542,6 +543,8 @@ def read_traces(paths: Iterable[str | Path]) -> list[dict]:
         for line in path.read_text().splitlines():
             if line.strip():
                 trace = json.loads(line)
+                if not rounds and trace.get("median_round") is False:
+                    continue
                 trace["_file"] = str(path)  # runs of one bench pass, for pairing with their own target-only run
                 if run is not None:
                     trace["_run"] = run
@@ -566,14 +569,19 @@ def row_of(replayed: Replayed, record: Record, method: str | None = None) -> dic
     }
 
 
+def calibration_key(trace: dict) -> tuple[str, str, int | None]:
+    """The target-only run a trace is calibrated on: the same bench pass, window and round."""
+    return trace.get("_file", ""), trace["window"], trace.get("round")
+
+
 def load_factors(traces: Sequence[dict], costs: Costs) -> dict[tuple[str, str], tuple[float, float | None]]:
-    """Per (file, window): native target-only decode time over its replay under ``costs``, and the same of its
-    preparation (None when the profile has no preparation costs or the trace no preparation).
+    """Per (file, window, round): native target-only decode time over its replay under ``costs``, and the same
+    of its preparation (None when the profile has no preparation costs or the trace no preparation).
 
     On a machine whose load drifts (shared cores), this calibrates every cost of a window with
-    the target-only run made just before it (bench runs methods back to back per window), as
-    D.3 calibrates immediately before validation. The target-only rows are then exact by
-    construction on both clocks; only the other methods measure the replay's error.
+    the target-only run made just before it (bench runs methods back to back per window, round by
+    round), as D.3 calibrates immediately before validation. The target-only rows are then exact
+    by construction on both clocks; only the other methods measure the replay's error.
     """
     factors = {}
     for trace in traces:
@@ -581,7 +589,7 @@ def load_factors(traces: Sequence[dict], costs: Costs) -> dict[tuple[str, str], 
             replayed = simulate(record_of(trace), costs, None)
             if replayed.decode_s > 0:
                 prepare = trace.get("prepare_s")
-                factors[(trace.get("_file", ""), trace["window"])] = (
+                factors[calibration_key(trace)] = (
                     trace["decode_s"] / replayed.decode_s,
                     prepare / replayed.prepare_s if prepare and replayed.prepare_s else None)
     return factors

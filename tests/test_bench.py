@@ -403,7 +403,17 @@ def test_bench_repeats_every_method_and_keeps_its_median_round(tmp_path, manifes
     assert len(rows) == 2 * len(methods)  # one row per window and method, not per round
     for r in rows:
         assert len(r["e2e_s_rounds"]) == 3 and r["e2e_s"] == sorted(r["e2e_s_rounds"])[1] and r["exact"]
-    assert len((out / "traces.jsonl").read_text().splitlines()) == 2 * len(methods)
+    traces = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+    assert len(traces) == 3 * 2 * len(methods)  # every round's trace, numbered, its median round marked
+    for r in rows:
+        mine = [t for t in traces if (t["window"], t.get("label") or t["method"]) == (r["window"], r["method"])]
+        if mine:
+            assert sorted(t["round"] for t in mine) == [0, 1, 2]
+            (median,) = [t for t in mine if t["median_round"]]
+            assert median["decode_s"] + median["prepare_s"] == pytest.approx(r["e2e_s"])
+    from as2d_tuning.replay import read_traces
+
+    assert len(read_traces([out])) == 2 * len(methods) and len(read_traces([out], rounds=True)) == len(traces)
     assert json.loads((out / "run.json").read_text())["repeats"] == 3
     assert summary["methods"]["as2d"]["windows"] == 2
     assert "every method 3 times" in (out / "report.md").read_text()

@@ -201,6 +201,49 @@ def test_replay_command_writes_a_bench_shaped_summary(tmp_path, tiny_request):
     assert native == {"target-only", "as2d-b3"}  # only the traced configuration has a native twin
 
 
+def test_load_calibration_pairs_each_round_with_its_own_target_only_run(tmp_path, tiny_request):
+    """A bench's repeated rounds: every round is priced, calibrated on the target-only run of the same round
+    (so target-only replays exactly in each), and the summary counts each window once."""
+    import platform
+
+    from click.testing import CliRunner
+
+    from as2d_core import DecodeOptions, run_request
+    from as2d_bench.traces import build_trace
+    from as2d_tuning.cli import replay
+    from tiny_lm import ScriptedSource, TinyLM
+
+    target, request = TinyLM(), tiny_request(4)
+    reference = run_request(request, target, None, "target-only")
+    source = ScriptedSource(list(reference.tokens[1:]), delays=[0.001] * (len(reference.tokens) - 1))
+    result = run_request(request, target, source, "as2d", DecodeOptions(budget=3, publication_size=4))
+    traces = []
+    for round_, slower in enumerate((1.0, 3.0)):  # the machine three times slower in the second round
+        for run in (reference, result):
+            trace = build_trace("w", run)
+            trace.update(round=round_, median_round=round_ == 0, decode_s=trace["decode_s"] * slower,
+                         prepare_s=trace["prepare_s"] * slower)
+            traces.append(trace)
+    (tmp_path / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in traces))
+    widths = {str(k): {"median": 0.001 * (1 + k / 4)} for k in range(1, 9)}
+    profile = {"format": "as2d-profile/1", "name": "t", "machine": {"hostname": platform.node()},
+               "verify_s": {"alone": widths}, "shared_ratio": 1.3, "draft_step_s": {"alone": 0.001, "shared": 0.001},
+               "loop_s": 0.0002, "prepare_s": {"alone": {"1": 0.01, "30": 0.01}}}
+    (tmp_path / "p.json").write_text(json.dumps(profile))
+    out = CliRunner().invoke(replay, [str(tmp_path), "--profile", str(tmp_path / "p.json"), "--out",
+                                      str(tmp_path / "r"), "--load-calibrate"])
+    assert out.exit_code == 0, out.output
+    rows = [json.loads(line) for line in (tmp_path / "r" / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["method"], r["round"]) for r in rows) == [("as2d", 0), ("as2d", 1), ("target-only", 0),
+                                                                ("target-only", 1)]
+    for r in rows:
+        if r["method"] == "target-only":
+            assert r["tps"] == pytest.approx(r["native_tps"]) and r["e2e_s"] == pytest.approx(r["tokens"] / r["native_e2e_tps"])
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["methods"]["as2d"]["windows"] == 1
+    assert summary["replay"]["load_factors"]["max"] == pytest.approx(3 * summary["replay"]["load_factors"]["min"])
+
+
 def test_a_drafter_the_profile_does_not_price_keeps_its_native_publication_times():
     trace = _trace(0.060)
     trace["spans"] = [{"kind": "draft", "t0": 0, "t1": 0, "tokens": 1}, {"kind": "publish", "t0": 0, "t1": 0}] * 2
