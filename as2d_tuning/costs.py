@@ -22,7 +22,8 @@ a missing width is an error, never a zero cost (Appendix D.2.1).
                         or what ``as2d profile`` measures: prepare_s {L: s} (its encoder alone), piece_s {first,
                         next, per_token, end} (a piece's cost alone), publish_s, and per niceness N
                         niceness.N {verify_s {K: s} (the target beside it), target_slowdown {prepare},
-                        drafter_slowdown {prepare, verify}} (ratios to alone)
+                        drafter_slowdown {prepare, verify}} (ratios to alone), and at the configured niceness
+                        ``episodes``: the same ratios in the engine's own as2d decodes, which replay prefers
     publish_s           one batch publication
     loop_s              residual loop work per target round (alignment, queue, interpreter)
     loop_shared_s       optional: the same while the drafter runs (as2d rounds before the record closes)
@@ -272,7 +273,9 @@ def _measured_drafter(name: str, entry: dict, scale: float = 1.0) -> DrafterCost
         return None
     contention = {}
     for nice, c in (entry.get("niceness") or {}).items():
-        target, drafter = c.get("target_slowdown") or {}, c.get("drafter_slowdown") or {}
+        episodes = c.get("episodes") or {}  # the engine's own decodes, where measured, over the contention rounds
+        target = {**(c.get("target_slowdown") or {}), **(episodes.get("target_slowdown") or {})}
+        drafter = {**(c.get("drafter_slowdown") or {}), **(episodes.get("drafter_slowdown") or {})}
         contention[int(nice)] = Contention(_widths(c.get("verify_s"), scale), target.get("prepare", 1.0),
                                            drafter.get("prepare", 1.0), drafter.get("verify", 1.0))
     return DrafterCosts(name, _lengths(entry.get("prepare_s")), piece.get("first", 0.0), piece.get("next", 0.0),

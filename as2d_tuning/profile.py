@@ -21,8 +21,9 @@ its own process) is profiled the same way, and the costs are those of what the e
   and beside its verification: the slowdowns the replay applies;
 - the residual loop cost per target round: decode clock minus target time, over rounds, in
   real target-only and as2d decodes; and one publication;
-- from the real target-only decodes too: the target's own steps, which set the level of the width
-  sweep (``sweep_scale``).
+- from the real decodes too: the target's own steps, which set the level of the width sweep
+  (``sweep_scale``), and each drafter's slowdowns as the engine runs it at the configured niceness
+  (``episodes``), which the replay prefers to the contention rounds'.
 
 A measurement that collects no sample is a :class:`ProfileError` naming it. Medians are kept
 with their spread (quartiles, standard deviation, n).
@@ -52,7 +53,7 @@ from as2d_core.setup.options import DecodeOptions
 from as2d_core.setup.source_spec import SourceSpec
 from as2d_core.decode.events import TARGET_KINDS
 from as2d_core.workers.priority import lower_thread_priority, run_at_lower_priority
-from .costs import FORMAT
+from .costs import FORMAT, interpolate
 
 FILLER = ("And so my fellow Americans, ask not what your country can do for you, ask what you can do for your "
           "country. The quick brown fox jumps over the lazy dog while the band plays on in the rain. ")
@@ -380,6 +381,39 @@ def _calls_by_width(results, what: str) -> dict:
     return {str(k): stat(v, f"{what} K={k}") for k, v in sorted(calls.items()) if len(v) >= 3}
 
 
+def episode_slowdowns(runs, target_only, drafter: dict, audio_s: float) -> dict:
+    """What a drafter and the target did to each other in the engine's own as2d decodes, as ratios to alone.
+
+    The contention rounds time each side in a loop beside the other. In a decode the drafter starts
+    with the request, beside the target's preparation, and goes on beside its verification, with the
+    engine's loop and threads: the ORT drafter's pieces measured up to 2x alone there, against 1.3x
+    beside the rounds' verification loop. Here: the target's preparation over target-only's, and the
+    drafter's encoder and pieces (priced alone by the fit) before the decode clock starts and after.
+    """
+    fit = drafter["piece_s"]
+    encoder = interpolate({float(k): v["median"] for k, v in drafter["prepare_s"].items()}, audio_s)
+    taken = {"prepare": [0.0, 0.0], "verify": [0.0, 0.0]}  # seconds taken, seconds alone
+    for run in runs:
+        piece = 0
+        for e in sorted(run.events, key=lambda e: e.start):
+            took = e.end - e.start
+            if e.kind == "draft-prepare" and took > 0:
+                alone = encoder
+            elif e.kind == "draft" and e.tokens and took >= 1e-3:  # not the bridging of pieces held back
+                alone = (fit["first"] if piece == 0 else fit["next"]) + fit["per_token"] * e.tokens
+                piece += 1
+            else:
+                continue
+            before = min(max(run.clock[0] - e.start, 0.0), took)  # the part before the decode clock
+            for kind, part in (("prepare", before), ("verify", took - before)):
+                taken[kind][0] += part
+                taken[kind][1] += alone * part / took
+    return {"target_slowdown": {"prepare": statistics.median(r.prepare_s for r in runs)
+                                / statistics.median(r.prepare_s for r in target_only)},
+            "drafter_slowdown": {kind: took / alone for kind, (took, alone) in taken.items() if alone > 0},
+            "decodes": len(runs)}
+
+
 def _pool(samples: dict[int, dict[int, list[float]]], widths, what: str) -> dict:
     return {str(k): stat([x for per in samples.values() for x in per[k]], f"{what} K={k}") for k in widths}
 
@@ -442,11 +476,10 @@ class Measurement:
         target_only = [run_request(full, target, None, "target-only", opts) for _ in range(self.decodes + 1)][1:]
         reference = target_only[0].tokens
         loops = [x for x in map(_loop_residual, target_only) if x is not None]
-        as2d_loops, runs = [], []
-        if first_source is not None:
-            runs = [run_request(full, target, first_source, "as2d", opts, bridge=self.bridges[first_name])
-                    for _ in range(self.decodes + 1)][1:]
-            as2d_loops = [x for x in map(_loop_residual, runs) if x is not None]
+        episodes = {name: [run_request(full, target, source, "as2d", opts, bridge=self.bridges[name])
+                           for _ in range(self.decodes + 1)][1:] for name, source in self.sources.items()}
+        runs = episodes.get(first_name, [])
+        as2d_loops = [x for x in map(_loop_residual, runs) if x is not None]
         body["real_calls_s"] = {"target-only": _calls_by_width(target_only, "target-only decode steps")}
         if runs:
             body["real_calls_s"]["as2d"] = _calls_by_width(runs, "as2d decode calls")
@@ -467,6 +500,8 @@ class Measurement:
             drafters = {}
             for name, source in self.sources.items():
                 drafters[name] = self._drafter(name, source, session, sequence, language, rng)
+                at = drafters[name]["niceness"][str(self._nice_of(opts.drafter_nice))]
+                at["episodes"] = episode_slowdowns(episodes[name], target_only, drafters[name], self.full)
             body["drafters"] = drafters
         finally:
             session.close()

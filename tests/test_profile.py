@@ -99,6 +99,12 @@ def test_measure_on_tiny_lm():
     assert costs.verify(1, alone=True) == pytest.approx(real)
     beside = body["drafters"]["other"]["niceness"]["5"]["verify_s"]["2"]["median"]
     assert costs.verify(2, alone=False, contention=costs.drafter("other").at(5)) == pytest.approx(beside * scale)
+    # each drafter's slowdowns in the engine's own decodes, at the configured niceness, preferred by the replay
+    for name in ("scripted", "other"):
+        episodes = body["drafters"][name]["niceness"]["0"]["episodes"]
+        assert episodes["decodes"] == 1 and episodes["target_slowdown"]["prepare"] > 0
+        assert costs.drafter(name).at(0).target_prepare == episodes["target_slowdown"]["prepare"]
+        assert "episodes" not in body["drafters"][name]["niceness"]["5"]
 
 
 def _profile_made_here() -> dict:
