@@ -574,7 +574,7 @@ def calibration_key(trace: dict) -> tuple[str, str, int | None]:
     return trace.get("_file", ""), trace["window"], trace.get("round")
 
 
-def load_factors(traces: Sequence[dict], costs: Costs) -> dict[tuple[str, str], tuple[float, float | None]]:
+def load_factors(traces: Sequence[dict], costs: Costs) -> dict[tuple[str, str, int | None], tuple[float, float | None]]:
     """Per (file, window, round): native target-only decode time over its replay under ``costs``, and the same
     of its preparation (None when the profile has no preparation costs or the trace no preparation).
 

@@ -3,9 +3,9 @@
 A drafter needs nothing from the target, so over a long file it can work ahead:
 ``LookaheadSource`` wraps any in-process source and, once the current window's
 draft is finished and the next window is queued (``queue_next``), drafts the
-next window in a background thread, collecting its pieces. When the engine later asks for that
-window's job, it gets the pieces drafted so far at once and the rest as they
-come. Only the ordinary ``Source``/``DraftJob`` contracts are used, so the engine
+next window in a background thread, collecting its pieces. When the engine later
+asks for that window's job, it gets the pieces drafted so far at once and the
+rest as they come. Only the ordinary ``Source``/``DraftJob`` contracts are used, so the engine
 does not know it happens. A failure in the background surfaces in ``pieces``
 (the producer's side), where the engine already keeps it away from the target.
 """
