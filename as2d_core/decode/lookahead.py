@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterator
 
 from as2d_core.workers import drafter_threads
+from as2d_core.workers.priority import lower_thread_priority, thread_niceness
 from as2d_core.contracts import CancellableJob, DraftJob, DraftPiece, Request, Source
 from as2d_core.decode.wrappers import SourceWrapper
 
@@ -28,9 +29,12 @@ class _AheadJob:
     """A draft running in its own thread; ``pieces`` replays what it made and follows it live."""
 
     def __init__(self, source: Source, request: Request, language: str, threads: int, on_end,
-                 prepared: DraftJob | None = None) -> None:
+                 prepared: DraftJob | None = None, niceness: int | None = None) -> None:
         self.request_id = request.request_id
         self.language = language
+        # the drafting thread's niceness once it runs; a next window's job started from another thread (the
+        # target's, at its first commit) takes on the niceness of the window drafted before it
+        self.niceness = niceness
         self.ended_with_eos = False
         self.done = False  # set by the source, under its lock, when drafting has ended
         self._queue: queue.Queue = queue.Queue()
@@ -53,6 +57,10 @@ class _AheadJob:
                 drafter_threads.start(self._draft, f"as2d-lookahead-{self.request_id}", *args)
 
     def _draft(self, source: Source, request: Request, language: str, threads: int) -> None:
+        current = thread_niceness()
+        if self.niceness is not None and current is not None and self.niceness > current:
+            lower_thread_priority(self.niceness - current)
+        self.niceness = thread_niceness()
         job = self._prepared
         try:
             job = self._running = job or source.prepare(request, language, threads)
@@ -127,7 +135,7 @@ class LookaheadSource(SourceWrapper):
         with self._lock:
             self._next = (request, threads)
             if self._drafting is not None and self._drafting.done:
-                self._start_next(self._drafting.language)
+                self._start_next(self._drafting)
 
     def prepare(self, request: Request, language: str, threads: int) -> DraftJob:
         with self._lock:
@@ -141,7 +149,7 @@ class LookaheadSource(SourceWrapper):
                 ahead = _AheadJob(self.inner, request, language, threads, self._ended, prepared)
             self._drafting = ahead
             if ahead.done:  # drafted completely ahead: the next window may start now
-                self._start_next(ahead.language)
+                self._start_next(ahead)
             return ahead
 
     def cancel(self) -> None:
@@ -157,12 +165,13 @@ class LookaheadSource(SourceWrapper):
         with self._lock:
             job.done = True
             if job is self._drafting:
-                self._start_next(job.language)
+                self._start_next(job)
 
-    def _start_next(self, language: str) -> None:
-        """With the lock held: draft the queued window in the language of the one just drafted."""
+    def _start_next(self, drafted: _AheadJob) -> None:
+        """With the lock held: draft the queued window in the language and at the niceness of the one drafted."""
         if self._next is None:
             return
         (request, threads), self._next = self._next, None
-        self._ahead = _AheadJob(self.inner, request, language, threads, self._ended)
+        self._ahead = _AheadJob(self.inner, request, drafted.language, threads, self._ended,
+                                niceness=drafted.niceness)
         self._ahead.start()
