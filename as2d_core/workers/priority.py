@@ -7,7 +7,8 @@ target leaves, and the target's encoder and verification are not slowed by it.
 
 Niceness is per thread on Linux and Android (``setpriority`` on a thread id), and a thread
 inherits its creator's, so every thread a drafter starts from its producer thread (a runtime's
-worker, the next window's lookahead) runs at the same priority. Raising niceness needs no
+worker) runs at the same priority; the next window's lookahead, started from the target's thread,
+takes on the niceness of the window drafted before it. Raising niceness needs no
 privilege; lowering it again does, so each request's producer is a fresh thread. Elsewhere
 (``setpriority`` there applies to the whole process) nothing is changed.
 """
