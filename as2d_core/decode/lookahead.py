@@ -58,8 +58,8 @@ class _AheadJob:
 
     def _draft(self, source: Source, request: Request, language: str, threads: int) -> None:
         current = thread_niceness()
-        if self.niceness is not None and current is not None and self.niceness > current:
-            lower_thread_priority(self.niceness - current)
+        if self.niceness is not None and current is not None:
+            lower_thread_priority(self.niceness - current)  # nothing unless the window before ran nicer
         self.niceness = thread_niceness()
         job = self._prepared
         try:

@@ -288,8 +288,8 @@ class Pipeline:
             self._prepare_words()
             start = time.perf_counter()
             plan = self.plan(samples)
-            pairs = list(self._decoded(samples, plan.windows, request_id, on_text))
-            requests, results = [r for r, _ in pairs], [r for _, r in pairs]
+            decoded = list(self._decoded(samples, plan.windows, request_id, on_text))
+            requests, results = [r for r, _, _ in decoded], [r for _, r, _ in decoded]
             wall_s = time.perf_counter() - start
             references = [self.reference(r) for r in requests] if check else [None] * len(requests)
         notes = ([plan.note] if plan.note else []) + (list(info.warnings) if info else [])
@@ -313,16 +313,16 @@ class Pipeline:
             self._prepare_words()
             decoded = self._decoded(samples, plan.windows, request_id, None, silent)
             try:
-                for window, (_request, result) in zip(plan.windows, decoded):
-                    yield WindowResult(window, result, silent=silent is not None and silent(result))
+                for window, (_request, result, dropped) in zip(plan.windows, decoded):
+                    yield WindowResult(window, result, silent=dropped)
             finally:  # a caller that stops early stops the lookahead before the lock is free
                 decoded.close()
 
     def _decoded(self, samples: np.ndarray, windows: tuple[Window, ...], request_id: str,
                  on_text: Callable[[str], None] | None,
-                 silent: Callable[[DecodeResult], bool] | None = None) -> Iterator[tuple[Request, DecodeResult]]:
-        """Each window's request and result, one window at a time (the caller holds the lock); the text of a
-        window ``silent`` drops is not fed to the next one."""
+                 silent: Callable[[DecodeResult], bool] | None = None) -> Iterator[tuple[Request, DecodeResult, bool]]:
+        """Each window's request, result and whether ``silent`` dropped it, one window at a time (the caller holds
+        the lock); a dropped window's text is not fed to the next one."""
 
         def make(w: Window, previous: str | None) -> Request:  # previous: the text before it, when conditioning
             return self.request(f"{request_id}-w{w.index:03d}", samples[w.start : w.end], first=w.index == 0,
@@ -357,7 +357,7 @@ class Pipeline:
                 if result.text.strip() and not dropped:  # Whisper feeds back the window's tokens: its timestamps too
                     timed = requests[i].timestamps != "none"
                     texts.append(marked_up(result.segments) if timed else result.text.strip())
-                yield requests[i], result
+                yield requests[i], result, dropped
         finally:
             if ahead is not None:
                 ahead.cancel()
