@@ -196,3 +196,37 @@ def test_nnapi_refused_without_provider(target):
     else:
         with pytest.raises(RuntimeError, match="NnapiExecutionProvider"):
             WhisperTarget(target._model.dir, backend_device="nnapi")
+
+
+def test_decoder_binds_the_audio_in_place(target):
+    """The decoder takes each layer's audio K and V as an input of its own, fed as views of the encoder's
+    array: a step copies no audio (slicing one stacked input made ONNX Runtime copy 36 MB a step)."""
+    from as2d_whisper.graph_io import audio_feed, audio_input_names
+
+    model = target._model
+    session = model.executor.session(model.decoder_file, 1)
+    names = [i.name for i in session.get_inputs()]
+    assert names == ["tokens", "past", *audio_input_names(model.n_layers)]
+    cross = np.arange(model.n_layers * 2 * 3 * 4, dtype=np.float32).reshape(model.n_layers, 2, 3, 1, 4)
+    feed = audio_feed(cross)
+    assert list(feed) == names[2:]
+    for layer in range(model.n_layers):
+        for kind, name in enumerate(("cross_k", "cross_v")):
+            block = feed[f"{name}{layer}"]
+            assert np.shares_memory(block, cross) and np.array_equal(block, cross[layer, kind])
+
+
+def test_an_older_model_format_is_refused_and_converted_again(target, tmp_path):
+    """A folder converted by an earlier plugin is refused with the command that converts it again, and
+    that command does not take the folder as installed."""
+    from as2d_whisper.plugin import REQUIRED_FILES, _installed
+    from as2d_whisper.runtime import WhisperTarget
+
+    old = tmp_path / "whisper-base"
+    shutil.copytree(target._model.dir, old)
+    assert _installed(old, REQUIRED_FILES)
+    meta = json.loads((old / "model.json").read_text())
+    (old / "model.json").write_text(json.dumps({**meta, "format_version": 1}))
+    assert not _installed(old, REQUIRED_FILES)
+    with pytest.raises(FileNotFoundError, match="holds model format 1.*as2d models install whisper-base"):
+        WhisperTarget(old)

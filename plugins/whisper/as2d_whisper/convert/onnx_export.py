@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..graph_io import audio_feed, audio_input_names
 from .torch_model import build_torch_model
 from .weights import FORMAT_VERSION, load_ct2_weights, source_files, special_tokens
 
@@ -34,8 +35,8 @@ def _export(model, dims: dict, out_dir: Path, opset: int = 17) -> None:
             super().__init__()
             self.m = m
 
-        def forward(self, tokens, past, cross_kv):
-            return self.m.decode(tokens, past, cross_kv)
+        def forward(self, tokens, past, *audio):  # audio: cross_k0, cross_v0, cross_k1, ... (``graph_io``)
+            return self.m.decode(tokens, past, list(zip(audio[::2], audio[1::2])))
 
     hd = dims["d_model"] // dims["decoder_heads"]
     mel = torch.zeros(1, dims["n_mels"], 2 * dims["n_audio_ctx"])
@@ -45,8 +46,10 @@ def _export(model, dims: dict, out_dir: Path, opset: int = 17) -> None:
                           output_names=["cross_kv"], opset_version=opset, dynamo=False)
         tokens = torch.zeros(1, 3, dtype=torch.int64)
         past = torch.zeros(5, dims["decoder_layers"], 2, dims["decoder_heads"], hd)
-        torch.onnx.export(DecoderGraph(model), (tokens, past, cross), str(out_dir / DECODER_FILE),
-                          input_names=["tokens", "past", "cross_kv"], output_names=["logits", "new_kv"],
+        audio = tuple(cross.reshape(-1, *cross.shape[2:]).unbind(0))
+        torch.onnx.export(DecoderGraph(model), (tokens, past, *audio), str(out_dir / DECODER_FILE),
+                          input_names=["tokens", "past", *audio_input_names(dims["decoder_layers"])],
+                          output_names=["logits", "new_kv"],
                           dynamic_axes={"tokens": {1: "K"}, "past": {0: "P"}, "logits": {1: "K"}, "new_kv": {0: "K"}},
                           opset_version=opset, dynamo=False)
 
@@ -70,7 +73,7 @@ def _validate(model, dims: dict, out_dir: Path, decoder_file: str, tol: float) -
             tokens = rng.integers(0, dims["n_vocab"], size=(1, k)).astype(np.int64)
             past = rng.normal(size=(n_past, dims["decoder_layers"], 2, dims["decoder_heads"], hd)).astype(np.float32)
             lt, kvt = model.decode(torch.from_numpy(tokens), torch.from_numpy(past), cross_t)
-            lo, kvo = dec.run(None, {"tokens": tokens, "past": past, "cross_kv": cross_o})
+            lo, kvo = dec.run(None, {"tokens": tokens, "past": past, **audio_feed(cross_o)})
             worst = max(worst, float(np.abs(lt.numpy() - lo).max()), float(np.abs(kvt.numpy() - kvo).max()))
     if worst > tol:
         raise RuntimeError(f"ONNX export of {decoder_file} disagrees with torch: max |diff| {worst:.3g} > {tol}")
@@ -108,6 +111,7 @@ def convert_onnx(name: str, out_dir: str | Path) -> Path:
         "files": outputs + ["tokenizer.json"],
         "cache_layout": "past/new_kv: [positions, decoder_layers, 2 (k, v), heads, head_dim]",
         "cross_kv_layout": "[decoder_layers, 2 (k, v), heads, n_audio_ctx, head_dim]",
+        "decoder_audio_inputs": "cross_k{layer}, cross_v{layer}: [heads, n_audio_ctx, head_dim], blocks of cross_kv",
         "max_length": dims["n_text_ctx"],
         **special_tokens(files["tokenizer"], config, multilingual),
         "source_packages": files["packages"],

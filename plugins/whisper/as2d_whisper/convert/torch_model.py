@@ -109,7 +109,11 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             return torch.stack(kv)
 
         def decode(self, tokens, past, cross_kv):
-            """Append tokens [1,K] after the P cached positions in past [P, L, 2, H, hd]."""
+            """Append tokens [1,K] after the P cached positions in past [P, L, 2, H, hd].
+
+            ``cross_kv[i][0]`` and ``cross_kv[i][1]`` are layer i's audio K and V: the encoder's stacked
+            output, or one tensor per layer and kind (the exported decoder's inputs, see ``graph_io``).
+            """
             dec = self.model.decoder
             n_past, n_new = past.shape[0], tokens.shape[1]
             positions = torch.arange(n_new, dtype=torch.int64) + n_past
@@ -125,7 +129,7 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             for i, layer in enumerate(dec.layers):
                 pk = past[:, i, 0].transpose(0, 1)  # [H, P, hd]
                 pv = past[:, i, 1].transpose(0, 1)
-                x, k, v = layer(x, pk, pv, cross_kv[i, 0], cross_kv[i, 1], mask)
+                x, k, v = layer(x, pk, pv, cross_kv[i][0], cross_kv[i][1], mask)
                 new_k.append(k)
                 new_v.append(v)
             x = dec.layer_norm(x)

@@ -11,7 +11,8 @@ import numpy as np
 
 from ..ct2 import read_model_bin, to_whisper_state, whisper_dims
 
-FORMAT_VERSION = 1
+# 2: the decoder takes the audio K/V as one input per layer and kind (``graph_io``)
+FORMAT_VERSION = 2
 MODELS = ("whisper-base", "whisper-tiny.en")
 
 # Where each model's files live: (distribution, import name, folder, files)

@@ -1,0 +1,21 @@
+"""The decoder graph's audio inputs: one per layer and kind (``cross_k0``, ``cross_v0``, ``cross_k1``, ...).
+
+The encoder writes every layer's audio K/V into one array ``[layers, 2 (k, v), heads, frames, head_dim]``.
+A decoder that took that array whole sliced it per layer at every step, and ONNX Runtime copies a slice:
+for whisper-base that is 36 MB a step, a third of its time. Each slice is a contiguous block of the
+array, so the runtime binds the blocks in place, once per request, and no step copies them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def audio_input_names(layers: int) -> list[str]:
+    """The decoder's audio input names, in the order of the encoder's array."""
+    return [f"cross_{kind}{layer}" for layer in range(layers) for kind in ("k", "v")]
+
+
+def audio_feed(cross_kv: np.ndarray) -> dict[str, np.ndarray]:
+    """The encoder's array as the decoder's audio inputs: views of it, no copies."""
+    blocks = cross_kv.reshape(-1, *cross_kv.shape[2:])
+    return dict(zip(audio_input_names(cross_kv.shape[0]), blocks))
