@@ -230,3 +230,15 @@ def test_an_older_model_format_is_refused_and_converted_again(target, tmp_path):
     assert not _installed(old, REQUIRED_FILES)
     with pytest.raises(FileNotFoundError, match="holds model format 1.*as2d models install whisper-base"):
         WhisperTarget(old)
+
+
+def test_decoder_profile_command_names_the_operators(target):
+    """``as2d whisper-decoder-profile`` times the installed decoder's step and names where its time goes."""
+    from click.testing import CliRunner
+
+    from as2d_whisper.decoder_profile import profile_command
+
+    result = CliRunner().invoke(profile_command, ["--past", "8", "--width", "3", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert "width 1, 8 cached positions" in result.output and "width 3, 8 cached positions" in result.output
+    assert "MatMul" in result.output

@@ -326,9 +326,12 @@ def register_peers(register):
 @hookimpl
 def register_commands(cli):
     """``as2d whisper-words``: word timestamps against faster-whisper's (it reaches faster-whisper's internals);
+    ``as2d whisper-decoder-profile``: where the decoder's step spends its time;
     ``as2d peers install NAME``: the environment of a peer that cannot share as2d's (crisperwhisper)."""
+    from .decoder_profile import profile_command
     from .peer_commands import peers
     from .word_check import words_command
 
     cli.add_command(words_command)
+    cli.add_command(profile_command)
     cli.add_command(peers)
