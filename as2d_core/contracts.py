@@ -209,6 +209,28 @@ class Target(Protocol):
 
 
 @runtime_checkable
+class WindowGroup(Protocol):
+    """Slots for several windows of one target, whose verifications can share one call (``WindowBatching``)."""
+
+    size: int
+
+    def prepare(self, request: Request, threads: int) -> TargetSession:
+        """The request prepared as ``Target.prepare`` does, in a free slot until its session is closed."""
+
+    def verify_rows(self, rows: Sequence[tuple[TargetSession, int, Sequence[int]]]) -> list[list[int]]:
+        """``session.verify(root, candidates)`` of every row, in one call: each row gets the tokens it gets alone."""
+
+
+@runtime_checkable
+class WindowBatching(Protocol):
+    """A target that verifies several windows in one call (a decoder step reads all its weights however few
+    tokens it appends, so windows side by side share that cost)."""
+
+    def window_group(self, size: int, threads: int) -> WindowGroup | None:
+        """A group of ``size`` slots, or None where this target (its backend, its model files) cannot."""
+
+
+@runtime_checkable
 class DraftJob(Protocol):
     """A drafter's work for one request, prepared before the request.
 

@@ -38,6 +38,7 @@ import statistics
 import time
 from pathlib import Path
 
+import attrs
 import numpy as np
 
 from as2d_core.decode.methods import get_method
@@ -55,8 +56,8 @@ PIPELINE_METHODS = "target-only,sd-k5,as2d"
 
 
 def as2d_pipeline(method: str, target, source, options: PipelineOptions) -> Pipeline:
-    return Pipeline(target, source if get_method(method).needs_source else None, PipelineOptions(
-        method=method, language=options.language, decode=options.decode))
+    return Pipeline(target, source if get_method(method).needs_source else None,
+                    attrs.evolve(options, method=method))
 
 
 def run_pipeline(method: str, pipeline: Pipeline, samples: np.ndarray, reference: list | None, threads: int) -> dict:
@@ -154,11 +155,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block-s", type=float, default=4.0)
     parser.add_argument("--context-s", type=float, default=12.0)
     parser.add_argument("--pace", choices=PACES, default="realtime")
+    parser.add_argument("--batch-windows", default="1",
+                        help="comma-separated: our methods also run with that many windows side by side "
+                             "(a row METHOD-batchedN for each N above 1; DecodeOptions.batch_windows)")
     args = parser.parse_args(argv)
     peers = load_registry().names("peer")
     if args.methods is None:
         args.methods = ",".join([PIPELINE_METHODS] if args.stream else [PIPELINE_METHODS, *whole_file_peers()])
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if args.stream and args.batch_windows != "1":
+        parser.error("--stream decodes each block alone: --batch-windows is for whole files")
     if args.stream and any(m in peers for m in methods):
         parser.error("--stream runs the as2d pipeline's methods only (target-only, sd-kN, as2d)")
     decoded = read_audio(args.audio)
@@ -170,7 +176,10 @@ def main(argv: list[str] | None = None) -> None:
     drafting = any(m not in peers and get_method(m).needs_source for m in methods)
     source = build_source(args.source) if drafting else None
     rows, reference = [], None
-    order = sorted(methods, key=lambda m: m != "target-only")  # target-only first: the others are checked against it
+    batches = [int(b) for b in args.batch_windows.split(",")]
+    ours = {m if b == 1 else f"{m}-batched{b}": (m, b) for m in methods if m not in peers for b in batches}
+    order = sorted([*ours, *(m for m in methods if m in peers)],
+                   key=lambda m: m != "target-only")  # target-only first: the others are checked against it
     if args.stream:
         for method in order:
             row = run_stream(method, as2d_pipeline(method, target, source, options), samples, args)
@@ -190,24 +199,25 @@ def main(argv: list[str] | None = None) -> None:
                 row = run_file_peer(method, build_file_peer(method, args.threads), samples, args.language,
                                     args.threads)
             else:
-                row = run_pipeline(method, as2d_pipeline(method, target, source, options), samples, reference,
+                name, batch = ours[method]
+                together = attrs.evolve(options, decode=attrs.evolve(decode, batch_windows=batch))
+                row = run_pipeline(method, as2d_pipeline(name, target, source, together), samples, reference,
                                    args.threads)
-                if method == "target-only" and reference is None:
+                if name == "target-only" and reference is None:
                     reference = row["_tokens"]
             row.pop("_tokens", None)
             row.update(round=round_, audio_s=decoded.duration_s, rtf=row["wall_s"] / decoded.duration_s,
-                       source=args.source if method not in peers and get_method(method).needs_source else None)
+                       source=args.source if method in ours and get_method(ours[method][0]).needs_source else None)
             rows.append(row)
             _write(row, args.out)
-    print_table(rows, order, decoded.duration_s, args)
+    print_table(rows, order, [m for m in order if m in peers], decoded.duration_s, args)
 
 
-def print_table(rows: list[dict], order: list[str], audio_s: float, args) -> None:
+def print_table(rows: list[dict], order: list[str], peers: list[str], audio_s: float, args) -> None:
     """Each method's median wall over the rounds, its ratio to target-only's median and to the fastest peer's."""
     by_method = {m: [r for r in rows if r["method"] == m] for m in order}
     median = {m: statistics.median(r["wall_s"] for r in runs) for m, runs in by_method.items()}
     base = median.get("target-only")
-    peers = [m for m, runs in by_method.items() if runs[0]["exact"] is None]
     fastest = min(peers, key=median.get) if peers else None
     print(f"\n{audio_s:.0f} s of audio ({args.audio.name}), {args.threads} threads, {args.rounds} rounds, "
           f"drafter {args.source}\n")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from as2d_core.contracts import (Closable, DraftJob, FeatureList, KnownVocabulary, LanguageDetector, PrefixDrafting,
                                  Request, ResponseScores, ScoredSession, Source, Target, TargetSession, TaskList,
-                                 TimestampVocabulary, WordAligner)
+                                 TimestampVocabulary, WindowBatching, WordAligner)
 
 
 class SourceWrapper:
@@ -50,6 +50,8 @@ class TargetWrapper:
             self.prepare_words, self.align_words = inner.prepare_words, inner.align_words
         if isinstance(inner, LanguageDetector):
             self.language_probabilities = inner.language_probabilities
+        if isinstance(inner, WindowBatching):
+            self.window_group = inner.window_group
 
     @property
     def device_in_use(self) -> list[str]:  # a backend may know it only once the model has run

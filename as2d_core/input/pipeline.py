@@ -27,6 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
@@ -34,12 +35,13 @@ import attrs
 import numpy as np
 
 from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
-from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Request, Source, Target
+from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Request, Source, Target, WindowBatching, WindowGroup
 from as2d_core.decode.deltas import TextDeltas
 from as2d_core.decode import DecodeResult, OnCommit, get_method, run_request
 from as2d_core.setup.options import STREAM, DecodeOptions
 from as2d_core.decode.lookahead import LookaheadSource
 from as2d_core.decode.timestamps import Segment, marked_up
+from as2d_core.decode.together import WindowsTogether
 from as2d_core.setup.catalog import resolve_bridge
 from as2d_core.setup.plugins import load_registry
 from as2d_core.workers.process_source import ProcessSource
@@ -331,6 +333,10 @@ class Pipeline:
         deltas = TextDeltas(on_text) if on_text is not None else None
         options = self.options.decode
         conditioned = options.condition_on_previous_text
+        group = self._window_group(options, len(windows)) if deltas is None and not conditioned else None
+        if group is not None:
+            yield from self._decoded_together([make(w, None) for w in windows], group, options, silent)
+            return
         ahead = self.source if isinstance(self.source, LookaheadSource) and self._decode is None else None
         if conditioned:  # the next window's prompt is this window's text: nothing to draft it from before that
             ahead = None
@@ -361,6 +367,33 @@ class Pipeline:
         finally:
             if ahead is not None:
                 ahead.cancel()
+
+    def _window_group(self, options: DecodeOptions, windows: int) -> WindowGroup | None:
+        """Slots for ``options.batch_windows`` windows side by side, or None: one window at a time (asked for,
+        a single window, a decoder of the caller's, or a target that cannot verify windows together)."""
+        size = min(options.batch_windows, windows)
+        if size < 2 or self._decode is not None or not isinstance(self.target, WindowBatching):
+            return None
+        return self.target.window_group(size, options.target_threads)
+
+    def _decoded_together(self, requests: list[Request], group: WindowGroup, options: DecodeOptions,
+                          silent: Callable[[DecodeResult], bool] | None) -> Iterator[tuple[Request, DecodeResult, bool]]:
+        """The windows decoded in waves of ``group.size``, each window in a thread of its own with its own drafter
+        job, a wave's verifications made together (``decode.together``); results in window order."""
+        source = self.source.inner if isinstance(self.source, LookaheadSource) else self.source
+
+        def one(target: WindowsTogether, request: Request) -> DecodeResult:
+            return add_words(self.target, request, run_request(request, target, source, self.options.method, options,
+                                                              None, self.bridge), options.target_threads)
+
+        with ThreadPoolExecutor(group.size, thread_name_prefix="as2d-window") as pool:
+            for first in range(0, len(requests), group.size):
+                wave = requests[first : first + group.size]
+                target = WindowsTogether(self.target, group, len(wave))
+                futures = [pool.submit(one, target, request) for request in wave]
+                results = [future.result() for future in futures]  # the wave's windows all end before the next starts
+                for request, result in zip(wave, results):
+                    yield request, result, silent is not None and silent(result)
 
     def stream(self, block_s: float = STREAM["block_s"].default, context_s: float = STREAM["context_s"].default,
                check: bool = False):

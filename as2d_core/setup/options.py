@@ -94,6 +94,11 @@ class DecodeOptions:
         False, "condition_on_previous_text", "Prompt each window of a file with the text before it (after --prompt), "
         "as Whisper's long-form transcription does; the drafter then drafts a window only once the one before it is "
         "done. Files only: bench windows and stream blocks are each decoded alone.")
+    batch_windows: int = _option(
+        1, "batch_windows", "Windows of a file decoded side by side, their verifications made in one call of a "
+        "target that can (whisper-base and whisper-base-int8 on ONNX Runtime); each window's tokens are the ones it "
+        "gets alone. 1: one window at a time. Files only, and not with --condition-on-previous-text (a window "
+        "waits for the text before it) nor while text is streamed as it is committed.", 1, 16)
     word_timestamps: bool = _option(
         False, "word_timestamps", "Time every word (start, end, probability) by the target's cross-attention after "
         "decoding, as openai-whisper does: one pass over the committed tokens, so it costs every method the same "

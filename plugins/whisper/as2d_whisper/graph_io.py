@@ -1,4 +1,4 @@
-"""The decoder graph's audio inputs: one per layer and kind (``cross_k0``, ``cross_v0``, ``cross_k1``, ...).
+"""The decoder graphs' audio inputs: one per layer and kind (``cross_k0``, ``cross_v0``, ``cross_k1``, ...).
 
 The encoder writes every layer's audio K/V into one array ``[layers, 2 (k, v), heads, frames, head_dim]``.
 A decoder that took that array whole sliced it per layer at every step, and ONNX Runtime copies a slice:
@@ -8,6 +8,10 @@ array, so the runtime binds the blocks in place, once per request, and no step c
 from __future__ import annotations
 
 import numpy as np
+
+# A target's decoder over several windows in one call (``torch_model.decode_windows``): the single decoder's
+# contract with a window axis, its cache position-major (see ``window_group``).
+WINDOWS_FILE = "decoder.windows.onnx"
 
 
 def audio_input_names(layers: int) -> list[str]:

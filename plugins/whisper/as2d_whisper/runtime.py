@@ -407,7 +407,12 @@ class WhisperTargetSession:
     def _scores(self, root: int, candidates: Sequence[int]) -> np.ndarray:
         """Logits after each appended position, with the suppressions and (in timestamp mode) the rules applied."""
         appended = [int(root), *(int(c) for c in candidates)]
-        logits = self._model.greedy(self._state.append(appended))
+        return self.scored(appended, self._state.append(appended))
+
+    def scored(self, appended: list[int], logits: np.ndarray) -> np.ndarray:
+        """The decoder's logits [K, vocab] for ``appended`` (just added to the cache), made the greedy scores: the
+        suppressions and rules applied and the response extended (a window group's call hands its rows here)."""
+        logits = self._model.greedy(logits)
         if self._rules is not None:
             self._rules.apply_rows(logits, self._response, appended)
         self._response += appended
@@ -491,6 +496,15 @@ class WhisperTarget(WordTimestamps):
 
     def prepare(self, request: Request, threads: int) -> WhisperTargetSession:
         return WhisperTargetSession(self, request, threads)
+
+    def window_group(self, size: int, threads: int):
+        """``size`` windows verified in one call of ``decoder.windows.onnx`` (``window_group``), or None where this
+        backend or folder has no windows graph (MNN; a folder converted for the drafter)."""
+        from .window_group import WINDOWS_FILE, WhisperWindowGroup
+
+        if self.backend != "onnxruntime" or not (self._model.dir / WINDOWS_FILE).is_file():
+            return None
+        return WhisperWindowGroup(self, size, threads)
 
     def detect_language(self, request: Request, threads: int, cross_kv: np.ndarray | None = None) -> str:
         """Whisper's language id: decoder on [SOT], argmax over the language tokens.

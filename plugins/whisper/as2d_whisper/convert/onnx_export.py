@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..graph_io import audio_feed, audio_input_names
+from ..graph_io import WINDOWS_FILE, audio_feed, audio_input_names
 from .torch_model import build_torch_model
 from .weights import FORMAT_VERSION, load_ct2_weights, source_files, special_tokens
 
@@ -52,6 +52,58 @@ def _export(model, dims: dict, out_dir: Path, opset: int = 17) -> None:
                           output_names=["logits", "new_kv"],
                           dynamic_axes={"tokens": {1: "K"}, "past": {0: "P"}, "logits": {1: "K"}, "new_kv": {0: "K"}},
                           opset_version=opset, dynamo=False)
+
+
+def _export_windows(model, dims: dict, out_dir: Path, opset: int = 17) -> None:
+    """The decoder over B windows in one call: tokens [B, K], a position-major cache [P, B, L, 2, H, hd], each
+    window's cached ``lengths`` [B], then each layer's audio K and V as [B, H, frames, hd]."""
+    import torch
+
+    class WindowsGraph(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, tokens, cache, lengths, *audio):
+            return self.m.decode_windows(tokens, cache, lengths, list(zip(audio[::2], audio[1::2])))
+
+    layers, heads = dims["decoder_layers"], dims["decoder_heads"]
+    hd = dims["d_model"] // heads
+    names = audio_input_names(layers)
+    audio = tuple(torch.zeros(2, heads, dims["n_audio_ctx"], hd) for _ in names)
+    with torch.no_grad():
+        torch.onnx.export(WindowsGraph(model), (torch.zeros(2, 3, dtype=torch.int64), torch.zeros(5, 2, layers, 2, heads, hd),
+                                                torch.tensor([5, 3]), *audio), str(out_dir / WINDOWS_FILE),
+                          input_names=["tokens", "cache", "lengths", *names], output_names=["logits", "new_kv"],
+                          dynamic_axes={"tokens": {0: "B", 1: "K"}, "cache": {0: "P", 1: "B"}, "lengths": {0: "B"},
+                                        "logits": {0: "B", 1: "K"}, "new_kv": {0: "B", 1: "K"},
+                                        **{name: {0: "B"} for name in names}},
+                          opset_version=opset, dynamo=False)
+
+
+def _validate_windows(out_dir: Path, dims: dict, tol: float) -> float:
+    """The windows graph against the single-window decoder: three windows of different cache lengths, one call."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(1)
+    layers, heads = dims["decoder_layers"], dims["decoder_heads"]
+    row = (layers, 2, heads, dims["d_model"] // heads)
+    lengths, k = np.array([7, 0, 3], np.int64), 4
+    cross = rng.normal(size=(3, layers, 2, heads, dims["n_audio_ctx"], row[-1])).astype(np.float32)
+    cache = rng.normal(size=(int(lengths.max()), 3, *row)).astype(np.float32)
+    tokens = rng.integers(0, dims["n_vocab"], size=(3, k)).astype(np.int64)
+    providers = ["CPUExecutionProvider"]
+    single = ort.InferenceSession(str(out_dir / DECODER_FILE), providers=providers)
+    windows = ort.InferenceSession(str(out_dir / WINDOWS_FILE), providers=providers)
+    audio = {name: np.ascontiguousarray(cross[:, i // 2, i % 2]) for i, name in enumerate(audio_input_names(layers))}
+    logits, new_kv = windows.run(None, {"tokens": tokens, "cache": cache, "lengths": lengths, **audio})
+    worst = 0.0
+    for b, n in enumerate(lengths):
+        lo, kvo = single.run(None, {"tokens": tokens[b:b + 1], "past": cache[:n, b], **audio_feed(cross[b])})
+        worst = max(worst, float(np.abs(logits[b] - lo[0]).max()), float(np.abs(new_kv[b] - kvo).max()))
+    if worst > tol:
+        raise RuntimeError(f"{WINDOWS_FILE} disagrees with {DECODER_FILE}: max |diff| {worst:.3g} > {tol}")
+    return worst
 
 
 def _validate(model, dims: dict, out_dir: Path, decoder_file: str, tol: float) -> float:
@@ -96,6 +148,11 @@ def convert_onnx(name: str, out_dir: str | Path) -> Path:
     log.info("%s: ONNX Runtime matches torch (max |diff| %.2e over cross K/V, logits, new_kv)", name, diff)
     print(f"[as2d-whisper] {name}: ONNX Runtime matches torch, max |diff| {diff:.2e}")
     outputs = [ENCODER_FILE, DECODER_FILE]
+    if not quantize:  # a target: its windows graph too (the drafter decodes one window at a time)
+        _export_windows(model, dims, out_dir)
+        windows_diff = _validate_windows(out_dir, dims, tol=1e-3)
+        print(f"[as2d-whisper] {name}: {WINDOWS_FILE} matches {DECODER_FILE}, max |diff| {windows_diff:.2e}")
+        outputs.append(WINDOWS_FILE)
     if quantize:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 

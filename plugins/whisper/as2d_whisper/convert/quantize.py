@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..graph_io import WINDOWS_FILE
 from .onnx_export import DECODER_FILE, ENCODER_FILE
 from .weights import package_version
 
@@ -97,7 +98,7 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
 
     - The encoder: every MatMul (its convolutions stay fp32). It runs once per request on
       the same audio for every method, so its rounding cannot split as2d from target-only.
-    - The decoder: only the output projection over the vocabulary (the largest weight,
+    - The decoder (and its windows graph, the same way): only the output projection over the vocabulary (the largest weight,
       more than half of a step's memory traffic) and the tied token lookup, with its
       activations quantized per row (``per_row_activations``). Quantizing the layers'
       activations too made a batched verification differ from one-token steps on real
@@ -119,13 +120,15 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
                                 f"(`as2d models install {fp32_dir.name}`)")
     meta = json.loads((fp32_dir / "model.json").read_text())
     out_dir.mkdir(parents=True, exist_ok=True)
-    output_nodes = output_projection_nodes(onnx.load(str(fp32_dir / DECODER_FILE)), meta["dims"]["n_vocab"])
+    decoders = [f for f in (DECODER_FILE, WINDOWS_FILE) if (fp32_dir / f).is_file()]
+    outputs = {f: output_projection_nodes(onnx.load(str(fp32_dir / f)), meta["dims"]["n_vocab"]) for f in decoders}
+    output_nodes = outputs[DECODER_FILE]
     plan = ((ENCODER_FILE, {"op_types_to_quantize": ["MatMul"]}),
-            (DECODER_FILE, {"op_types_to_quantize": ["MatMul", "Gather"], "nodes_to_quantize": output_nodes}))
+            *((f, {"op_types_to_quantize": ["MatMul", "Gather"], "nodes_to_quantize": outputs[f]}) for f in decoders))
     for name, options in plan:
         tmp = out_dir / (name + ".tmp")
         quantize_dynamic(str(fp32_dir / name), str(tmp), weight_type=QuantType.QInt8, **options)
-        if name == DECODER_FILE:
+        if name in decoders:
             model = onnx.load(str(tmp))
             per_row_activations(model)
             onnx.save(model, str(tmp))

@@ -18,15 +18,15 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             self.heads, self.head_dim = heads, d // heads
             self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
 
-        def split(self, x):  # [T, d] -> [H, T, hd]
-            return x.reshape(x.shape[0], self.heads, self.head_dim).transpose(0, 1)
+        def split(self, x):  # [..., T, d] -> [..., H, T, hd] (the decoder over several windows has a window axis)
+            return x.reshape(*x.shape[:-1], self.heads, self.head_dim).transpose(-3, -2)
 
         def attend(self, q, k, v, mask=None):
-            scores = torch.matmul(q, k.transpose(1, 2)) * (1.0 / math.sqrt(self.head_dim))
+            scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_dim))
             if mask is not None:
                 scores = scores + mask
-            out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [H, T, hd]
-            return self.out_proj(out.transpose(0, 1).reshape(out.shape[1], -1))
+            out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [..., H, T, hd]
+            return self.out_proj(out.transpose(-3, -2).reshape(*out.shape[:-3], out.shape[-2], -1))
 
     class EncoderLayer(nn.Module):
         def __init__(self, d: int, heads: int):
@@ -53,14 +53,14 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
         def forward(self, x, past_k, past_v, cross_k, cross_v, mask):
             h = self.self_attn_layer_norm(x)
             a = self.self_attn
-            k_new, v_new = a.k_proj(h), a.v_proj(h)  # [K, d]
-            k = torch.cat([past_k, a.split(k_new)], dim=1)
-            v = torch.cat([past_v, a.split(v_new)], dim=1)
+            k_new, v_new = a.k_proj(h), a.v_proj(h)  # [..., K, d]
+            k = torch.cat([past_k, a.split(k_new)], dim=-2)
+            v = torch.cat([past_v, a.split(v_new)], dim=-2)
             x = x + a.attend(a.split(a.q_proj(h)), k, v, mask)
             c = self.encoder_attn
             x = x + c.attend(c.split(c.q_proj(self.encoder_attn_layer_norm(x))), cross_k, cross_v)
             x = x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
-            shape = (k_new.shape[0], a.heads, a.head_dim)
+            shape = (*k_new.shape[:-1], a.heads, a.head_dim)
             return x, k_new.reshape(shape), v_new.reshape(shape)
 
     class Encoder(nn.Module):
@@ -136,6 +136,39 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             logits = torch.matmul(x, self.proj_out_t).unsqueeze(0)
             new_kv = torch.stack([torch.stack([k, v], dim=1) for k, v in zip(new_k, new_v)], dim=1)
             return logits, new_kv  # [1,K,V], [K, L, 2, H, hd]
+
+        def decode_windows(self, tokens, cache, lengths, audio):
+            """Append tokens [B, K] to B windows in one call.
+
+            ``cache`` [P, B, L, 2, H, hd] is position-major, so the first P positions of every window are one
+            contiguous block; window b's first ``lengths[b]`` positions are its own, the rest are masked.
+            ``audio[i]`` is layer i's (K, V), each [B, H, T, hd]. Returns the logits [B, K, V] and the new
+            K/V [B, K, L, 2, H, hd].
+            """
+            dec = self.model.decoder
+            n_windows, n_new = tokens.shape
+            n_past = cache.shape[0]
+            positions = lengths.unsqueeze(1) + torch.arange(n_new, dtype=torch.int64).unsqueeze(0)
+            if tied_output:
+                embedded = torch.index_select(self.proj_out_t, 1, tokens.reshape(-1)).t()
+            else:
+                embedded = dec.embed_tokens(tokens.reshape(-1))
+            x = embedded.reshape(n_windows, n_new, -1) + dec.embed_positions(positions)
+            not_yours = torch.arange(n_past).view(1, 1, n_past) >= lengths.view(n_windows, 1, 1)
+            ahead = torch.arange(n_new).view(1, n_new) > torch.arange(n_new).view(n_new, 1)
+            hidden = torch.cat([not_yours.expand(n_windows, n_new, n_past),
+                                ahead.unsqueeze(0).expand(n_windows, n_new, n_new)], dim=2)
+            mask = torch.zeros(hidden.shape).masked_fill(hidden, float("-inf")).unsqueeze(1)  # [B, 1, K, P+K]
+            new_k, new_v = [], []
+            for i, layer in enumerate(dec.layers):
+                pk = cache[:, :, i, 0].permute(1, 2, 0, 3)  # [B, H, P, hd]
+                pv = cache[:, :, i, 1].permute(1, 2, 0, 3)
+                x, k, v = layer(x, pk, pv, audio[i][0], audio[i][1], mask)
+                new_k.append(k)
+                new_v.append(v)
+            logits = torch.matmul(dec.layer_norm(x), self.proj_out_t)
+            new_kv = torch.stack([torch.stack([k, v], dim=2) for k, v in zip(new_k, new_v)], dim=2)
+            return logits, new_kv
 
     model = Whisper()
     tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items() if k != "proj_out.weight"}

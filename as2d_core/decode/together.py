@@ -1,0 +1,115 @@
+"""Windows decoded side by side, their verifications gathered into one call of the target (``WindowBatching``).
+
+The windows of a file are decoded in waves of the group's size. Each window runs the one target loop
+of every method, unchanged, in a thread of its own. Its session joins the wave's rendezvous when it is
+prepared, and its ``verify`` waits there until every window of the wave has joined and every one
+still decoding has asked; the last to ask makes one call of the group for all of them
+(``WindowGroup.verify_rows``). A window leaves when its session closes, and the others stop waiting
+for it. Every row gets the tokens its own call would give (the group's contract), so every method
+stays exact; what changes is how many calls the target makes. Measured in BENCHMARKS.md section 14:
+windows that verify while others encode share few calls, so a wave's windows are all prepared first.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from as2d_core.contracts import Request, Target, TargetSession, WindowGroup
+from as2d_core.decode.wrappers import SessionWrapper, TargetWrapper
+
+
+class Rendezvous:
+    """Where the sessions of a group meet to verify together; counts the calls and the rows they carried."""
+
+    def __init__(self, group: WindowGroup, expected: int) -> None:
+        self.group = group
+        self._ready = threading.Condition()
+        self._expected = expected  # windows of the wave not joined yet
+        self._members: set[int] = set()  # sessions that verify together, by id
+        self._asked: dict[int, tuple[TargetSession, int, Sequence[int]]] = {}
+        self._answers: dict[int, list[int] | BaseException] = {}
+        self.calls = 0
+        self.rows = 0
+
+    def join(self, session: TargetSession) -> None:
+        """``session`` (prepared) verifies with the others from now on."""
+        with self._ready:
+            self._members.add(id(session))
+            self._expected -= 1
+            self._answer_if_all_asked()
+
+    def abandon(self) -> None:
+        """A window of the wave failed before it joined: nobody waits for it."""
+        with self._ready:
+            self._expected -= 1
+            self._answer_if_all_asked()
+
+    def verify(self, session: TargetSession, root: int, candidates: Sequence[int]) -> list[int]:
+        """``session``'s predictions, from the first call made once every member has asked."""
+        key = id(session)
+        with self._ready:
+            self._asked[key] = (session, root, candidates)
+            self._answer_if_all_asked()
+            while key not in self._answers:
+                self._ready.wait()
+            answer = self._answers.pop(key)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def leave(self, session: TargetSession) -> None:
+        """``session`` verifies no more: the others stop waiting for it."""
+        with self._ready:
+            self._members.discard(id(session))
+            self._answer_if_all_asked()
+
+    def _answer_if_all_asked(self) -> None:
+        """Under the lock: one group call once every member waits (a failed call fails each of its rows)."""
+        if not self._asked or self._expected > 0 or len(self._asked) < len(self._members):
+            return
+        keys, rows = list(self._asked), list(self._asked.values())
+        self._asked.clear()
+        try:
+            answers: list = self.group.verify_rows(rows)
+        except BaseException as exc:  # every waiting window hears it, none hangs
+            answers = [exc] * len(rows)
+        self._answers.update(zip(keys, answers))
+        self.calls += 1
+        self.rows += len(rows)
+        self._ready.notify_all()
+
+
+class _TogetherSession(SessionWrapper):
+    """A group's session whose verifications go through the rendezvous."""
+
+    def __init__(self, inner: TargetSession, rendezvous: Rendezvous) -> None:
+        super().__init__(inner)
+        self._rendezvous = rendezvous
+
+    def verify(self, root: int, candidates: Sequence[int]) -> list[int]:
+        return self._rendezvous.verify(self.inner, root, candidates)
+
+    def close(self) -> None:
+        try:
+            self._rendezvous.leave(self.inner)
+        finally:
+            self.inner.close()
+
+
+class WindowsTogether(TargetWrapper):
+    """``target`` for one wave of ``windows`` concurrent ``run_request`` calls (at most the group's size): each
+    request is prepared into the group and verified at the wave's rendezvous."""
+
+    def __init__(self, target: Target, group: WindowGroup, windows: int) -> None:
+        super().__init__(target)
+        self.group = group
+        self.rendezvous = Rendezvous(group, windows)
+
+    def prepare(self, request: Request, threads: int) -> TargetSession:
+        try:
+            session = self.group.prepare(request, threads)
+        except BaseException:
+            self.rendezvous.abandon()
+            raise
+        self.rendezvous.join(session)
+        return _TogetherSession(session, self.rendezvous)

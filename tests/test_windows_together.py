@@ -1,0 +1,205 @@
+"""Windows decoded side by side (``DecodeOptions.batch_windows``): one call verifies a wave's windows, and
+every window's tokens are still the ones it gets alone.
+
+The rendezvous is checked with real threads on a small deterministic model (any drafts, any budget, a
+window that fails); the Whisper group on the real models and real speech kept in the repository:
+its rows against sessions of their own under arbitrary proposals, rows leaving in any order, and whole
+files by every method against one window at a time.
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from as2d_core import Request, run_request
+from as2d_core.decode.together import WindowsTogether
+from as2d_core.input.audio import load_audio
+from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.setup.options import DecodeOptions
+from drafting import options_that_draft
+from tiny_lm import ScriptedSource, TinyLM
+
+REPO = Path(__file__).resolve().parents[1]
+SR = 16000
+
+
+class TinyGroup:
+    """A window group on the tiny model: each row verified by its own session, the calls and their rows counted."""
+
+    def __init__(self, model: TinyLM, size: int, fail_on_call: int | None = None):
+        self.model, self.size, self.fail_on_call = model, size, fail_on_call
+        self.calls: list[int] = []
+        self._lock = threading.Lock()
+
+    def prepare(self, request, threads):
+        return self.model.prepare(request, threads)
+
+    def verify_rows(self, rows):
+        with self._lock:
+            self.calls.append(len(rows))
+            if self.fail_on_call is not None and len(self.calls) == self.fail_on_call:
+                raise RuntimeError("the group's call failed")
+        return [session.verify(root, candidates) for session, root, candidates in rows]
+
+
+def _requests(count: int) -> list[Request]:
+    rng = np.random.default_rng(count)
+    return [Request(f"w{i}", rng.normal(size=1600).astype(np.float32), language="en") for i in range(count)]
+
+
+def _wave(target, requests, source=None, method="target-only", budget=7):
+    """``requests`` decoded at once, each in a thread of its own, as the pipeline runs a wave."""
+    results: list = [None] * len(requests)
+
+    def one(i):
+        try:
+            results[i] = run_request(requests[i], target, source, method, DecodeOptions(budget=budget))
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            results[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "a window of the wave never ended"
+    return results
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(windows=st.integers(2, 4), budget=st.integers(1, 9), seed=st.integers(0, 10_000),
+       draft=st.lists(st.integers(0, 31), max_size=40))
+def test_a_wave_verified_together_equals_each_window_alone(windows, budget, seed, draft):
+    """Any drafts, any budget: each window of a wave commits its target-only tokens, and the calls carried
+    several windows at once."""
+    model = TinyLM(seed=seed)
+    requests = _requests(windows)
+    alone = [run_request(r, model, None, "target-only").tokens for r in requests]
+    group = TinyGroup(model, windows)
+    source = ScriptedSource(draft)
+    together = _wave(WindowsTogether(model, group, windows), requests, source, "as2d", budget)
+    assert [r.tokens for r in together] == alone
+    assert max(group.calls) == sum(1 for tokens in alone if tokens)  # once all had joined, one call served them all
+    assert sum(group.calls) >= max(len(t) for t in alone)
+
+
+def test_a_failed_call_fails_its_windows_and_a_failed_window_holds_no_one_up():
+    model = TinyLM(seed=3)
+    requests = _requests(3)
+    alone = [run_request(r, model, None, "target-only").tokens for r in requests]
+    assert all(alone)
+    failing = _wave(WindowsTogether(model, TinyGroup(model, 3, fail_on_call=1), 3), requests)
+    assert all(isinstance(r, RuntimeError) for r in failing)  # all three were in the call that failed
+
+    class OneBadPrepare(TinyGroup):
+        def prepare(self, request, threads):
+            if request.request_id == "w1":
+                raise ValueError("bad audio")
+            return super().prepare(request, threads)
+
+    results = _wave(WindowsTogether(model, OneBadPrepare(model, 3), 3), requests)
+    assert isinstance(results[1], ValueError)
+    assert [results[0].tokens, results[2].tokens] == [alone[0], alone[2]]
+
+
+# --------------------------------------------------------------------------- Whisper, real speech
+
+
+def _speech(seconds: float) -> np.ndarray:
+    """Real speech kept in the repository (tests/data/clips and the bundled clip), one second apart."""
+    clips = sorted((REPO / "tests" / "data" / "clips").glob("*.wav")) + [REPO / "examples" / "ljspeech_en_w00.wav"]
+    gap = np.zeros(SR, np.float32)
+    pieces, total = [], 0
+    while total < seconds * SR:
+        for path in clips:
+            pieces += [load_audio(path), gap]
+            total += pieces[-2].size + gap.size
+    return np.concatenate(pieces)[: int(seconds * SR)]
+
+
+@pytest.fixture(scope="module")
+def file_audio():
+    return _speech(100.0)
+
+
+@pytest.fixture(scope="module")
+def group_rows(whisper_target):
+    clips = sorted((REPO / "tests" / "data" / "clips").glob("*.wav"))[:3]
+    return [Request(f"g{i}", load_audio(p), language="en") for i, p in enumerate(clips)]
+
+
+def test_whisper_group_rows_equal_sessions_of_their_own(whisper_target, group_rows):
+    """Arbitrary candidates of any width per row, rejections cut back, rows leaving in any order (the last
+    row then alone on the single-window graph): each row's predictions are its own session's."""
+    rng = np.random.default_rng(7)
+    group = whisper_target.window_group(3, 2)
+    assert group is not None
+    rows = [group.prepare(r, 2) for r in group_rows]
+    own = [whisper_target.prepare(r, 2) for r in group_rows]
+    roots = [s.first_token() for s in own]
+    assert roots == [s.first_token() for s in rows]
+    active = [0, 1, 2]
+    for step in range(24):
+        if step in (8, 16):  # the middle row leaves first, then the first: the others move into their places
+            gone = active.pop(1 if step == 8 else 0)
+            rows[gone].close()
+            own[gone].close()
+        asked = [(i, [int(t) for t in rng.integers(0, 50_000, rng.integers(0, 6))]) for i in active]
+        got = group.verify_rows([(rows[i], roots[i], c) for i, c in asked]) if len(active) > 1 else [
+            rows[active[0]].verify(roots[active[0]], asked[0][1])]
+        for (i, candidates), predictions in zip(asked, got):
+            assert predictions == own[i].verify(roots[i], candidates), (step, i)
+            keep = int(rng.integers(0, len(candidates) + 1))
+            for session in (rows[i], own[i]):
+                session.truncate(session.cache_length - len(candidates) + keep)
+            roots[i] = predictions[keep]
+    rows[active[0]].close()
+    own[active[0]].close()
+
+
+@pytest.mark.parametrize("method, target_name, fields", [
+    ("target-only", "whisper-base", {}),
+    ("as2d", "whisper-base", {}),
+    ("as2d", "whisper-base", {"timestamps": "segment"}),
+    ("as2d", "whisper-base-int8", {}),
+])
+def test_a_file_decoded_in_waves_equals_one_window_at_a_time(method, target_name, fields, file_audio, whisper_target,
+                                                             whisper_int8_target, whisper_ct2_source, monkeypatch):
+    from as2d_whisper.window_group import WhisperWindowGroup
+
+    target = whisper_int8_target if target_name == "whisper-base-int8" else whisper_target
+    source = whisper_ct2_source if method == "as2d" else None
+
+    def pipeline(batch_windows: int) -> Pipeline:
+        decode = options_that_draft(batch_windows=batch_windows, **fields)
+        return Pipeline(target, source, PipelineOptions(method=method, language="en", decode=decode))
+
+    alone = pipeline(1).transcribe(file_audio, request_id="alone")
+    assert len(alone.windows) >= 4
+    rows_per_call: list[int] = []
+    call = WhisperWindowGroup._call
+    monkeypatch.setattr(WhisperWindowGroup, "_call",
+                        lambda self, rows, width: rows_per_call.append(len(rows)) or call(self, rows, width))
+    together = pipeline(3).transcribe(file_audio, request_id="together")
+    assert [w.tokens for w in together.windows] == [w.tokens for w in alone.windows]
+    assert [w.text for w in together.windows] == [w.text for w in alone.windows]
+    assert max(rows_per_call) == 3  # the waves' windows really shared calls
+    if method == "as2d":
+        assert all(w.result.source for w in together.windows)
+
+
+def test_a_target_without_a_windows_graph_decodes_one_window_at_a_time(whisper_source, file_audio):
+    """The drafter's folder has no windows graph (nor has an MNN target): the file is decoded as before."""
+    from as2d_whisper.runtime import WhisperTarget
+
+    tiny = WhisperTarget(whisper_source._model.dir)
+    assert tiny.window_group(2, 1) is None
+    decode = DecodeOptions(batch_windows=4, target_threads=1)
+    transcript = Pipeline(tiny, None, PipelineOptions(method="target-only", language="en", decode=decode)).transcribe(
+        file_audio[: 40 * SR], request_id="tiny")
+    assert len(transcript.windows) >= 2 and transcript.text.strip()
