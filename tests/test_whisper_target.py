@@ -233,7 +233,8 @@ def test_an_older_model_format_is_refused_and_converted_again(target, tmp_path):
 
 
 def test_decoder_profile_command_names_the_operators(target):
-    """``as2d whisper-decoder-profile`` times the installed decoder's step and names where its time goes."""
+    """``as2d whisper-decoder-profile`` times the installed decoder's step and names where its time goes, and
+    times the windows graph over several windows against single-window steps."""
     from click.testing import CliRunner
 
     from as2d_whisper.decoder_profile import profile_command
@@ -242,3 +243,6 @@ def test_decoder_profile_command_names_the_operators(target):
     assert result.exit_code == 0, result.output
     assert "width 1, 8 cached positions" in result.output and "width 3, 8 cached positions" in result.output
     assert "MatMul" in result.output
+    batched = CliRunner().invoke(profile_command, ["--past", "8", "--width", "3", "--threads", "1", "--batched", "1,2"])
+    assert batched.exit_code == 0, batched.output
+    assert "| width | B | one call (ms) |" in batched.output and "\n| 3 | 2 | " in batched.output
