@@ -210,12 +210,12 @@ class Target(Protocol):
 
 @runtime_checkable
 class WindowGroup(Protocol):
-    """Slots for several windows of one target, whose verifications can share one call (``WindowBatching``)."""
+    """Rows for several windows of one target, whose verifications can share one call (``WindowBatching``)."""
 
     size: int
 
     def prepare(self, request: Request, threads: int) -> TargetSession:
-        """The request prepared as ``Target.prepare`` does, in a free slot until its session is closed."""
+        """The request prepared as ``Target.prepare`` does, in a row of the group until its session is closed."""
 
     def verify_rows(self, rows: Sequence[tuple[TargetSession, int, Sequence[int]]]) -> list[list[int]]:
         """``session.verify(root, candidates)`` of every row, in one call: each row gets the tokens it gets alone."""
@@ -227,7 +227,7 @@ class WindowBatching(Protocol):
     tokens it appends, so windows side by side share that cost)."""
 
     def window_group(self, size: int, threads: int) -> WindowGroup | None:
-        """A group of ``size`` slots, or None where this target (its backend, its model files) cannot."""
+        """A group of up to ``size`` rows, or None where this target (its backend, its model files) cannot."""
 
 
 @runtime_checkable

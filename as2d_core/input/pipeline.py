@@ -369,7 +369,7 @@ class Pipeline:
                 ahead.cancel()
 
     def _window_group(self, options: DecodeOptions, windows: int) -> WindowGroup | None:
-        """Slots for ``options.batch_windows`` windows side by side, or None: one window at a time (asked for,
+        """A group for ``options.batch_windows`` windows side by side, or None: one window at a time (asked for,
         a single window, a decoder of the caller's, or a target that cannot verify windows together)."""
         size = min(options.batch_windows, windows)
         if size < 2 or self._decode is not None or not isinstance(self.target, WindowBatching):

@@ -36,11 +36,13 @@ class _Row:
 
     @property
     def length(self) -> int:
-        return int(self.group.lengths[self.row])
+        with self.group.lock:  # another window leaving may move this one to another row
+            return int(self.group.lengths[self.row])
 
     @length.setter
     def length(self, value: int) -> None:  # a rejected tail is cut by length, as alone
-        self.group.lengths[self.row] = value
+        with self.group.lock:
+            self.group.lengths[self.row] = value
 
     @property
     def devices(self) -> list[str]:
@@ -73,7 +75,8 @@ class WhisperWindowGroup:
         self._cache = np.zeros((model.max_length, 0, *self._row_shape), np.float32)
         self.lengths = np.zeros(size, np.int64)
         self._rows: list[_Row] = []
-        self._lock = threading.Lock()  # one call at a time; rows join and leave under it too
+        # one call at a time; rows join, leave and change length under it too (re-entrant: a call reads lengths)
+        self.lock = threading.RLock()
         self._preparing = threading.Lock()
 
     @property
@@ -85,7 +88,7 @@ class WhisperWindowGroup:
         with self._preparing:  # one encoder at a time, on all the threads
             session = self._target.prepare(request, threads)
         alone = session._state
-        with self._lock:
+        with self.lock:
             if len(self._rows) == self.size:
                 session.close()
                 raise RuntimeError(f"all {self.size} rows of the window group are taken")
@@ -101,12 +104,12 @@ class WhisperWindowGroup:
 
     def leave(self, row: _Row) -> None:
         """``row``'s window is done: the last row takes its place, and the cache is laid out for one row less."""
-        with self._lock:
+        with self.lock:
             last = self._rows.pop()
             if last is not row:
                 for column in self._audio:
                     column[row.row] = column[last.row]
-                self._cache[:, row.row] = self._cache[:, last.row]
+                self._cache[: last.length, row.row] = self._cache[: last.length, last.row]
                 self.lengths[row.row] = self.lengths[last.row]
                 self._rows[row.row], last.row = last, row.row
             self._lay_out()
@@ -130,7 +133,7 @@ class WhisperWindowGroup:
 
     def append(self, rows: dict[_Row, list[int]]) -> dict[_Row, np.ndarray]:
         """Append each row's tokens in one call; each row's logits [K, vocab]."""
-        with self._lock:
+        with self.lock:
             width = max(len(tokens) for tokens in rows.values())
             if any(row.length + width > self._model.max_length for row in rows):
                 # near the end of the context the padding would run past it: such a call goes row by row
