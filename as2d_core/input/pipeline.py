@@ -377,7 +377,8 @@ class Pipeline:
         return self.target.window_group(size, options.target_threads)
 
     def _decoded_together(self, requests: list[Request], group: WindowGroup, options: DecodeOptions,
-                          silent: Callable[[DecodeResult], bool] | None) -> Iterator[tuple[Request, DecodeResult, bool]]:
+                          silent: Callable[[DecodeResult], bool] | None
+                          ) -> Iterator[tuple[Request, DecodeResult, bool]]:
         """The windows decoded in waves of ``group.size``, each window in a thread of its own with its own drafter
         job, a wave's verifications made together (``decode.together``); results in window order."""
         source = self.source.inner if isinstance(self.source, LookaheadSource) else self.source

@@ -72,8 +72,8 @@ def _export_windows(model, dims: dict, out_dir: Path, opset: int = 17) -> None:
     names = audio_input_names(layers)
     audio = tuple(torch.zeros(2, heads, dims["n_audio_ctx"], hd) for _ in names)
     with torch.no_grad():
-        torch.onnx.export(WindowsGraph(model), (torch.zeros(2, 3, dtype=torch.int64), torch.zeros(5, 2, layers, 2, heads, hd),
-                                                torch.tensor([5, 3]), *audio), str(out_dir / WINDOWS_FILE),
+        example = (torch.zeros(2, 3, dtype=torch.int64), torch.zeros(5, 2, layers, 2, heads, hd), torch.tensor([5, 3]))
+        torch.onnx.export(WindowsGraph(model), (*example, *audio), str(out_dir / WINDOWS_FILE),
                           input_names=["tokens", "cache", "lengths", *names], output_names=["logits", "new_kv"],
                           dynamic_axes={"tokens": {0: "B", 1: "K"}, "cache": {0: "P", 1: "B"}, "lengths": {0: "B"},
                                         "logits": {0: "B", 1: "K"}, "new_kv": {0: "B", 1: "K"},

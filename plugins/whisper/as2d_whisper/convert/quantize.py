@@ -98,8 +98,8 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
 
     - The encoder: every MatMul (its convolutions stay fp32). It runs once per request on
       the same audio for every method, so its rounding cannot split as2d from target-only.
-    - The decoder (and its windows graph, the same way): only the output projection over the vocabulary (the largest weight,
-      more than half of a step's memory traffic) and the tied token lookup, with its
+    - The decoder (and its windows graph, the same way): only the output projection over the
+      vocabulary (the largest weight, more than half of a step's memory traffic) and the tied token lookup, with its
       activations quantized per row (``per_row_activations``). Quantizing the layers'
       activations too made a batched verification differ from one-token steps on real
       speech: the fp32 attention's last-bit differences between call widths flip a

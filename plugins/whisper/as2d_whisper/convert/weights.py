@@ -11,7 +11,7 @@ import numpy as np
 
 from ..ct2 import read_model_bin, to_whisper_state, whisper_dims
 
-# 2: the decoder takes the audio K/V as one input per layer and kind (``graph_io``)
+# 2: the decoder takes the audio K/V as one input per layer and kind, and a target has its windows graph (``graph_io``)
 FORMAT_VERSION = 2
 MODELS = ("whisper-base", "whisper-tiny.en")
 
