@@ -45,9 +45,12 @@ def speech():
 
 @pytest.fixture(scope="module")
 def clips(speech):
-    """Two short real clips (as WAV bytes) and a long one just under the 30 s window."""
+    """Two short real clips (as WAV bytes), a long one just under the 30 s window, and a file of four windows
+    (decoded and checked, it outlasts a 2 s deadline however fast the machine)."""
     long = np.concatenate([speech, speech[: int(3.9 * 16_000)]])
-    return {"a": _wav(speech[: 4 * 16_000]), "b": _wav(speech[4 * 16_000: 8 * 16_000]), "long": _wav(long)}
+    file = np.concatenate([speech, np.zeros(16_000, speech.dtype)] * 4)
+    return {"a": _wav(speech[: 4 * 16_000]), "b": _wav(speech[4 * 16_000: 8 * 16_000]), "long": _wav(long),
+            "file": _wav(file)}
 
 
 class Server(ServerProcess):
@@ -318,10 +321,10 @@ def test_api_key_deadline_and_full_queue(tight_server, clips):
     assert tight_server.post(clips["a"], headers={"Authorization": "Bearer s3cre"}).status_code == 401
     assert httpx.get(tight_server.url + "/metrics", timeout=10).status_code == 401
     answers = {}
-    slow = threading.Thread(target=lambda: answers.update(slow=tight_server.post(clips["long"], headers=key,
+    slow = threading.Thread(target=lambda: answers.update(slow=tight_server.post(clips["file"], headers=key,
                                                                                  check="true")))
     slow.start()
-    tight_server.wait_for(lambda s: s["active"] == 1, "the long request holds the only slot")
+    tight_server.wait_for(lambda s: s["active"] == 1, "the file's request holds the only slot")
     refused = tight_server.post(clips["a"], headers=key)
     slow.join(WAIT_S)
     assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
