@@ -170,10 +170,14 @@ def test_every_method_gets_the_targets_scores(target, whisper_ct2_source):
     for item in ("cmu_cards_en_w00", "librivox_sense_en_w00"):
         request = Request(item, speech_audio(item), language="en", scores=True)
         alone = run_request(request, target, None, "target-only")
-        drafted = run_request(request, target, whisper_ct2_source, "as2d", bridge=bridge)
-        assert drafted.tokens == alone.tokens and drafted.accepted > 0
-        assert drafted.avg_logprob == pytest.approx(alone.avg_logprob, abs=1e-4) and -1 < alone.avg_logprob < 0
-        assert drafted.no_speech_prob == pytest.approx(alone.no_speech_prob, abs=1e-6)
+        for _ in range(4):  # on a busy machine the target may end before the drafter publishes: run again
+            drafted = run_request(request, target, whisper_ct2_source, "as2d", bridge=bridge)
+            assert drafted.tokens == alone.tokens
+            assert drafted.avg_logprob == pytest.approx(alone.avg_logprob, abs=1e-4) and -1 < alone.avg_logprob < 0
+            assert drafted.no_speech_prob == pytest.approx(alone.no_speech_prob, abs=1e-6)
+            if drafted.accepted > 0:
+                break
+        assert drafted.accepted > 0, "no drafted token was verified in 4 runs"
         plain = run_request(Request(item, speech_audio(item), language="en"), target, None, "target-only")
         assert plain.tokens == alone.tokens and plain.avg_logprob is None and plain.no_speech_prob is None
 
