@@ -19,7 +19,7 @@ from as2d_core.decode.wrappers import SessionWrapper, TargetWrapper
 
 
 class Rendezvous:
-    """Where the sessions of a group meet to verify together; counts the calls and the rows they carried."""
+    """Where the sessions of a wave meet to verify together."""
 
     def __init__(self, group: WindowGroup, expected: int) -> None:
         self.group = group
@@ -28,8 +28,6 @@ class Rendezvous:
         self._members: set[int] = set()  # sessions that verify together, by id
         self._asked: dict[int, tuple[TargetSession, int, Sequence[int]]] = {}
         self._answers: dict[int, list[int] | BaseException] = {}
-        self.calls = 0
-        self.rows = 0
 
     def join(self, session: TargetSession) -> None:
         """``session`` (prepared) verifies with the others from now on."""
@@ -74,8 +72,6 @@ class Rendezvous:
         except BaseException as exc:  # every waiting window hears it, none hangs
             answers = [exc] * len(rows)
         self._answers.update(zip(keys, answers))
-        self.calls += 1
-        self.rows += len(rows)
         self._ready.notify_all()
 
 

@@ -96,8 +96,8 @@ class WhisperWindowGroup:
             for block, column in zip(audio_feed(alone._cross).values(), self._audio):
                 column[row.row] = block
             self.lengths[row.row] = alone.length
+            self._lay_out(list(range(len(self._rows))), joining=alone)
             self._rows.append(row)
-            self._lay_out(extra=alone)
         alone.close()
         session._state = row
         return session
@@ -106,22 +106,23 @@ class WhisperWindowGroup:
         """``row``'s window is done: the last row takes its place, and the cache is laid out for one row less."""
         with self.lock:
             last = self._rows.pop()
+            columns = list(range(len(self._rows)))  # the old cache's column of each row that stays
             if last is not row:
                 for column in self._audio:
                     column[row.row] = column[last.row]
-                self._cache[: last.length, row.row] = self._cache[: last.length, last.row]
                 self.lengths[row.row] = self.lengths[last.row]
+                columns[row.row] = last.row
                 self._rows[row.row], last.row = last, row.row
-            self._lay_out()
+            self._lay_out(columns)
 
-    def _lay_out(self, extra=None) -> None:
-        """The cache as one block for the rows now in the group (``extra``: a joining window's own state)."""
-        used = int(self.lengths[: len(self._rows)].max()) if self._rows else 0
-        cache = np.zeros((self._model.max_length, len(self._rows), *self._row_shape), np.float32)
-        kept = min(self._cache.shape[1], len(self._rows))
-        cache[:used, :kept] = self._cache[:used, :kept]
-        if extra is not None:
-            cache[: extra.length, -1] = extra.cache[: extra.length]
+    def _lay_out(self, columns: list[int], joining=None) -> None:
+        """The cache as one block: the old cache's ``columns``, then the state of a ``joining`` window."""
+        width = len(columns) + (joining is not None)
+        used = int(self.lengths[:width].max()) if width else 0
+        cache = np.zeros((self._model.max_length, width, *self._row_shape), np.float32)
+        cache[:used, : len(columns)] = self._cache[:used, columns]
+        if joining is not None:
+            cache[: joining.length, -1] = joining.cache[: joining.length]
         self._cache = cache
 
     def verify_rows(self, rows: Sequence[tuple[WhisperTargetSession, int, Sequence[int]]]) -> list[list[int]]:
