@@ -85,7 +85,7 @@ def test_a_wave_verified_together_equals_each_window_alone(windows, budget, seed
     together = _wave(WindowsTogether(model, group, windows), requests, source, "as2d", budget)
     assert [r.tokens for r in together] == alone
     assert max(group.calls) == sum(1 for tokens in alone if tokens)  # once all had joined, one call served them all
-    assert sum(group.calls) >= max(len(t) for t in alone)
+    assert sum(group.calls) >= max(len(t) for t in alone) - 1  # a response's first token needs no call
 
 
 def test_a_failed_call_fails_its_windows_and_a_failed_window_holds_no_one_up():
