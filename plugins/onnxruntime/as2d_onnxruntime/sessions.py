@@ -14,8 +14,9 @@ from pathlib import Path
 from . import probe, providers_for
 
 
-def ort_session(path: Path, device: str, threads: int):
-    """An ``InferenceSession`` on ``device`` (cpu, nnapi, or auto) and a note saying which provider really runs it."""
+def ort_session(path: Path, device: str, threads: int, profile_prefix: str | None = None):
+    """An ``InferenceSession`` on ``device`` (cpu, nnapi, or auto) and a note saying which provider really runs it;
+    with ``profile_prefix`` ONNX Runtime's profiler records every run (``end_profiling`` writes the file)."""
     import onnxruntime as ort
 
     note = ""
@@ -29,6 +30,9 @@ def ort_session(path: Path, device: str, threads: int):
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
     session = ort.InferenceSession(str(path), options, providers=providers_for(device))
     return session, f"running on {session.get_providers()[0]}{note}"
 

@@ -48,20 +48,13 @@ def _inputs(dims: dict, rng, past: int, width: int, windows: int = 1):
 
 
 def operator_shares(folder: Path, dims: dict, past: int, width: int, threads: int) -> None:
-    import onnxruntime as ort
-
     rng = np.random.default_rng(0)
+    session, _ = ort_session(folder / "decoder.onnx", "cpu", threads)
     for k in (1, width):
         tokens, cache, cross = _inputs(dims, rng, past, k)
         feed = {"tokens": tokens, "past": cache[0], **audio_feed(cross[0])}
-        session, _ = ort_session(folder / "decoder.onnx", "cpu", threads)
         wall = _median_ms(session, feed)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.enable_profiling = True
-        options.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "step")
-        profiled = ort.InferenceSession(str(folder / "decoder.onnx"), options, providers=["CPUExecutionProvider"])
+        profiled, _ = ort_session(folder / "decoder.onnx", "cpu", threads, str(Path(tempfile.mkdtemp()) / "step"))
         runs = 30
         for _ in range(runs):
             profiled.run(None, feed)
