@@ -102,6 +102,11 @@ class Request:
     word_timestamps: bool = False
     # the target session keeps its tokens' log-probabilities and the no-speech probability (``ResponseScores``)
     scores: bool = False
+    # the decoding mode: 0 is greedy; above it the target samples at this temperature with Gumbel noise drawn from
+    # (seed, response position) alone (``as2d_core.decode.sampling``), so verification stays exact; a drafter
+    # drafts greedily whatever the mode (its tokens are only proposals)
+    temperature: float = attrs.field(default=0.0, validator=attrs.validators.ge(0.0))
+    seed: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     # what the request's target and drafter compute from its audio once for both; not a field of the request
     # (not compared, not in ``fields``), so a copy made with ``attrs.evolve`` or in a drafter process starts empty
     feature_cache: FeatureCache = attrs.field(factory=FeatureCache, init=False, eq=False, repr=False)
@@ -120,7 +125,8 @@ class Request:
     def features(self) -> frozenset[str]:
         """What the request asks of its target beyond audio and task (a target lists those it has in ``features``)."""
         asked = {"timestamps": self.timestamps != "none", "prompt": bool(self.prompt or self.previous_text),
-                 "hotwords": bool(self.hotwords), "word_timestamps": self.word_timestamps}
+                 "hotwords": bool(self.hotwords), "word_timestamps": self.word_timestamps,
+                 "sampling": self.temperature > 0}
         return frozenset(name for name, on in asked.items() if on)
 
     def fields(self) -> dict:
@@ -292,7 +298,7 @@ class TaskList(Protocol):
 @runtime_checkable
 class FeatureList(Protocol):
     """Optional for a target: what a request may ask of it beyond audio and task (``Request.features``:
-    timestamps, prompt, hotwords, word_timestamps); a target without the list offers none of them."""
+    timestamps, prompt, hotwords, word_timestamps, sampling); a target without the list offers none of them."""
 
     features: frozenset[str]
 

@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from as2d_core import DraftPiece
+from as2d_core.decode.sampling import Sampling
 from as2d_core.decode.timestamps import TimestampRules
 from as2d_core.decode.wrappers import SessionWrapper
 
@@ -30,12 +31,12 @@ class TinyLM:
                  timestamps: int = 0):
         self.eos_token = 1
         self.rules = None
-        self.features = frozenset()
+        self.features = frozenset({"sampling"})
         if timestamps:  # Whisper's layout: text, the end token, <|notimestamps|>, the timestamps
             self.eos_token = vocab - 1
             self.rules = TimestampRules(begin=vocab + 1, eot=self.eos_token, no_timestamps=vocab,
                                         max_initial=timestamps // 4)
-            self.features = frozenset({"timestamps"})
+            self.features = frozenset({"timestamps", "sampling"})
             vocab += 1 + timestamps
         rng = np.random.default_rng(seed)
         self.vocab, self.dim, self.layers = vocab, dim, layers
@@ -51,7 +52,8 @@ class TinyLM:
     def prepare(self, request, threads):
         digest = hashlib.sha256(np.asarray(request.audio).tobytes()).digest()
         prompt = [2 + b % ((self.eos_token if self.rules else self.vocab) - 2) for b in digest[:4]]
-        return TinySession(self, prompt, self.rules if request.timestamps != "none" else None)
+        return TinySession(self, prompt, self.rules if request.timestamps != "none" else None,
+                           Sampling(request.temperature, request.seed))
 
 
 class TinySession:
@@ -59,8 +61,10 @@ class TinySession:
 
     time_precision_s = 0.02
 
-    def __init__(self, model: TinyLM, prompt: list[int], rules: TimestampRules | None = None):
+    def __init__(self, model: TinyLM, prompt: list[int], rules: TimestampRules | None = None,
+                 sampling: Sampling = Sampling()):
         self.m = model
+        self.sampling = sampling
         self.eos_token = model.eos_token
         self.vocab_size = model.vocab
         self.max_new_tokens = model.max_new_tokens
@@ -75,7 +79,7 @@ class TinySession:
         first = self._logits(prompt)[-1:]
         if rules is not None:
             rules.apply(first[0], [])
-        self._first = int(first[0].argmax())
+        self._first = sampling.choose(first, 0)[0]
         self.threads = None
 
     def _logits(self, tokens):
@@ -116,8 +120,9 @@ class TinySession:
         logits = self._logits(appended)
         if self.rules is not None:  # each position under the rules for the response up to it
             self.rules.apply_rows(logits, self.response, appended)
+        position = len(self.response) + 1
         self.response += appended
-        return [int(t) for t in logits.argmax(-1)]
+        return self.sampling.choose(logits, position)
 
     def truncate(self, cache_length):
         keep = self.prompt_length + cache_length

@@ -23,6 +23,7 @@ import numpy as np
 import onnxruntime as ort
 
 from as2d_core.contracts import DraftPiece, Request
+from as2d_core.decode.sampling import Sampling
 from as2d_core.decode.timestamps import TIME_PRECISION_S, TimestampRules
 from as2d_core.setup.paths import ModelFilesMissing, absent_files, check_folder
 from as2d_core.setup.paths import models_dir as default_models_dir
@@ -326,11 +327,13 @@ def _top_probability(row: np.ndarray) -> float:
     return 1.0 / float(np.exp(row - row.max()).sum())
 
 
-def _top_logprobs(rows: np.ndarray) -> list[float]:
-    """Log-softmax of the arg-max entry of each logits row (``[K, vocab]``): the greedy tokens' log-probabilities."""
+def _chosen_logprobs(rows: np.ndarray, tokens: Sequence[int]) -> list[float]:
+    """Log-softmax of each row's chosen token (``rows``: ``[K, vocab]``, the scores the tokens were chosen from;
+    untempered, as openai-whisper scores sampled tokens too)."""
     rows = rows.astype(np.float64)
     top = rows.max(axis=-1, keepdims=True)
-    return [float(v) for v in -np.log(np.exp(rows - top).sum(axis=-1))]
+    norm = top[:, 0] + np.log(np.exp(rows - top).sum(axis=-1))
+    return [float(rows[j, t] - norm[j]) for j, t in enumerate(tokens)]
 
 
 def _probability(row: np.ndarray, token: int) -> float:
@@ -348,9 +351,11 @@ class WhisperTargetSession:
 
     In timestamp mode each verified position's logits get Whisper's timestamp rules for the response
     up to that position (``TimestampRules.apply_rows``): the session keeps the response tokens in its
-    cache for that, so a batched verification decides as one step at a time would. For a request that
-    asks (``Request.scores``) it also keeps each greedy token's log-probability and the no-speech
-    probability (``contracts.ResponseScores``), as CTranslate2 computes them for faster-whisper.
+    cache for that, so a batched verification decides as one step at a time would. A request at a
+    temperature above 0 is sampled with noise drawn from its seed and each token's position
+    (``as2d_core.decode.sampling``), so a batched verification draws what one step at a time would. For a
+    request that asks (``Request.scores``) it also keeps each chosen token's log-probability and the
+    no-speech probability (``contracts.ResponseScores``), as CTranslate2 computes them for faster-whisper.
     """
 
     def __init__(self, target: "WhisperTarget", request: Request, threads: int):
@@ -377,6 +382,7 @@ class WhisperTargetSession:
         self.vocab_size = model.n_vocab
         self.timestamp_begin, self.time_precision_s = model.timestamp_begin, model.time_precision_s
         self._rules = model.timestamp_rules if request.timestamps != "none" else None
+        self._sampling = Sampling(request.temperature, request.seed)
         self._response: list[int] = []  # the response tokens in the cache, for the timestamp rules
         self.max_new_tokens = model.max_length - len(self.prompt)
         self._state = _DecoderState(model, cross, threads)
@@ -387,10 +393,10 @@ class WhisperTargetSession:
         first_row = model.greedy(logits[-1], first_step=True)
         if self._rules is not None:
             self._rules.apply(first_row, [])
-        self._first = int(np.argmax(first_row))
+        self._first = self._sampling.choose(first_row[None], 0)[0]
         self._first_confidence = _top_probability(first_row)
-        # with scores: the first token's log-probability, then the greedy token's after each cached position
-        self._logprobs = _top_logprobs(first_row[None]) if request.scores else None
+        # with scores: the first token's log-probability, then the chosen token's after each cached position
+        self._logprobs = _chosen_logprobs(first_row[None], [self._first]) if request.scores else None
 
     @property
     def cache_length(self) -> int:
@@ -404,29 +410,32 @@ class WhisperTargetSession:
     def first_token(self) -> int:
         return self._first
 
-    def _scores(self, root: int, candidates: Sequence[int]) -> np.ndarray:
-        """Logits after each appended position, with the suppressions and (in timestamp mode) the rules applied."""
+    def _appended(self, root: int, candidates: Sequence[int]) -> tuple[list[int], np.ndarray]:
         appended = [int(root), *(int(c) for c in candidates)]
-        return self.scored(appended, self._state.append(appended))
+        return appended, self._state.append(appended)
 
-    def scored(self, appended: list[int], logits: np.ndarray) -> np.ndarray:
-        """The decoder's logits [K, vocab] for ``appended`` (just added to the cache), made the greedy scores: the
-        suppressions and rules applied and the response extended (a window group's call hands its rows here)."""
+    def chosen(self, appended: list[int], logits: np.ndarray) -> list[int]:
+        """The token after each position of ``appended`` (just added to the cache; ``logits``: the decoder's
+        [K, vocab] for them): the suppressions and rules applied, then the request's choice (greedy or seeded
+        sampling), the response extended (a window group's call hands its rows here)."""
+        position = len(self._response) + 1  # the response position the first row scores
         logits = self._model.greedy(logits)
         if self._rules is not None:
             self._rules.apply_rows(logits, self._response, appended)
         self._response += appended
+        tokens = self._sampling.choose(logits, position)
         if self._logprobs is not None:
-            self._logprobs += _top_logprobs(logits)
-        return logits
+            self._logprobs += _chosen_logprobs(logits, tokens)
+        return tokens
 
     def verify(self, root: int, candidates: Sequence[int]) -> list[int]:
-        return [int(t) for t in np.argmax(self._scores(root, candidates), axis=-1)]
+        return self.chosen(*self._appended(root, candidates))
 
     def verify_with_confidence(self, root: int, candidates: Sequence[int]) -> tuple[list[int], list[float]]:
         """Like verify, plus the probability of each greedy token (SpecASR's stopping rule needs it)."""
-        logits = self._scores(root, candidates)
-        return [int(t) for t in np.argmax(logits, axis=-1)], [_top_probability(row) for row in logits]
+        appended, logits = self._appended(root, candidates)
+        tokens = self.chosen(appended, logits)  # the rules edit ``logits`` in place
+        return tokens, [_top_probability(row) for row in logits[: len(tokens)]]
 
     def first_token_confidence(self) -> float:
         return self._first_confidence
@@ -470,7 +479,7 @@ class WhisperTarget(WordTimestamps):
     """
 
     # what a request may ask (``Request.features``)
-    features = frozenset({"timestamps", "prompt", "hotwords", "word_timestamps"})
+    features = frozenset({"timestamps", "prompt", "hotwords", "word_timestamps", "sampling"})
 
     def __init__(
         self,

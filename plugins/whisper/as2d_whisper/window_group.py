@@ -126,11 +126,10 @@ class WhisperWindowGroup:
         self._cache = cache
 
     def verify_rows(self, rows: Sequence[tuple[WhisperTargetSession, int, Sequence[int]]]) -> list[list[int]]:
-        """Each session's greedy predictions after its root and candidates, all sessions in one call."""
+        """Each session's chosen tokens after its root and candidates (its own mode), all sessions in one call."""
         appended = [[int(root), *(int(c) for c in candidates)] for _, root, candidates in rows]
         logits = self.append({session._state: tokens for (session, _, _), tokens in zip(rows, appended)})
-        return [[int(t) for t in np.argmax(session.scored(tokens, logits[session._state]), axis=-1)]
-                for (session, _, _), tokens in zip(rows, appended)]
+        return [session.chosen(tokens, logits[session._state]) for (session, _, _), tokens in zip(rows, appended)]
 
     def append(self, rows: dict[_Row, list[int]]) -> dict[_Row, np.ndarray]:
         """Append each row's tokens in one call; each row's logits [K, vocab]."""
