@@ -26,6 +26,7 @@ import attrs
 import numpy as np
 
 from as2d_core.setup import catalog
+from as2d_core.cli.subtitles import words_by_segment
 from as2d_core.input.audio import read_audio
 from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source
 from as2d_core.contracts import SAMPLE_RATE, LanguageDetector, Request
@@ -33,7 +34,6 @@ from as2d_core.setup.options import DecodeOptions
 from as2d_core.input.pipeline import Pipeline, PipelineOptions, WindowResult
 from as2d_core.setup.plugins import load_registry
 from as2d_core.decode.scores import compression_ratio, is_silent
-from as2d_core.decode.timestamps import Segment as _Segment
 from as2d_core.input.windows import WindowPlan
 
 # faster-whisper's size names that as2d has a target for, by compute type
@@ -270,22 +270,6 @@ def vad_options(parameters: dict | Any | None) -> VadOptions:
         if value != fixed[name]:
             raise _refuse(f"vad_parameters[{name!r}]", value, f"as2d's detector takes only {', '.join(sorted(ours))}")
     return VadOptions(**{k: v for k, v in given.items() if k in ours})
-
-
-def words_by_segment(segments: Sequence[_Segment], words: Sequence[Any]) -> list[list[Any]]:
-    """Each segment's words: the next words until they hold as many non-space characters as its text (a
-    window's words spell its text, and its segments split it)."""
-    out, at = [], 0
-    for segment in segments:
-        need, mine = len("".join(segment.text.split())), []
-        while at < len(words) and need > 0:
-            need -= len("".join(words[at].word.split()))
-            mine.append(words[at])
-            at += 1
-        out.append(mine)
-    if out and at < len(words):
-        out[-1].extend(words[at:])
-    return out
 
 
 class WhisperModel:

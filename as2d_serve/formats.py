@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from as2d_core.cli.subtitles import to_srt, to_vtt
+from as2d_core.cli.subtitles import to_srt, to_vtt, transcript_cues
 from as2d_core.decode.scores import compression_ratio
 
 from .service import Transcription
@@ -84,5 +84,5 @@ def stream_done(t: Transcription) -> dict:
 
 
 def subtitles(t: Transcription, kind: str) -> str:
-    cues = [(s.start_s, s.end_s, s.text) for s in t.transcript.segments]
+    cues = transcript_cues(t.transcript)
     return to_srt(cues) if kind == "srt" else to_vtt(cues)

@@ -20,7 +20,7 @@ from as2d_core.decode import DecodeResult
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.plugins import UnknownPart, load_registry, register_commands
 from as2d_core.cli.stream import stream
-from as2d_core.cli.subtitles import to_srt, to_vtt
+from as2d_core.cli.subtitles import to_srt, to_vtt, transcript_cues
 
 OUTPUT_FORMATS = ("text", "json", "srt", "vtt")
 SUBTITLES = ("srt", "vtt")  # timestamp mode unless --timestamps says otherwise
@@ -41,7 +41,8 @@ def cli() -> None:
 @click.option("--check", is_flag=True, help="Also decode every window target-only and report whether the tokens are equal.")
 @click.option("--format", "output_format", type=click.Choice(OUTPUT_FORMATS), default="text", show_default=True,
               help="text, one JSON object, or subtitles: one cue per segment (--timestamps segment, their default), "
-                   "or per window with --timestamps none.")
+                   "or per window with --timestamps none; at most 2 lines of 42 characters a cue, a longer "
+                   "segment split into several cues.")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.pass_context
 def run(ctx, audio, method, resample, check, output_format, as_json, **model_options):
@@ -74,8 +75,7 @@ def run(ctx, audio, method, resample, check, output_format, as_json, **model_opt
             out.update(config=str(report.path), devices=report.devices, warnings=report.warnings)
         click.echo(json.dumps(out, ensure_ascii=False))
     elif output_format in SUBTITLES:
-        cues = [(s.start_s, s.end_s, s.text) for s in transcript.segments]
-        click.echo((to_srt if output_format == "srt" else to_vtt)(cues), nl=False)
+        click.echo((to_srt if output_format == "srt" else to_vtt)(transcript_cues(transcript)), nl=False)
     else:
         click.echo(transcript.text)
         for w in transcript.windows if len(transcript.windows) > 1 else ():
