@@ -291,6 +291,12 @@ def _crisperwhisper(compute_type: str, k: int, k_min: int = 0, k_max: int = 0):
     return factory
 
 
+def _whisper_cpp(options: dict):
+    from .whispercpp import WhisperCppPeer
+
+    return WhisperCppPeer(options["threads"], options.get("models_dir"))
+
+
 def _hf_assisted(options: dict):
     from .peers import HFAssistedPeer
 
@@ -300,7 +306,8 @@ def _hf_assisted(options: dict):
 @hookimpl
 def register_peers(register):
     """Outside peers for ``as2d bench`` on the same whisper-base weights (``pip install 'as2d[bench]'``);
-    ``whole_file`` ones also for ``scripts/bench_long_audio.py``. crisperwhisper-sd needs its own environment
+    ``whole_file`` ones also for ``scripts/bench_long_audio.py``; whisper.cpp needs ``pywhispercpp``.
+    crisperwhisper-sd needs its own environment
     (``as2d peers install crisperwhisper``)."""
     for suffix, compute_type in (("", "float32"), ("-int8", "int8")):
         register(f"faster-whisper{suffix}", _faster_whisper(compute_type), default=not suffix, whole_file=True,
@@ -319,6 +326,9 @@ def register_peers(register):
         register(f"crisperwhisper-sd-adaptive{suffix}", _crisperwhisper(compute_type, 5, 2, 10),
                  description=f"CrisperWhisper's generate_speculative, adaptive K 2-10: whisper-base {compute_type}, "
                              "tiny.en int8 draft (English; own environment)")
+    register("whisper.cpp", _whisper_cpp, default=True, whole_file=True,
+             description="whisper.cpp (pywhispercpp) greedy on whisper-base converted to ggml f16: temperature 0, "
+                         "no fallback, no conditioning; on a whole file its own 30 s windows by timestamps")
     register("hf-assisted", _hf_assisted, default=True,
              description="transformers assisted generation: whisper-base target, tiny.en assistant")
 
