@@ -8,13 +8,15 @@ Any other method is an outside peer that a plugin offers through ``register_peer
 ``whole_file=True`` (``as2d_core.setup.peers.FilePeer``), run the way its users run it, with its own
 VAD: the Whisper plugin's ``faster-whisper`` (sequential, temperature 0, no fallback, no conditioning:
 the equal-decoding row), ``faster-whisper-default`` (its shipped temperature fallback and conditioning),
-``faster-whisper-batched4``/``-batched8`` (``BatchedInferencePipeline``), each also ``-int8``.
+``faster-whisper-batched4``/``-batched8`` (``BatchedInferencePipeline``), each also ``-int8``; and ``whisper.cpp``
+(pywhispercpp on whisper-base written as ggml f16: greedy, temperature 0, no fallback, no conditioning, its own
+30 s windows walked by the timestamps it predicts, no VAD).
 One JSON line per method and round, then a Markdown table of each method's median over the rounds.
 
 ``--rounds N`` (default 3) runs every method once per round, in the same order each round, so a slow
 drift of a shared machine touches all methods alike; the table quotes medians and the ratios of medians.
 
-CTranslate2 (faster-whisper) waits on its threads by spinning, so a peer timed while other work runs
+CTranslate2 (faster-whisper) and whisper.cpp (OpenMP) wait on their threads by spinning, so a peer timed while other work runs
 is slowed unfairly: run this with the other cores idle. Before each timed run the machine's load is
 read: the 1-minute load average, and over 1 s the cores busy with other processes than this one
 (the 1-minute average still holds this script's previous method). A warning is printed, and the row
@@ -25,7 +27,7 @@ pacing) once per method, serial SD included, and prints each method's stream sum
 
     .venv/bin/python scripts/make_long_audio.py --seconds 600 --out /tmp/long_en_600s.wav
     .venv/bin/python scripts/bench_long_audio.py /tmp/long_en_600s.wav \\
-        --methods target-only,sd-k5,as2d,faster-whisper,faster-whisper-batched8-int8 --out /tmp/long_en_600s.bench.jsonl
+        --methods target-only,sd-k5,as2d,faster-whisper,faster-whisper-batched8-int8,whisper.cpp --out /tmp/long_en_600s.bench.jsonl
     .venv/bin/python scripts/bench_long_audio.py /tmp/long_en_600s.wav --stream --pace realtime \\
         --methods target-only,sd-k5,as2d --out /tmp/long_en_600s.stream.jsonl
 """
@@ -121,7 +123,7 @@ def machine_load(threads: int, sample_s: float = 1.0) -> dict:
     limit = 0.5 * max(1, cores - threads)
     if others > limit:
         print(f"warning: other processes keep {others:.1f} of {cores} cores busy (limit {limit:.1f} with {threads} "
-              f"threads ours; 1-minute load {load_1m:.2f}): CTranslate2 peers spin on their threads and are slowed "
+              f"threads ours; 1-minute load {load_1m:.2f}): CTranslate2 and whisper.cpp peers spin on their threads and are slowed "
               "unfairly, and so is every other method; run with the other cores idle", flush=True)
     return {"load_1m": round(load_1m, 2), "load_5m": round(load_5m, 2), "others_busy_cores": round(others, 2),
             "cores": cores, "busy": others > limit}
@@ -233,7 +235,7 @@ def print_table(rows: list[dict], order: list[str], peers: list[str], audio_s: f
               f"{f'{base / median[m]:.2f}x' if base else '-'} | "
               f"{f'{median[fastest] / median[m]:.2f}x' if fastest else '-'} | {runs[0]['windows']} | {shown} | "
               f"{busy}{' (busy!)' if busy else ''} |")
-    print("\nCTranslate2 peers spin on their threads: their rows are fair only with the other cores idle "
+    print("\nCTranslate2 and whisper.cpp peers spin on their threads: their rows are fair only with the other cores idle "
           "(a round marked busy was timed while other processes kept cores busy).")
 
 if __name__ == "__main__":
