@@ -8,16 +8,16 @@ Any other method is an outside peer that a plugin offers through ``register_peer
 ``whole_file=True`` (``as2d_core.setup.peers.FilePeer``), run the way its users run it, with its own
 VAD: the Whisper plugin's ``faster-whisper`` (sequential, temperature 0, no fallback, no conditioning:
 the equal-decoding row), ``faster-whisper-default`` (its shipped temperature fallback and conditioning),
-``faster-whisper-batched4``/``-batched8`` (``BatchedInferencePipeline``), each also ``-int8``; and ``whisper.cpp``
-(pywhispercpp on whisper-base written as ggml f16: greedy, temperature 0, no fallback, no conditioning, its own
-30 s windows walked by the timestamps it predicts, no VAD).
+``faster-whisper-batched4``/``-batched8`` (``BatchedInferencePipeline``), each also ``-int8``; and
+``whisper.cpp`` (pywhispercpp on whisper-base written as ggml f16: greedy, temperature 0, no fallback,
+no conditioning, its own 30 s windows walked by the timestamps it predicts, no VAD).
 One JSON line per method and round, then a Markdown table of each method's median over the rounds.
 
 ``--rounds N`` (default 3) runs every method once per round, in the same order each round, so a slow
 drift of a shared machine touches all methods alike; the table quotes medians and the ratios of medians.
 
-CTranslate2 (faster-whisper) and whisper.cpp (OpenMP) wait on their threads by spinning, so a peer timed while other work runs
-is slowed unfairly: run this with the other cores idle. Before each timed run the machine's load is
+CTranslate2 (faster-whisper) and whisper.cpp (OpenMP) wait on their threads by spinning, so a peer timed
+while other work runs is slowed unfairly: run this with the other cores idle. Before each timed run the machine's load is
 read: the 1-minute load average, and over 1 s the cores busy with other processes than this one
 (the 1-minute average still holds this script's previous method). A warning is printed, and the row
 marked, when others keep more than half of each core this run does not use busy (at least half a core).
