@@ -17,10 +17,10 @@ One JSON line per method and round, then a Markdown table of each method's media
 drift of a shared machine touches all methods alike; the table quotes medians and the ratios of medians.
 
 CTranslate2 (faster-whisper) and whisper.cpp (OpenMP) wait on their threads by spinning, so a peer timed
-while other work runs is slowed unfairly: run this with the other cores idle. Before each timed run the machine's load is
-read: the 1-minute load average, and over 1 s the cores busy with other processes than this one
-(the 1-minute average still holds this script's previous method). A warning is printed, and the row
-marked, when others keep more than half of each core this run does not use busy (at least half a core).
+while other work runs is slowed unfairly: run this with the other cores idle. Before each timed run the
+machine's load is read: the 1-minute load average, and over 1 s the cores busy with other processes than
+this one (the 1-minute average still holds this script's previous method). A warning is printed, and the
+row marked, when others keep more than half of each core this run does not use busy (at least half a core).
 
 ``--stream`` feeds the file instead as a sustained stream (``as2d stream``'s blocks, views and
 pacing) once per method, serial SD included, and prints each method's stream summary.
