@@ -30,7 +30,7 @@ from as2d_core.cli.subtitles import words_by_segment
 from as2d_core.input.audio import read_audio
 from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source
 from as2d_core.contracts import SAMPLE_RATE, LanguageDetector, Request
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.input.pipeline import Pipeline, PipelineOptions, WindowResult
 from as2d_core.setup.plugins import load_registry
 from as2d_core.decode.scores import compression_ratio, is_silent

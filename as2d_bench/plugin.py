@@ -1,5 +1,5 @@
 """Attaches ``as2d bench`` to the ``as2d`` command, the same way any plugin adds a command."""
-from as2d_core import hookimpl
+from as2d_core.setup.hookspecs import hookimpl
 
 
 @hookimpl

@@ -47,11 +47,12 @@ import attrs
 
 from as2d_core.input.audio import load_audio
 from as2d_core.contracts import PrefixDrafting, Request
-from as2d_core.decode import DecodeResult, run_request
+from as2d_core.decode.result import DecodeResult
+from as2d_core.decode.request import run_request
 from as2d_core.decode.methods import registered
 from as2d_core.decode.words import add_words, prepare_words
 from as2d_core.setup.catalog import resolve_bridge
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.setup.peers import Peer
 from .folder import ResultsFolder
 from .machine import bench_machine, check_one_kind

@@ -10,7 +10,7 @@ from pathlib import Path
 import attrs
 
 from as2d_core.setup.build import DEFAULT_SOURCE
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.faults import check_fault
 from .folder import ResultsFolder
 from .runner import Bench, drafters, methods_of_kind, run_config, run_labels

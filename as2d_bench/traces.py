@@ -8,7 +8,7 @@ start of the decode clock).
 """
 from __future__ import annotations
 
-from as2d_core.decode import DecodeResult
+from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.events import TARGET_KINDS
 
 FORMAT = "as2d-trace/1"

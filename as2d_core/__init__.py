@@ -1,29 +1,7 @@
 """as2d: audio-conditioned speculative decoding with target-decoupled drafting.
 
-The public contracts live in ``contracts``; the engine in ``engine``; plugins
-register parts through ``hookspecs``.
+The root is kept light: importing ``as2d_core.contracts`` (every plugin and every drafter process
+does) loads no audio library, no plugin manager and no other part of the core. Import each name
+from its module: the contracts from ``contracts``, ``run_request`` from ``decode.request``,
+``Pipeline`` from ``input.pipeline``, ``hookimpl`` from ``setup.hookspecs``.
 """
-from as2d_core.input.audio import AudioError, load_audio
-from as2d_core.decode.buffer import CandidateBuffer, Snapshot
-from as2d_core.contracts import DraftJob, DraftPiece, PublishedBatch, Request, Source, Target, TargetSession
-from as2d_core.decode import DecodeResult, run_request
-from as2d_core.setup.options import DecodeOptions
-from as2d_core.setup.hookspecs import hookimpl
-
-__all__ = [
-    "AudioError",
-    "CandidateBuffer",
-    "DecodeOptions",
-    "DecodeResult",
-    "DraftJob",
-    "DraftPiece",
-    "PublishedBatch",
-    "Request",
-    "Snapshot",
-    "Source",
-    "Target",
-    "TargetSession",
-    "hookimpl",
-    "load_audio",
-    "run_request",
-]

@@ -22,7 +22,8 @@ from as2d_core.setup.build import build_parts, build_source, pipeline_options, s
 from as2d_core.setup.config import Config, Report
 from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Closable, Request, Target, TargetSession
 from as2d_core.decode.methods import get_method, method_names
-from as2d_core.setup.options import SERVE, DecodeOptions
+from as2d_core.setup.options import SERVE
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.faults import FaultLandingTarget, FaultySource, check_fault
 from as2d_core.decode.wrappers import SessionWrapper, TargetWrapper
 from as2d_core.input.pipeline import Pipeline, Transcript, default_detector

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from as2d_core.setup.options import STARTS, bounds, decode_flag
+from as2d_core.decode.options import STARTS
+from as2d_core.setup.options import bounds, decode_flag
 
 from .replay import CLOCKS, PUBLICATION
 

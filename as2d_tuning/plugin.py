@@ -1,5 +1,5 @@
 """Attaches ``as2d profile``, ``as2d replay`` and ``as2d select`` to the ``as2d`` command, as a plugin would."""
-from as2d_core import hookimpl
+from as2d_core.setup.hookspecs import hookimpl
 
 
 @hookimpl

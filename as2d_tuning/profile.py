@@ -48,8 +48,8 @@ from as2d_bench.machine import bench_machine, machine_info, package_versions  # 
 from as2d_core.decode.buffer import CandidateBuffer
 from as2d_core.setup.catalog import resolve_bridge
 from as2d_core.contracts import BridgeFactory, Request, Source, Target
-from as2d_core.decode import run_request
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.request import run_request
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.setup.source_spec import SourceSpec
 from as2d_core.decode.events import TARGET_KINDS
 from as2d_core.workers.priority import lower_thread_priority, run_at_lower_priority

@@ -33,11 +33,13 @@ from pathlib import Path
 
 import attrs
 
-from as2d_core.decode import Counters, PublishedProposer, TargetOnly, get_method, target_loop
+from as2d_core.decode.loop import Counters, TargetOnly, target_loop
+from as2d_core.decode.proposers import PublishedProposer
+from as2d_core.decode.methods import get_method
 
-from as2d_core.setup.options import DEFAULTS, DecodeOptions
+from as2d_core.decode.options import DEFAULTS, DecodeOptions
 from as2d_core.decode.events import EventLog
-from as2d_core.setup.options import STARTS
+from as2d_core.decode.options import STARTS
 from as2d_core.setup.options import parse_budgets  # noqa: F401  (one budget-list rule, with the engine's cap)
 from .costs import Contention, Costs, DrafterCosts
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import attrs
 
-from as2d_core.setup.options import DEFAULTS
+from as2d_core.decode.options import DEFAULTS
 from as2d_core.setup.source_spec import SourceSpec
 from .costs import Costs, MissingCost
 from .replay import Record, record_of, replay_record

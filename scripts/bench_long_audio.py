@@ -46,7 +46,7 @@ import numpy as np
 from as2d_core.decode.methods import get_method
 from as2d_core.input.audio import read_audio
 from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.peers import FilePeer
 from as2d_core.setup.plugins import load_registry

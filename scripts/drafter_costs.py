@@ -22,10 +22,13 @@ import sys
 import time
 from pathlib import Path
 
-from as2d_core import DecodeOptions, Request, load_audio, run_request
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.contracts import Request
+from as2d_core.input.audio import load_audio
+from as2d_core.decode.request import run_request
 from as2d_core.setup.build import build_part
 from as2d_core.setup.catalog import resolve_bridge
-from as2d_core.setup.options import DEFAULTS, STARTS
+from as2d_core.decode.options import DEFAULTS, STARTS
 
 SPEECH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "speech"
 

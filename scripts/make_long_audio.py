@@ -30,7 +30,7 @@ def english_clips(speech_dir: Path) -> list[dict]:
 
 def build(speech_dir: Path, seconds: float, pause_s: float = 1.0) -> tuple[np.ndarray, list[dict]]:
     """Samples (16 kHz mono float32) and the clip list with their times in the result."""
-    from as2d_core import load_audio
+    from as2d_core.input.audio import load_audio
 
     clips = english_clips(speech_dir)
     pieces, listing, at = [], [], 0

@@ -57,14 +57,14 @@ def speech_row(item_id: str) -> dict:
 
 def speech_audio(item_id: str) -> np.ndarray:
     """The item's samples, read by the project's own loader (16 kHz mono float32)."""
-    from as2d_core import load_audio
+    from as2d_core.input.audio import load_audio
 
     return load_audio(speech_row(item_id)["file"])
 
 
 @pytest.fixture
 def tiny_request():
-    from as2d_core import Request
+    from as2d_core.contracts import Request
 
     def make(seed: int = 0):
         rng = np.random.default_rng(seed)

@@ -1,7 +1,7 @@
 """Decode options for real-speech tests that check the drafter published something."""
 from __future__ import annotations
 
-from as2d_core import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 
 
 def options_that_draft(**fields) -> DecodeOptions:

@@ -1,7 +1,8 @@
 """Cursor alignment after rejections (Appendix C.3), unit and end to end."""
 import pytest
 
-from as2d_core import DecodeOptions, run_request
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.decode.request import run_request
 from as2d_core.decode.align import Aligner, Proposal
 from tiny_lm import ScriptedSource, TinyLM
 

@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from as2d_core import AudioError, Request, load_audio
+from as2d_core.input.audio import AudioError, load_audio
+from as2d_core.contracts import Request
 from as2d_core.input.audio import TruncatedAudioWarning, read_audio
 from audio_files import FORMATS, encode
 

@@ -6,7 +6,8 @@ import hashlib
 
 import pytest
 
-from as2d_core import DecodeOptions, run_request
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.decode.request import run_request
 from as2d_core.decode.serial import BaselineUnavailable, PrefixDrafter
 from tiny_lm import ScriptedSource, SlowTarget, TinyLM
 

@@ -5,7 +5,9 @@ these tests fail with that instruction rather than skip, so a missing model is n
 """
 import pytest
 
-from as2d_core import DecodeOptions, Request, run_request
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.contracts import Request
+from as2d_core.decode.request import run_request
 from as2d_core.setup.catalog import resolve_bridge
 from conftest import speech_audio, speech_row
 from drafting import options_that_draft

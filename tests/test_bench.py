@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from as2d_core import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 from as2d_bench.runner import Bench, expand_methods, read_manifest
 from as2d_bench.summary import summarize
 from test_baselines import MODEL, PrefixSource

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from as2d_core.input.audio import load_audio
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 from as2d_bench.runner import expand_methods, read_manifest
 
 EXAMPLE = "examples/ljspeech_en_w00.wav"

@@ -1,7 +1,8 @@
 """Bridges are resolved once, when a source and a target are loaded together, never per request."""
 import pytest
 
-from as2d_core import DecodeOptions, run_request
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.decode.request import run_request
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from as2d_core.setup import catalog, plugins
 from as2d_bench.runner import Bench

@@ -4,7 +4,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from as2d_core import DecodeOptions, Request, run_request
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.contracts import Request
+from as2d_core.decode.request import run_request
 from as2d_core.decode.buffer import CandidateBuffer
 from as2d_core.decode.chunked import (
     DEFAULT_CHUNK_S,
@@ -16,7 +18,7 @@ from as2d_core.decode.chunked import (
     ctc_greedy,
     sentencepiece_text,
 )
-from as2d_core.decode import Producer
+from as2d_core.decode.producer import Producer
 from as2d_core.decode.events import EventLog
 from as2d_core.setup.catalog import resolve_bridge
 from tiny_lm import TinyLM

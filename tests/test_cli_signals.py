@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from as2d_core import load_audio
+from as2d_core.input.audio import load_audio
 
 DATA = Path(__file__).resolve().parent / "data" / "clips"
 

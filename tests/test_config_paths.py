@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from as2d_core.setup import catalog, plugins
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.setup.options import user_fields
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from tiny_lm import ScriptedSource, TinyLM

@@ -6,7 +6,9 @@ it, and an installation that cannot reach the package index must fail clearly an
 """
 import pytest
 
-from as2d_core import Request, load_audio, run_request
+from as2d_core.contracts import Request
+from as2d_core.input.audio import load_audio
+from as2d_core.decode.request import run_request
 from as2d_core.setup.peers import PeerUnavailable
 from as2d_bench.peers import make_peers, peer_row
 from as2d_bench.runner import Window

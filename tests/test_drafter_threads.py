@@ -23,11 +23,13 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wa
 
 BUSY_DRAFTER = textwrap.dedent(f"""
     import threading
-    from as2d_core import Request, load_audio, run_request
+    from as2d_core.contracts import Request
+    from as2d_core.input.audio import load_audio
+    from as2d_core.decode.request import run_request
     from as2d_core.decode.wrappers import SourceWrapper
     from as2d_core.setup.build import build_part, build_source
     from as2d_core.setup.catalog import resolve_bridge
-    from as2d_core.setup.options import DecodeOptions
+    from as2d_core.decode.options import DecodeOptions
 
     class BusyJob:
         '''The real drafter's pieces, then the real runtime kept busy (whole decodes) until cancelled.'''

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from as2d_core import DecodeOptions, run_request
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.decode.request import run_request
 from as2d_core.decode.events import decompose
 from tiny_lm import ScriptedSource, SlowTarget, TinyLM, edited_draft
 
@@ -92,7 +93,7 @@ def test_empty_drafter_runs_target_alone(tiny_request):
 
 
 def test_language_not_served_runs_target_only(tiny_request):
-    from as2d_core import Request
+    from as2d_core.contracts import Request
 
     request = tiny_request(5)
     source = ScriptedSource([3, 4, 5])

@@ -7,7 +7,10 @@ own thread) on ONNX Runtime. A mismatch fails the test and names the request.
 """
 import pytest
 
-from as2d_core import DecodeOptions, Request, load_audio, run_request
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.contracts import Request
+from as2d_core.input.audio import load_audio
+from as2d_core.decode.request import run_request
 from as2d_core.setup.catalog import resolve_bridge
 from conftest import speech_params
 

@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from as2d_core import DecodeOptions, run_request
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.decode.request import run_request
 from as2d_core.decode.faults import FAULTS, FaultySource
 from tiny_lm import ScriptedSource, SlowTarget, TinyLM
 

@@ -18,7 +18,8 @@ import srt
 import webvtt
 from click.testing import CliRunner
 
-from as2d_core import Request, run_request
+from as2d_core.contracts import Request
+from as2d_core.decode.request import run_request
 from as2d_core.input.audio import load_audio
 from as2d_core.cli.main import cli
 from as2d_core.setup.build import DEFAULT_SOURCE

@@ -3,7 +3,8 @@ import types
 
 import pytest
 
-from as2d_core import DecodeOptions, run_request
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.decode.request import run_request
 from as2d_core.decode.methods import BUILTIN, Method, UnknownMethod, get_method, method_names
 from as2d_core.decode.serial import SerialPolicy
 from as2d_core.setup import plugins

@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from as2d_core import DecodeOptions, Request, run_request
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.contracts import Request
+from as2d_core.decode.request import run_request
 from as2d_core.contracts import Source, Target, TargetSession
 from as2d_core.setup.catalog import resolve_bridge
 

@@ -2,7 +2,10 @@
 import numpy as np
 import pytest
 
-from as2d_core import DecodeOptions, Request, load_audio, run_request
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.contracts import Request
+from as2d_core.input.audio import load_audio
+from as2d_core.decode.request import run_request
 from as2d_core.decode.chunked import chunk_spans, ctc_greedy
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.plugins import load_registry

@@ -10,7 +10,9 @@ these tests fail with that instruction rather than skip.
 
 import pytest
 
-from as2d_core import Request, load_audio, run_request
+from as2d_core.contracts import Request
+from as2d_core.input.audio import load_audio
+from as2d_core.decode.request import run_request
 from as2d_bench.peers import peer_row
 from as2d_bench.runner import Window
 from conftest import speech_row

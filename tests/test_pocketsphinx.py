@@ -2,10 +2,11 @@
 import numpy as np
 import pytest
 
-from as2d_core import Request, run_request
+from as2d_core.contracts import Request
+from as2d_core.decode.request import run_request
 from as2d_core.decode.buffer import CandidateBuffer
 from as2d_core.decode.chunked import chunk_spans
-from as2d_core.decode import Producer
+from as2d_core.decode.producer import Producer
 from as2d_core.decode.events import EventLog
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.plugins import load_registry

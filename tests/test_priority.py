@@ -14,7 +14,8 @@ import attrs
 import numpy as np
 import pytest
 
-from as2d_core import DecodeOptions, run_request
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.decode.request import run_request
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from as2d_core.workers.priority import lower_thread_priority, run_at_lower_priority, thread_niceness
 from tiny_lm import ScriptedJob, ScriptedSource, SlowTarget

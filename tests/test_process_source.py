@@ -10,7 +10,9 @@ from functools import partial
 
 import pytest
 
-from as2d_core import DecodeOptions, Request, run_request
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.contracts import Request
+from as2d_core.decode.request import run_request
 from as2d_core.contracts import Source
 from as2d_core.workers.process_source import ProcessSource
 from as2d_core.setup.catalog import resolve_bridge

@@ -65,7 +65,7 @@ def test_interpolate_by_audio_length():
 
 
 def test_measure_on_tiny_lm():
-    from as2d_core import DecodeOptions
+    from as2d_core.decode.options import DecodeOptions
     from tiny_lm import ScriptedSource, TinyLM
 
     source = ScriptedSource([3, 4, 5, 6] * 10, delays=[0.0005] * 40)

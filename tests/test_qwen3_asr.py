@@ -13,7 +13,9 @@ import pytest
 pytest.importorskip("qwen_asr")
 torch = pytest.importorskip("torch")
 
-from as2d_core import DecodeOptions, Request, run_request  # noqa: E402
+from as2d_core.decode.options import DecodeOptions  # noqa: E402
+from as2d_core.contracts import Request
+from as2d_core.decode.request import run_request
 from as2d_core.contracts import Source, Target, TargetSession  # noqa: E402
 from as2d_core.setup.catalog import resolve_bridge  # noqa: E402
 

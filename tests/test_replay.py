@@ -135,7 +135,8 @@ def test_replay_is_causal_and_exact(reference, batches, budget):
 
 def test_replays_real_engine_traces(tmp_path, tiny_request):
     """Traces from the engine (TinyLM target, scripted drafter) replay exactly at every budget."""
-    from as2d_core import DecodeOptions, run_request
+    from as2d_core.decode.options import DecodeOptions
+    from as2d_core.decode.request import run_request
     from as2d_bench.traces import build_trace
     from tiny_lm import ScriptedSource, TinyLM
 
@@ -169,7 +170,8 @@ def test_replay_command_writes_a_bench_shaped_summary(tmp_path, tiny_request):
 
     from click.testing import CliRunner
 
-    from as2d_core import DecodeOptions, run_request
+    from as2d_core.decode.options import DecodeOptions
+    from as2d_core.decode.request import run_request
     from as2d_bench.traces import build_trace
     from as2d_tuning.cli import replay
     from tiny_lm import ScriptedSource, TinyLM
@@ -208,7 +210,8 @@ def test_load_calibration_pairs_each_round_with_its_own_target_only_run(tmp_path
 
     from click.testing import CliRunner
 
-    from as2d_core import DecodeOptions, run_request
+    from as2d_core.decode.options import DecodeOptions
+    from as2d_core.decode.request import run_request
     from as2d_bench.traces import build_trace
     from as2d_tuning.cli import replay
     from tiny_lm import ScriptedSource, TinyLM
@@ -275,7 +278,8 @@ def test_native_traces_replay_call_by_call_tiny(tiny_request, seed):
     """A drafter that drops, inserts and substitutes tokens: replay makes every decision the engine made."""
     import random
 
-    from as2d_core import DecodeOptions, run_request
+    from as2d_core.decode.options import DecodeOptions
+    from as2d_core.decode.request import run_request
     from tiny_lm import ScriptedSource, TinyLM
 
     target = TinyLM()
@@ -303,7 +307,9 @@ def test_native_traces_replay_call_by_call_whisper(whisper_target, drafter, time
     replay's loop is the engine's loop (in timestamp mode it proposes over the record's text as the engine does)."""
     from pathlib import Path
 
-    from as2d_core import DecodeOptions, Request, run_request
+    from as2d_core.decode.options import DecodeOptions
+    from as2d_core.contracts import Request
+    from as2d_core.decode.request import run_request
     from as2d_core.input.audio import load_audio
 
     source = request.getfixturevalue(drafter)
@@ -365,7 +371,8 @@ def test_replay_on_ray_writes_what_the_local_replay_writes(tmp_path, tiny_reques
     """Every trace priced as a Ray task (local instance, 2 CPUs): the same rows, in the same order."""
     from click.testing import CliRunner
 
-    from as2d_core import DecodeOptions, run_request
+    from as2d_core.decode.options import DecodeOptions
+    from as2d_core.decode.request import run_request
     from as2d_bench.traces import build_trace
     from as2d_tuning.cli import replay
     from tiny_lm import ScriptedSource, TinyLM

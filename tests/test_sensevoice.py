@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from as2d_core import Request, load_audio
+from as2d_core.contracts import Request
+from as2d_core.input.audio import load_audio
 from as2d_core.decode.chunked import chunk_spans, ctc_greedy
 from as2d_core.setup.plugins import load_registry
 from conftest import speech_row

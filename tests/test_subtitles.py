@@ -14,7 +14,7 @@ import srt
 from as2d_core.cli.subtitles import MAX_CHARS, MAX_LINES, split_cue, to_srt, transcript_cues, wrap
 from as2d_core.contracts import Word
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 
 BUNDLED = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
 LONG = ("Printing, in the only sense with which we are at present concerned, differs from most if not from all "

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from as2d_core import run_request
+from as2d_core.decode.request import run_request
 from as2d_core.decode.deltas import UNFINISHED, TextDeltas
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from conftest import speech_audio
 from tiny_lm import ScriptedSource, TinyLM, edited_draft

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from as2d_core import DecodeOptions, run_request
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.decode.request import run_request
 from as2d_core.contracts import Request
 from as2d_core.decode.align import Aligner
 from as2d_core.decode.timestamps import TextView, TimestampRules, split_segments

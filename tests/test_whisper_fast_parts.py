@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from as2d_core import Request, load_audio, run_request
+from as2d_core.contracts import Request
+from as2d_core.input.audio import load_audio
+from as2d_core.decode.request import run_request
 from as2d_core.contracts import DraftJob, DraftPiece, Source, Target
-from as2d_core.decode import greedy_reference
+from as2d_core.decode.loop import greedy_reference
 from as2d_core.setup.catalog import resolve_bridge
 from conftest import needs_shared, speech_audio
 from drafting import options_that_draft

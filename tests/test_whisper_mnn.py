@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from as2d_core.contracts import Request, Target, TargetSession
-from as2d_core.decode import run_request
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.request import run_request
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.catalog import resolve_bridge
 

@@ -275,10 +275,10 @@ def test_the_rule_in_faster_whispers_order():
 def test_a_silent_windows_text_is_not_the_next_windows_prompt():
     """With conditioning on previous text, a window the rule drops feeds no text forward, as faster-whisper adds
     no tokens of a skipped window to its prompt; the windows around it are decoded and fed as before."""
-    from as2d_core.decode import DecodeResult
+    from as2d_core.decode.result import DecodeResult
     from as2d_core.decode.scores import is_silent
     from as2d_core.input.pipeline import Pipeline, PipelineOptions
-    from as2d_core.setup.options import DecodeOptions
+    from as2d_core.decode.options import DecodeOptions
     from tiny_lm import TinyLM
 
     said = {0: ("one", 0.1), 1: ("uh", 0.9), 2: ("three", 0.1)}  # window -> (text, no_speech_prob)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from as2d_core import Request, run_request
+from as2d_core.contracts import Request
+from as2d_core.decode.request import run_request
 from as2d_core.cli.main import cli
 from as2d_core.setup.catalog import resolve_bridge
 from conftest import speech_audio

@@ -61,7 +61,7 @@ def test_protocols(target):
 
 @pytest.mark.parametrize("item_id", CASES)
 def test_greedy_equals_faster_whisper(target, faster_whisper_base, item_id):
-    from as2d_core.decode import greedy_reference
+    from as2d_core.decode.loop import greedy_reference
 
     audio, item = speech_audio(item_id), speech_row(item_id)
     session = target.prepare(Request(item_id, audio, language=item["lang"]), threads=2)
@@ -99,7 +99,7 @@ def test_batched_verify_and_truncate(target):
 
 def check_batched_verify_and_truncate(target, audio):
     """One batched call equals single steps; a rejected suffix cut from the cache continues exactly."""
-    from as2d_core.decode import greedy_reference
+    from as2d_core.decode.loop import greedy_reference
 
     session = target.prepare(Request("speech", audio, language="en"), threads=2)
     try:
@@ -129,7 +129,7 @@ def test_scores_stay_in_step_with_the_cache(target):
     """With ``Request.scores``: one log-probability per cached position plus one, cut back with the cache, each the
     log-softmax of the greedy token's logits as one step at a time gives it (up to a batched call's rounding)."""
     from as2d_core.contracts import ResponseScores
-    from as2d_core.decode import greedy_reference
+    from as2d_core.decode.loop import greedy_reference
 
     audio = speech_audio("librivox_sense_en_w01")
     stepped = target.prepare(Request("steps", audio, language="en", scores=True), threads=2)
@@ -163,7 +163,7 @@ def test_scores_stay_in_step_with_the_cache(target):
 def test_every_method_gets_the_targets_scores(target, whisper_ct2_source):
     """as2d's drafted windows score as target-only's: the same tokens, the same log-probabilities (up to the
     rounding of batched verification); a request that does not ask gets none."""
-    from as2d_core.decode import run_request
+    from as2d_core.decode.request import run_request
     from as2d_core.setup.catalog import resolve_bridge
 
     bridge = resolve_bridge(whisper_ct2_source, target)

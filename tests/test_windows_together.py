@@ -16,11 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from as2d_core import Request, run_request
+from as2d_core.contracts import Request
+from as2d_core.decode.request import run_request
 from as2d_core.decode.together import WindowsTogether
 from as2d_core.input.audio import load_audio
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 from drafting import options_that_draft
 from tiny_lm import ScriptedSource, TinyLM
 

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from as2d_core import Request, run_request
+from as2d_core.contracts import Request
+from as2d_core.decode.request import run_request
 from as2d_core.input.audio import load_audio
 from as2d_core.cli.main import cli
 from as2d_core.setup.paths import models_dir
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 from conftest import HAVE_SHARED, speech_audio, speech_row
 from tiny_lm import TinyLM
 

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from as2d_core import DraftPiece
+from as2d_core.contracts import DraftPiece
 from as2d_core.decode.sampling import Sampling
 from as2d_core.decode.timestamps import TimestampRules
 from as2d_core.decode.wrappers import SessionWrapper

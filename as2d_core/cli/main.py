@@ -16,7 +16,7 @@ from as2d_core.workers import drafter_threads
 from as2d_core.input.audio import AudioError, read_audio
 from as2d_core.cli.shared import MethodChoice, fail, model_flags, pipeline_from_flags
 from as2d_core.setup.config import check_file
-from as2d_core.decode import DecodeResult
+from as2d_core.decode.result import DecodeResult
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.plugins import UnknownPart, load_registry, register_commands
 from as2d_core.cli.stream import stream

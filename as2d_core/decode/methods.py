@@ -28,13 +28,12 @@ run it. The built-in methods below are registered the same way (``setup.builtins
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.serial import SerialPolicy
-from as2d_core.setup.options import DecodeOptions
-from as2d_core.setup.plugins import load_registry
 
 PROPOSERS = ("published", "serial", "none")
 PRICINGS = ("published", "serial", "target-only")  # replay: re-run on priced records / as traced / target alone
@@ -114,12 +113,21 @@ BUILTIN = (
 )
 _BUILTIN = {method.name: method for method in BUILTIN}
 
+# Where the plugins' methods come from: the plugin registry hands them down (``setup.plugins`` calls
+# ``take_registered`` when it is imported), so decoding never reaches up to the registry. Before that,
+# only the built-ins are known.
+_plugged: Callable[[], Mapping[str, Method]] | None = None
+
+
+def take_registered(provider: Callable[[], Mapping[str, Method]]) -> None:
+    """Let ``provider()`` name the registered methods (the plugin registry's, built-ins included) from now on."""
+    global _plugged
+    _plugged = provider
+
 
 def registered() -> dict[str, Method]:
     """Every registered method by name: the built-in ones in their order, then the plugins' by name."""
-    registry = load_registry()
-    plugged = {name: registry.get("method", name).factory for name in registry.names("method")}
-    return {**_BUILTIN, **plugged}
+    return {**_BUILTIN, **(_plugged() if _plugged is not None else {})}
 
 
 def method_names() -> tuple[str, ...]:

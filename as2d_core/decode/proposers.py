@@ -10,7 +10,7 @@ from as2d_core.contracts import PublishedBatch, TargetSession
 from as2d_core.decode.align import Aligner
 from as2d_core.decode.events import EventLog
 from as2d_core.decode.timestamps import TextView
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 
 
 def confidence_cut(candidates: list[int], confidences: Sequence[float | None], first: int,

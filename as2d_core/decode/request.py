@@ -28,7 +28,7 @@ from as2d_core.decode.proposers import PublishedProposer
 from as2d_core.decode.result import DecodeResult, build_result
 from as2d_core.decode.scores import response_scores
 from as2d_core.decode.serial import PrefixDrafter, SerialProposer, check_prefix_drafting, open_prefix_session
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 
 
 def _warm_thread_switch(session: TargetSession, options: DecodeOptions) -> None:

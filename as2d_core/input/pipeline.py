@@ -37,8 +37,12 @@ import numpy as np
 from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
 from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Request, Source, Target, WindowBatching, WindowGroup
 from as2d_core.decode.deltas import TextDeltas
-from as2d_core.decode import DecodeResult, OnCommit, get_method, run_request
-from as2d_core.setup.options import STREAM, DecodeOptions
+from as2d_core.decode.result import DecodeResult
+from as2d_core.decode.loop import OnCommit
+from as2d_core.decode.methods import get_method
+from as2d_core.decode.request import run_request
+from as2d_core.setup.options import STREAM
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.lookahead import LookaheadSource
 from as2d_core.decode.timestamps import Segment, marked_up
 from as2d_core.decode.together import WindowsTogether

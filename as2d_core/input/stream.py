@@ -24,7 +24,7 @@ import attrs
 import numpy as np
 
 from as2d_core.contracts import SAMPLE_RATE, Request
-from as2d_core.decode import DecodeResult
+from as2d_core.decode.result import DecodeResult
 
 if TYPE_CHECKING:
     from as2d_core.input.pipeline import Pipeline

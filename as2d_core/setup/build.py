@@ -15,7 +15,7 @@ from as2d_core.decode.methods import get_method
 from as2d_core.setup.config import Config, Report, check_file, parse, set_values
 from as2d_core.setup.paths import models_dir
 from as2d_core.input.pipeline import PipelineOptions
-from as2d_core.setup.plugins import load_registry
+from as2d_core.setup.plugins import load_registry, registered_source
 from as2d_core.setup.source_spec import SourceSpec
 from as2d_core.workers.process_source import ProcessSource
 
@@ -43,7 +43,7 @@ def build_source(spec: str | SourceSpec, **options):
         return build_part("source", spec.name, **options)
     load_registry().get("source", spec.name)  # an unknown name fails here, listing what is installed
     options.setdefault("models_dir", models_dir())
-    return ProcessSource.from_registry(spec.name, options, name=str(spec))
+    return ProcessSource(registered_source, spec.name, options, name=str(spec))
 
 
 def resolve_config(path: Path | None, given: dict[str, Any], defaults: dict[str, Any]) -> tuple[Config, Report | None]:

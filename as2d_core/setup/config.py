@@ -55,7 +55,8 @@ import attrs
 from as2d_core.setup import catalog
 from as2d_core.contracts import TASKS
 from as2d_core.decode.methods import UnknownMethod, get_method, method_names
-from as2d_core.setup.options import DecodeOptions, config_keys, config_schema, out_of_range
+from as2d_core.decode.options import DecodeOptions, out_of_range
+from as2d_core.setup.options import config_keys, config_schema, options_from_config
 from as2d_core.setup.plugins import Registry, load_registry
 from as2d_core.setup.source_spec import SourceSpec
 
@@ -87,7 +88,7 @@ _TABLES: dict[str, dict[str, tuple]] = {
     },
 }
 _REQUIRED_TABLES = ("target",)
-# The decoding options' keys come from their one declaration (as2d_core.setup.options), with their bounds.
+# The decoding options' keys come from their one declaration (as2d_core.decode.options), with their bounds.
 for _table, _keys in config_schema().items():
     (_TABLES[_table] if _table else _TOP).update({k: (kind, False, choices) for k, (kind, _lo, _hi, choices) in _keys.items()})
 
@@ -238,7 +239,7 @@ def parse(data: dict, path: Path) -> tuple[Config | None, list[str]]:
         return None, errors
     config = Config(
         path=path, target=TargetConfig(**tables["target"]), source=source, method=method,
-        device_profile=tables.get("device_profile"), decode=DecodeOptions.from_config(decode), **clean,
+        device_profile=tables.get("device_profile"), decode=options_from_config(decode), **clean,
     )
     return config, errors
 

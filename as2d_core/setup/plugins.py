@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 import pluggy
 
+from as2d_core.decode import methods
 from as2d_core.setup import hookspecs
 
 GROUP = "as2d"
@@ -162,3 +163,17 @@ def load_registry(refresh: bool = False) -> Registry:
 def register_commands(cli) -> None:
     """Let every loaded plugin add its own commands to the ``as2d`` group."""
     load_registry().manager.hook.register_commands(cli=cli)
+
+
+def registered_methods() -> dict[str, methods.Method]:
+    """Every registered decoding method by name (the built-ins register through the same hook)."""
+    registry = load_registry()
+    return {name: registry.get("method", name).factory for name in registry.names("method")}
+
+
+methods.take_registered(registered_methods)  # the registry hands decoding its methods; decode never imports setup
+
+
+def registered_source(name: str, options: dict) -> Any:
+    """Build the registered source ``name``: what a drafter process (``workers.process_source``) is given to run."""
+    return load_registry().get("source", name).factory(options)

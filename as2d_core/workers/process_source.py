@@ -84,13 +84,6 @@ class _Channel:
         self._ready.appendleft(message)
 
 
-def registered_source(name: str, options: dict) -> Any:
-    """Build the registered source ``name`` (the child's usual factory)."""
-    from as2d_core.setup.plugins import load_registry
-
-    return load_registry().get("source", name).factory(options)
-
-
 def _serve_decode(source, channel: _Channel) -> None:
     """Answer ``decode_text`` for token lists that are not a prefix of the current draft."""
     try:
@@ -209,7 +202,7 @@ class ProcessSource:
     """Any source, run in a child process so that its runtime cannot share the target's GIL.
 
     ``factory(*args)`` builds the real source in the child; both must pickle
-    (a module-level function and plain data). ``from_registry`` hosts a registered source.
+    (a module-level function and plain data); ``setup.plugins.registered_source`` builds a registered one.
     The child runs ``niceness`` nicer than the parent (0 by default: ``DecodeOptions.drafter_nice``
     is per request, while the child lives across requests).
     """
@@ -229,10 +222,6 @@ class ProcessSource:
         self.tasks = None if tasks is None else frozenset(tasks)  # None: the source drafts any task
         self._history: list[int] = []  # the drafting job's tokens so far
         self._texts: list[str] = []  # text of self._history[:i + 1]
-
-    @classmethod
-    def from_registry(cls, registered: str, options: dict, **kwargs: Any) -> "ProcessSource":
-        return cls(registered_source, registered, options, **kwargs)
 
     def decode_text(self, tokens: Sequence[int]) -> str:
         tokens = [int(t) for t in tokens]

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from as2d_core.contracts import DraftPiece, Request
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.setup.paths import models_dir as default_models_dir
 from as2d_core.workers.priority import run_at_lower_priority, thread_niceness
 

@@ -30,10 +30,11 @@ from pathlib import Path
 import click
 import numpy as np
 
-from as2d_core import load_audio, run_request
+from as2d_core.input.audio import load_audio
+from as2d_core.decode.request import run_request
 from as2d_core.decode.words import add_words
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
-from as2d_core.setup.options import DecodeOptions
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, build_part, build_source
 
 COST_LABELS = {"as2d_words_s": "as2d in the pipeline", "target_only_words_s": "target-only in its check",
