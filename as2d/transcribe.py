@@ -31,7 +31,8 @@ from as2d_core.input.audio import read_audio
 from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source
 from as2d_core.contracts import SAMPLE_RATE, LanguageDetector, Request
 from as2d_core.decode.options import DecodeOptions
-from as2d_core.input.pipeline import Pipeline, PipelineOptions, WindowResult
+from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.input.transcript import WindowResult
 from as2d_core.setup.plugins import load_registry
 from as2d_core.decode.scores import compression_ratio, is_silent
 from as2d_core.input.windows import WindowPlan

@@ -26,7 +26,8 @@ from as2d_core.setup.options import SERVE
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.faults import FaultLandingTarget, FaultySource, check_fault
 from as2d_core.decode.wrappers import SessionWrapper, TargetWrapper
-from as2d_core.input.pipeline import Pipeline, Transcript, default_detector
+from as2d_core.input.pipeline import Pipeline, default_detector
+from as2d_core.input.transcript import Transcript
 from as2d_core.setup.catalog import resolve_bridge
 from as2d_core.setup.plugins import load_registry
 from as2d_core.setup.source_spec import SourceSpec
@@ -110,6 +111,7 @@ class Ask:
     task: str = "asr"  # translate: POST /v1/audio/translations
     prompt: str | None = None  # Whisper's previous-text prompt, over the server's own (--prompt)
     timestamps: str | None = None  # "segment" (timestamp_granularities segment): Whisper's segments; None: the server's
+    format_timestamps: str | None = None  # the response format's mode where the server sets none (segment for srt...)
     word_timestamps: bool | None = None  # timestamp_granularities word; None: the server's (``word_timestamps``)
     scores: bool = False  # each window's avg_logprob and no_speech_prob (verbose_json's segments)
 
@@ -188,7 +190,7 @@ class Worker:
         method = ask.method or self.options.method
         decode = self.options.decode if ask.budget is None else attrs.evolve(self.options.decode, budget=ask.budget)
         decode = decode if ask.prompt is None else attrs.evolve(decode, prompt=ask.prompt)
-        decode = decode if ask.timestamps is None else attrs.evolve(decode, timestamps=ask.timestamps)
+        decode = attrs.evolve(decode, timestamps=ask.timestamps or decode.timestamps or ask.format_timestamps)
         decode = decode if ask.word_timestamps is None else attrs.evolve(decode, word_timestamps=ask.word_timestamps)
         if decode.word_timestamps:
             try:  # loads the aligner once; a target without one is the request's answer, not a server fault

@@ -28,8 +28,9 @@ def english_clips(speech_dir: Path) -> list[dict]:
     return [r for r in rows if r["lang"] == "en" and not r["id"].endswith("_8k")]
 
 
-def build(speech_dir: Path, seconds: float, pause_s: float = 1.0) -> tuple[np.ndarray, list[dict]]:
-    """Samples (16 kHz mono float32) and the clip list with their times in the result."""
+def build(speech_dir: Path, seconds: float, pause_s: float = 1.0, once: bool = False) -> tuple[np.ndarray, list[dict]]:
+    """Samples (16 kHz mono float32) and the clip list with their times in the result (``once``: each clip once,
+    up to ``seconds``, as the word-error-rate benchmark wants: no clip's words counted twice)."""
     from as2d_core.input.audio import load_audio
 
     clips = english_clips(speech_dir)
@@ -46,7 +47,8 @@ def build(speech_dir: Path, seconds: float, pause_s: float = 1.0) -> tuple[np.nd
             pieces += [audio, gap]
             at += audio.size + gap.size
         else:
-            continue
+            if not once:
+                continue
         break
     return np.concatenate(pieces) if pieces else np.zeros(0, np.float32), listing
 
@@ -77,10 +79,11 @@ def main() -> None:
     parser.add_argument("--pause-s", type=float, default=1.0)
     parser.add_argument("--speech", type=Path, default=DEFAULT_SPEECH, help="the shared speech folder")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--once", action="store_true", help="use each clip at most once (for word error rates)")
     args = parser.parse_args()
     if not (args.speech / "clips.jsonl").exists():
         parser.error(f"no clips.jsonl in {args.speech}")
-    samples, listing = build(args.speech, args.seconds, args.pause_s)
+    samples, listing = build(args.speech, args.seconds, args.pause_s, args.once)
     write_wav(args.out, samples)
     args.out.with_suffix(".json").write_text(json.dumps(listing, indent=1, ensure_ascii=False))
     print(f"{args.out}: {samples.size / SAMPLE_RATE:.1f} s from {len(listing)} clips "

@@ -43,13 +43,16 @@ from as2d_core.decode.methods import get_method
 from as2d_core.decode.request import run_request
 from as2d_core.setup.options import STREAM
 from as2d_core.decode.options import DecodeOptions
+from as2d_core.decode.fallback import DecodingMode
 from as2d_core.decode.lookahead import LookaheadSource
-from as2d_core.decode.timestamps import Segment, marked_up
+from as2d_core.decode.timestamps import marked_up
 from as2d_core.decode.together import WindowsTogether
 from as2d_core.setup.catalog import resolve_bridge
 from as2d_core.setup.plugins import load_registry
 from as2d_core.workers.process_source import ProcessSource
 from as2d_core.decode.words import add_words, prepare_words
+from as2d_core.input.sequential import sequential_windows
+from as2d_core.input.transcript import Transcript, WindowResult
 from as2d_core.input.windows import MAX_WINDOW_S, SpeechDetector, Window, WindowPlan, plan_windows
 
 AUTO = "auto"
@@ -69,121 +72,11 @@ class PipelineOptions:
     # for callers that report them (``as2d.WhisperModel``, the server's verbose_json); off by default, since keeping
     # them costs a log-softmax over the vocabulary at every verified position
     scores: bool = False
-
-
-@attrs.define
-class WindowResult:
-    window: Window
-    result: DecodeResult
-    reference: DecodeResult | None = None  # target-only on the same window, when checked
-    silent: bool = False  # dropped as silence by the caller's rule (``decode_windows``): its text is fed to no window
-
-    @property
-    def start_s(self) -> float:
-        return self.window.start_s
-
-    @property
-    def end_s(self) -> float:
-        return self.window.end_s
-
-    @property
-    def text(self) -> str:
-        return self.result.text.strip()
-
-    @property
-    def tokens(self) -> list[int]:
-        return self.result.tokens
-
-    @property
-    def exact(self) -> bool | None:
-        return None if self.reference is None else self.result.tokens == self.reference.tokens
-
-    @property
-    def segments(self) -> list[Segment]:
-        """The window's segments, their times in the whole file."""
-        return [segment.shifted(self.start_s) for segment in self.result.segments]
-
-    def as_dict(self) -> dict:
-        out = {"index": self.window.index, "start_s": self.start_s, "end_s": self.end_s, **self.result.summary()}
-        out["text"] = self.text
-        out["segments"] = [segment.as_dict() for segment in self.segments]
-        if self.result.words_s is not None:
-            out["words"] = [word.shifted(self.start_s).as_dict() for word in self.result.words]
-        if self.reference is not None:
-            out["exact"] = self.exact
-            out["target_only_decode_s"] = self.reference.decode_s
-            if self.reference.words_s is not None:  # timing words costs every method the same: shown side by side
-                out["words_exact"] = self.reference.words == self.result.words
-                out["target_only_words_s"] = self.reference.words_s
-        return out
-
-
-@attrs.define
-class Transcript:
-    windows: list[WindowResult]
-    skipped: tuple[tuple[float, float], ...]  # stretches the detector found no speech in
-    duration_s: float
-    wall_s: float  # whole file: windowing, every window's preparation and decoding (checks excluded)
-    detector: str | None
-    audio: AudioInfo | None = None
-    notes: list[str] = attrs.Factory(list)
-
-    @property
-    def text(self) -> str:
-        return " ".join(w.text for w in self.windows if w.text)
-
-    @property
-    def segments(self) -> list[Segment]:
-        """Every window's segments in order, their times in the whole file."""
-        return [segment for w in self.windows for segment in w.segments]
-
-    @property
-    def exact(self) -> bool | None:
-        if not self.windows or any(w.reference is None for w in self.windows):
-            return None
-        return all(w.exact for w in self.windows)
-
-    def totals(self) -> dict:
-        results = [w.result for w in self.windows]
-        decode_s = sum(r.decode_s for r in results)
-        out = {
-            "windows": len(results),
-            "tokens": sum(len(r.tokens) for r in results),
-            "decode_s": decode_s,
-            "e2e_s": sum(r.e2e_s for r in results),
-            "wall_s": self.wall_s,
-            "rtf": self.wall_s / self.duration_s if self.duration_s else None,
-            "proposed": sum(r.proposed for r in results),
-            "accepted": sum(r.accepted for r in results),
-            "drafter_failures": sum(1 for r in results if r.producer_error),
-        }
-        out["tps"] = out["tokens"] / decode_s if decode_s > 0 else 0.0
-        references = [w.reference for w in self.windows if w.reference is not None]
-        if references and len(references) == len(results):
-            reference_s = sum(r.decode_s for r in references)
-            out["target_only_decode_s"] = reference_s
-            out["speedup"] = reference_s / decode_s if decode_s > 0 else None
-            out["target_only_e2e_s"] = sum(r.e2e_s for r in references)
-            out["e2e_speedup"] = out["target_only_e2e_s"] / out["e2e_s"] if out["e2e_s"] > 0 else None
-            out["exact"] = self.exact
-        for name, runs in (("words_s", results), ("target_only_words_s", references)):  # timing words, by method
-            if runs and all(r.words_s is not None for r in runs):
-                out[name] = sum(r.words_s for r in runs)
-        return out
-
-    def as_dict(self) -> dict:
-        return {
-            "text": self.text,
-            "duration_s": self.duration_s,
-            "detector": self.detector,
-            "audio": self.audio.as_dict() if self.audio is not None else None,
-            "windows": [w.as_dict() for w in self.windows],
-            "segments": [{"id": i, "window": w.window.index, **segment.as_dict()}
-                         for i, (w, segment) in enumerate((w, s) for w in self.windows for s in w.segments)],
-            "skipped_silence": [{"start_s": a, "end_s": b} for a, b in self.skipped],
-            "totals": self.totals(),
-            "notes": self.notes,
-        }
+    # Whisper's long-form rules in this mode (``input.seek``: 30 s requests from a seek offset, timestamps, the
+    # temperature fallback, conditioning as the mode says), faster-whisper's sequential ``transcribe``; None: windows
+    # cut at pauses, each decoded once in the decode options' mode (the batched route)
+    long_form: DecodingMode | None = None
+    vad_filter: bool = False  # long form: decode only the speech the detector finds, joined (faster-whisper's option)
 
 
 def _first_commit_then(action: Callable[[], None], then: OnCommit | None) -> OnCommit:
@@ -290,6 +183,8 @@ class Pipeline:
         info = decoded.info if isinstance(decoded, DecodedAudio) else None
         samples = decoded.samples if isinstance(decoded, DecodedAudio) else np.asarray(audio, dtype=np.float32)
         request_id = request_id or (Path(audio).stem if isinstance(audio, (str, Path)) else "audio")
+        if self.options.long_form is not None:
+            return self._transcribe_long_form(samples, request_id, check, on_text, info)
         with self._lock:
             self._prepare_words()
             start = time.perf_counter()
@@ -301,6 +196,24 @@ class Pipeline:
         notes = ([plan.note] if plan.note else []) + (list(info.warnings) if info else [])
         windows = [WindowResult(w, r, ref) for w, r, ref in zip(plan.windows, results, references)]
         return Transcript(windows, plan.skipped, samples.size / SAMPLE_RATE, wall_s, plan.detector, info, notes)
+
+    def _transcribe_long_form(self, samples: np.ndarray, request_id: str, check: bool,
+                              on_text: Callable[[str], None] | None, info: AudioInfo | None) -> Transcript:
+        """``transcribe`` by Whisper's long-form rules (``input.sequential``); ``on_text`` hears each request's kept
+        text once the request is done (a request's last segment may be decoded again by the next one)."""
+        detector = self.detector if self.options.vad_filter else None
+        if self.options.vad_filter and detector is None:
+            raise ValueError("vad_filter needs a voice-activity detector: pip install ./plugins/silero_vad")
+        with self._lock:
+            self._prepare_words()
+            start = time.perf_counter()
+            windows, speech, notes = sequential_windows(self, samples, request_id, self.options.long_form, detector,
+                                                        check, on_text)
+            wall_s = time.perf_counter() - start
+        skipped = speech.skipped(samples.size) if speech is not None else ()
+        notes += list(info.warnings) if info else []
+        return Transcript(windows, skipped, samples.size / SAMPLE_RATE, wall_s, detector.name if detector else None,
+                          info, notes)
 
     def plan(self, samples: np.ndarray) -> WindowPlan:
         needs_detector = samples.size > self.options.max_window_s * SAMPLE_RATE

@@ -1,0 +1,127 @@
+"""Whisper's long-form transcription: 30 s segments decoded with timestamps, each starting where the last ended.
+
+This is faster-whisper's sequential ``transcribe`` (openai-whisper's loop): a *seek* offset walks the
+audio. At each step the 30 s after it are one request, decoded in the timestamp mode with the temperature
+fallback (``decode.fallback``); its segments are kept up to the last complete timestamp pair, and the seek
+moves to that timestamp, so speech after a response that ended early, or one cut off mid-segment, is
+decoded again in the next request instead of being lost. A response that ends on a single timestamp (the
+model saw no more speech) or has no complete pair moves the seek a whole segment on. With conditioning,
+each request's prompt is the text since the last reset, timestamps included, reset after a hot fallback.
+
+Each request is one exact decode call of the pipeline's method, so the whole transcript equals target-only
+decoding's in the same mode: every decision of the loop is taken on the same tokens.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+import numpy as np
+
+from as2d_core.contracts import SAMPLE_RATE, Request
+from as2d_core.decode.fallback import Attempt, DecodingMode, decode_with_fallback, is_silence
+from as2d_core.decode.result import DecodeResult
+from as2d_core.decode.timestamps import TIME_PRECISION_S, Segment, marked_up
+from as2d_core.input.windows import MAX_WINDOW_S, SpeechDetector, Window
+
+HOP = SAMPLE_RATE // 100  # one mel frame: the unit of the seek
+SEGMENT_FRAMES = round(MAX_WINDOW_S * 100)
+FRAMES_PER_TIMESTAMP = round(TIME_PRECISION_S * 100)
+
+
+@attrs.define
+class SeekStep:
+    """One request of the loop: its span of the audio, the attempt kept, every attempt made, and what was kept."""
+
+    window: Window  # the request's audio, in samples of the audio the loop walked
+    attempt: Attempt
+    attempts: list[Attempt]
+    result: DecodeResult  # the kept attempt's result, its segments and text those the loop kept
+    silent: bool  # dropped by the no-speech rule: nothing kept, the seek moved a whole segment on
+
+
+def kept_segments(result: DecodeResult, segment_frames: int) -> tuple[list[Segment], int]:
+    """The segments faster-whisper keeps of a timestamped response and how many frames the seek moves on.
+
+    With a complete timestamp pair inside the response (``<|a|><|a|>``), a last segment that no timestamp
+    closes is left for the next request, which starts at the pair's time; else everything is kept and the
+    seek moves ``segment_frames`` on.
+    """
+    if result.timestamp_ids is None:
+        raise ValueError("long-form transcription needs a target that decodes timestamps")
+    begin = result.timestamp_ids[0]
+    tokens = result.tokens
+    pairs = [i for i in range(1, len(tokens)) if tokens[i] >= begin and tokens[i - 1] >= begin]
+    single_ending = len(tokens) >= 2 and tokens[-2] < begin <= tokens[-1]
+    segments = list(result.segments)
+    if not pairs or single_ending:
+        return segments, segment_frames
+    if segments and segments[-1].tokens[-1] < begin:  # the unfinished segment is decoded again
+        segments.pop()
+    return segments, (tokens[pairs[-1] - 1] - begin) * FRAMES_PER_TIMESTAMP
+
+
+def seek_steps(samples: np.ndarray, make_request: Callable[[int, np.ndarray, str | None, bool], Request],
+               decode: Callable[[Request], DecodeResult], mode: DecodingMode, initial_prompt: bool = False):
+    """Walk ``samples`` as faster-whisper's sequential transcription does, yielding each :class:`SeekStep`.
+
+    ``make_request(index, audio, previous_text, first)`` builds a request (``first``: the user's prompt, if
+    any, still applies); ``decode`` decodes one request in its mode (greedy, sampled or beam search).
+    """
+    content_frames = samples.size // HOP
+    seek, index = 0, 0
+    history: list[str] = []  # marked-up text of the kept segments since the last prompt reset
+    prompt_on = initial_prompt
+    while seek < content_frames:
+        size = min(SEGMENT_FRAMES, content_frames - seek)
+        window = Window(index, seek * HOP, (seek + size) * HOP)
+        previous = "".join(history) if history and mode.condition_on_previous_text else None
+        request = make_request(index, samples[window.start : window.end], previous, prompt_on)
+        attempt, attempts = decode_with_fallback(request, decode, mode, key=seek)
+        result = attempt.result
+        if is_silence(attempt, mode):
+            yield SeekStep(window, attempt, attempts, attrs.evolve(result, segments=[], text=""), True)
+            seek, index = seek + size, index + 1
+            continue
+        segments, advance = kept_segments(result, size)
+        kept = attrs.evolve(result, segments=segments, text="".join(s.text for s in segments))
+        yield SeekStep(window, attempt, attempts, kept, False)
+        if not mode.condition_on_previous_text or attempt.temperature > mode.prompt_reset_on_temperature:
+            history, prompt_on = [], False
+        else:
+            history.append(marked_up(segments))
+        seek, index = seek + max(advance, 1), index + 1
+
+
+@attrs.frozen
+class SpeechMap:
+    """Speech spans cut out of long audio and joined (faster-whisper's ``vad_filter`` in sequential mode); maps
+    times in the joined audio back to the original."""
+
+    spans: tuple[tuple[int, int], ...]  # (start, end) samples of the original
+
+    @classmethod
+    def detect(cls, samples: np.ndarray, detector: SpeechDetector) -> "SpeechMap":
+        return cls(tuple(detector.speech_spans(samples, MAX_WINDOW_S)))
+
+    def joined(self, samples: np.ndarray) -> np.ndarray:
+        parts = [samples[a:b] for a, b in self.spans]
+        return np.concatenate(parts) if parts else samples[:0]
+
+    def original_s(self, joined_s: float) -> float:
+        """The original time of a time in the joined audio (the end of a span stays in it)."""
+        at = round(joined_s * SAMPLE_RATE)
+        for start, end in self.spans:
+            if at <= end - start:
+                return (start + at) / SAMPLE_RATE
+            at -= end - start
+        return self.spans[-1][1] / SAMPLE_RATE if self.spans else joined_s
+
+    def skipped(self, total: int) -> tuple[tuple[float, float], ...]:
+        edges = [0] + [x for span in self.spans for x in span] + [total]
+        return tuple((a / SAMPLE_RATE, b / SAMPLE_RATE) for a, b in zip(edges[::2], edges[1::2]) if b > a)
+
+    def segments(self, segments: Sequence[Segment]) -> list[Segment]:
+        """``segments`` (times in the joined audio) with their times in the original."""
+        return [attrs.evolve(s, start_s=self.original_s(s.start_s), end_s=self.original_s(s.end_s))
+                for s in segments]

@@ -1,0 +1,66 @@
+"""A whole file by Whisper's long-form rules (``seek``) on a pipeline's resident models, checked if asked.
+
+The pipeline's method decodes every request (each attempt of the temperature fallback, in its mode); with
+``check`` the same loop runs again with target-only decoding, and each request's tokens are compared: since
+every decision of the loop is taken on exact tokens, both runs make the same requests.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import attrs
+import numpy as np
+
+from as2d_core.contracts import Request
+from as2d_core.decode.fallback import DecodingMode
+from as2d_core.decode.result import DecodeResult
+from as2d_core.input.seek import SeekStep, SpeechMap, seek_steps
+from as2d_core.input.transcript import WindowResult
+from as2d_core.input.windows import SpeechDetector
+
+
+class Decoding(Protocol):
+    """What the loop needs of a pipeline (``Pipeline``): its requests and its two ways of decoding one."""
+
+    def request(self, request_id: str, samples: np.ndarray, first: bool = True,
+                previous_text: str | None = None) -> Request: ...
+
+    def decode(self, request: Request, options=None, on_commit=None) -> DecodeResult: ...
+
+    def reference(self, request: Request) -> DecodeResult: ...
+
+
+def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str, mode: DecodingMode,
+                       detector: SpeechDetector | None, check: bool, on_text: Callable[[str], None] | None = None,
+                       ) -> tuple[list[WindowResult], SpeechMap | None, list[str]]:
+    """Every request of the loop as a window result (the references' tokens beside them with ``check``), the
+    speech map with ``detector`` (faster-whisper's ``vad_filter``), and notes. ``on_text`` hears each request's
+    kept text when the request is done, pieces that spell the transcript's text."""
+    speech = SpeechMap.detect(samples, detector) if detector is not None else None
+    audio = speech.joined(samples) if speech is not None else samples
+    notes: list[str] = []
+    if audio.size == 0:
+        return [], speech, ["the voice-activity detector found no speech"]
+
+    def make(index: int, chunk: np.ndarray, previous: str | None, first: bool) -> Request:
+        request = pipeline.request(f"{request_id}-s{index:03d}", chunk, first=first, previous_text=previous)
+        if not first:
+            request = attrs.evolve(request, prompt=None)
+        return attrs.evolve(request, timestamps="segment")
+
+    steps: list[SeekStep] = []
+    for step in seek_steps(audio, make, pipeline.decode, mode, initial_prompt=True):
+        text = step.result.text.strip()
+        if on_text is not None and text:
+            on_text((" " if any(s.result.text.strip() for s in steps) else "") + text)
+        steps.append(step)
+    references: list[SeekStep | None] = [None] * len(steps)
+    if check:
+        checked = list(seek_steps(audio, make, pipeline.reference, mode, initial_prompt=True))
+        if len(checked) != len(steps):
+            notes.append(f"target-only decoding made {len(checked)} requests, this method {len(steps)}")
+        references = (checked + references)[: len(steps)] if len(checked) < len(steps) else checked[: len(steps)]
+    windows = [WindowResult(s.window, s.result, None if r is None else r.result, s.silent, s.attempt.temperature,
+                            len(s.attempts), speech) for s, r in zip(steps, references)]
+    return windows, speech, notes
