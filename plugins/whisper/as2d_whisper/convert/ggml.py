@@ -90,6 +90,15 @@ def _attention(out: dict, dst: str, state: dict, src: str) -> None:
         raise ValueError(f"{src}.k_proj has a nonzero bias, which whisper.cpp's Whisper cannot hold")
 
 
+def _block(out: dict, dst: str, state: dict, src: str) -> None:
+    """What encoder and decoder layers share: self-attention and its norm, the MLP and its norm."""
+    _attention(out, f"{dst}.attn", state, f"{src}.self_attn")
+    _linear(out, f"{dst}.attn_ln", state, f"{src}.self_attn_layer_norm")
+    _linear(out, f"{dst}.mlp.0", state, f"{src}.fc1")
+    _linear(out, f"{dst}.mlp.2", state, f"{src}.fc2")
+    _linear(out, f"{dst}.mlp_ln", state, f"{src}.final_layer_norm")
+
+
 def ggml_tensors(state: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray]:
     """whisper.cpp's tensors (openai-whisper's names) from the Hugging Face-named state ``convert.weights`` reads."""
     out: dict[str, np.ndarray] = {}
@@ -99,24 +108,15 @@ def ggml_tensors(state: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str
         out[f"encoder.conv{i}.weight"] = state[f"{enc}.conv{i}.weight"]
         out[f"encoder.conv{i}.bias"] = state[f"{enc}.conv{i}.bias"].reshape(-1, 1)
     for i in range(dims["encoder_layers"]):
-        src, dst = f"{enc}.layers.{i}", f"encoder.blocks.{i}"
-        _attention(out, f"{dst}.attn", state, f"{src}.self_attn")
-        _linear(out, f"{dst}.attn_ln", state, f"{src}.self_attn_layer_norm")
-        _linear(out, f"{dst}.mlp.0", state, f"{src}.fc1")
-        _linear(out, f"{dst}.mlp.2", state, f"{src}.fc2")
-        _linear(out, f"{dst}.mlp_ln", state, f"{src}.final_layer_norm")
+        _block(out, f"encoder.blocks.{i}", state, f"{enc}.layers.{i}")
     _linear(out, "encoder.ln_post", state, f"{enc}.layer_norm")
     out["decoder.positional_embedding"] = state[f"{dec}.embed_positions.weight"]
     out["decoder.token_embedding.weight"] = state[f"{dec}.embed_tokens.weight"]
     for i in range(dims["decoder_layers"]):
         src, dst = f"{dec}.layers.{i}", f"decoder.blocks.{i}"
-        _attention(out, f"{dst}.attn", state, f"{src}.self_attn")
-        _linear(out, f"{dst}.attn_ln", state, f"{src}.self_attn_layer_norm")
+        _block(out, dst, state, src)
         _attention(out, f"{dst}.cross_attn", state, f"{src}.encoder_attn")
         _linear(out, f"{dst}.cross_attn_ln", state, f"{src}.encoder_attn_layer_norm")
-        _linear(out, f"{dst}.mlp.0", state, f"{src}.fc1")
-        _linear(out, f"{dst}.mlp.2", state, f"{src}.fc2")
-        _linear(out, f"{dst}.mlp_ln", state, f"{src}.final_layer_norm")
     _linear(out, "decoder.ln", state, f"{dec}.layer_norm")
     projection = state.get("proj_out.weight")
     if projection is not None and not np.array_equal(projection, out["decoder.token_embedding.weight"]):
