@@ -394,6 +394,38 @@ class ResponseScores(Protocol):
 
 
 @runtime_checkable
+class BeamRows(Protocol):
+    """Hypotheses of one prepared request side by side, each in a row with its own cache (beam search).
+
+    A row holds the prompt and some response tokens. Hypotheses fork and die between steps, so ``advance``
+    rebuilds every row from a prefix of a parent row, then appends tokens to all rows in as few decoder calls
+    as the target can (``as2d_core.decode.beam``).
+    """
+
+    width: int
+
+    def first_logits(self) -> np.ndarray:
+        """``[vocab]``: the first response token's logits after the prompt, suppressions and rules applied."""
+
+    def advance(self, rows: Sequence[tuple[int, int, Sequence[int]]]) -> list[np.ndarray]:
+        """``rows[i] == (parent, kept, appended)``: row ``i`` becomes the first ``kept`` response tokens of row
+        ``parent`` (as it was before the call), then ``appended``. Returns each row's logits
+        ``[len(appended), vocab]`` after each appended token, with the target's suppressions and rules for that
+        row's response up to the token (exactly what the same row would get alone, one token at a time)."""
+
+    def close(self) -> None:
+        """Release the rows' caches."""
+
+
+@runtime_checkable
+class BeamScoring(Protocol):
+    """Optional for a target session: beam search over its prepared request."""
+
+    def beam_rows(self, width: int) -> BeamRows:
+        """``width`` rows holding the prompt alone (the session's own cache is left as it is)."""
+
+
+@runtime_checkable
 class PrefixDrafting(Protocol):
     """Optional for a source: drafting from a given prefix, as serial speculative decoding needs.
 
