@@ -178,67 +178,6 @@ class Costs:
         return DrafterCosts(name, per_token=alone, end=alone, publish=publish,
                             contention={0: Contention(dict(verify_shared), drafter_verify=shared / alone if alone else 1.0)})
 
-    def scaled(self, factor: float, verify_factor: float | None = None) -> "DrafterCosts":
-        """Its work times ``factor``; the target's calls beside it times ``verify_factor`` (default ``factor``)."""
-        verify_factor = factor if verify_factor is None else verify_factor
-        return attrs.evolve(self, prepare={k: v * factor for k, v in self.prepare.items()}, first=self.first * factor,
-                            next=self.next * factor, per_token=self.per_token * factor, end=self.end * factor,
-                            publish=self.publish * factor,
-                            contention={n: attrs.evolve(c, verify_shared={k: v * verify_factor
-                                                                          for k, v in c.verify_shared.items()})
-                                        for n, c in self.contention.items()})
-
-
-@attrs.frozen
-class Costs:
-    """What one replay charges, in seconds; built from a profile by :func:`costs_of`."""
-
-    verify_alone: dict[int, float]
-    verify_shared: dict[int, float] = attrs.Factory(dict)
-    shared_ratio: float | None = None
-    target_step: float | None = None
-    draft_step_alone: float | None = None
-    draft_step_shared: float | None = None
-    publish: float = 0.0
-    loop: float = 0.0
-    loop_shared: float | None = None  # loop work per round while the drafter runs, if measured apart
-    source: str | None = None  # the drafter the draft costs belong to (None: any)
-    drafters: dict = attrs.Factory(dict)  # other sources: name -> (alone, shared, publish)
-    prepare_alone: dict[float, float] = attrs.Factory(dict)  # the target's preparation by audio seconds
-    detect_extra: float | None = None
-    measured: dict[str, DrafterCosts] = attrs.Factory(dict)  # drafters measured by ``as2d profile``
-
-    def drafter(self, name: str | None) -> DrafterCosts | None:
-        """``name``'s costs; None when the profile does not price that drafter."""
-        if name in self.measured:
-            return self.measured[name]
-        if name is None or self.source is None or name == self.source:
-            if name is None and len(self.measured) == 1:
-                return next(iter(self.measured.values()))
-            if self.draft_step_alone is None and self.draft_step_shared is None:
-                return None
-            return self._stepped(name, self.draft_step_alone, self.draft_step_shared, self.publish, self.verify_shared)
-        if name in self.drafters:
-            return self._stepped(name, *self.drafters[name], self.verify_shared)
-        return None
-
-    def _stepped(self, name, alone, shared, publish, verify_shared) -> DrafterCosts:
-        """A drafter priced by one step per drafted token (the paper's phones); the forward that finds the end
-        token is one more step; the target beside it costs ``verify_shared`` (or ``shared_ratio``)."""
-        alone = alone if alone is not None else shared
-        shared = shared if shared is not None else alone
-        return DrafterCosts(name, per_token=alone, end=alone, publish=publish,
-                            contention={0: Contention(dict(verify_shared), drafter_verify=shared / alone if alone else 1.0)})
-
-    def for_source(self, name: str | None) -> "Costs | None":
-        """These costs with ``name``'s drafter step costs; None when the profile does not price that drafter."""
-        drafter = self.drafter(name)
-        if drafter is None:
-            return None
-        step = drafter.per_token or drafter.next
-        return attrs.evolve(self, source=name, draft_step_alone=step,
-                            draft_step_shared=step * drafter.at(None).drafter_verify, publish=drafter.publish)
-
     def scaled(self, factor: float, prepare_factor: float | None = None) -> "Costs":
         """Every cost times ``factor``: the same machine under uniformly heavier or lighter load.
 
