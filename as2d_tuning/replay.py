@@ -302,20 +302,6 @@ def drafter_schedule(record: Record, drafter: DrafterCosts, contention: Contenti
     return prepared, batches
 
 
-def publication_times(record: Record, costs: Costs, publication: str = "profile") -> list[float]:
-    """When each batch becomes visible on the decode clock: native times, or the drafter re-priced on the
-    profile, started with the decode clock (the paper's set-up)."""
-    if publication == "native":
-        return [b.t for b in record.batches]
-    if publication != "profile":
-        raise ValueError(f"publication must be one of {PUBLICATION}")
-    drafter = costs.drafter(record.source)
-    if drafter is None:
-        return [b.t for b in record.batches]
-    _, batches = drafter_schedule(record, drafter, drafter.at(record.niceness), None, "prepared")
-    return [b.t for b in batches]
-
-
 class _Clock:
     """The simulated clock of one replay (seconds from the start of the decode clock)."""
 
