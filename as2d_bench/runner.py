@@ -58,7 +58,6 @@ from .folder import ResultsFolder
 from .machine import bench_machine, check_one_kind
 from .peers import peer_row
 from .summary import LABEL_SEP, SD_PARTS, sd_suffixes, summarize
-from .summary import split_label  # noqa: F401  (kept importable from here, where it used to live)
 from .traces import build_trace
 
 SD = "sd"  # the bench's alias for its four fixed widths (SD_PARTS), reported as their mean (D.4)

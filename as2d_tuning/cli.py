@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from as2d_core.decode.options import STARTS
-from as2d_core.setup.options import bounds, decode_flag
+from as2d_core.setup.options import bounds, decode_flag, parse_budgets
 
 from .replay import CLOCKS, PUBLICATION
 
@@ -221,7 +221,7 @@ def replay(traces, profile_path, out_dir, sources, budgets, publication, align_w
     from as2d_bench.summary import summarize
     from .costs import costs_of, load_profile
     from .profile import staleness
-    from .replay import (CLOCKS, calibration_key, load_factors, mae, parse_budgets, priced_as, read_traces,
+    from .replay import (CLOCKS, calibration_key, load_factors, mae, priced_as, read_traces,
                          record_of, row_of)
     from .tasks import replay_plan
 
@@ -359,7 +359,7 @@ def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path
     from as2d_core.setup.config import check_file
     from as2d_core.setup.plugins import UnknownPart
     from .costs import costs_of, load_profile
-    from .replay import parse_budgets, read_traces
+    from .replay import read_traces
     from .select import choose, collect, config_text, gap_pct, missing_windows, oracle, plot_budgets, pooled, \
         price_grid, records_by_source, target_only_cells
 

@@ -40,7 +40,6 @@ from as2d_core.decode.methods import get_method
 from as2d_core.decode.options import DEFAULTS, DecodeOptions
 from as2d_core.decode.events import EventLog
 from as2d_core.decode.options import STARTS
-from as2d_core.setup.options import parse_budgets  # noqa: F401  (one budget-list rule, with the engine's cap)
 from .costs import Contention, Costs, DrafterCosts
 
 PUBLICATION = ("profile", "native")

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from as2d_core.setup.catalog import resolve_bridge
 from as2d_tuning.costs import Costs, MissingCost
-from as2d_tuning.replay import mae, parse_budgets, read_traces, record_of, replay_record, row_of, simulate
+from as2d_core.setup.options import parse_budgets
+from as2d_tuning.replay import mae, read_traces, record_of, replay_record, row_of, simulate
 
 EOS = 1
 COSTS = Costs(

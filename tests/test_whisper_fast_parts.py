@@ -155,7 +155,7 @@ def test_ct2_refuses_other_languages(whisper_ct2_source):
 
 def test_ct2_missing_model_files_say_how_to_install(tmp_path):
     from as2d_whisper.ct2_drafter import Ct2WhisperSource
-    from as2d_whisper.runtime import ModelFilesMissing
+    from as2d_core.setup.paths import ModelFilesMissing
 
     with pytest.raises(ModelFilesMissing, match=r"lacks model.json, tokenizer.json, model.bin.*as2d models install whisper-tiny.en-ct2"):
         Ct2WhisperSource(tmp_path)

@@ -29,7 +29,7 @@ import numpy as np
 from as2d_core.workers.native import import_quietly, native_stdout_to_stderr
 
 from . import INSTALL, probe
-from .lm import check_folder
+from as2d_core.setup.paths import check_folder
 
 LLM_FILES = ("config.json", "llm_config.json", "llm.mnn", "llm.mnn.weight", "tokenizer.mtok")
 AUDIO_FILES = ("audio.mnn",)

@@ -15,7 +15,6 @@ from typing import Callable, Protocol
 import numpy as np
 
 from as2d_core.contracts import DraftPiece, Request
-from as2d_core.setup.paths import ModelFilesMissing, check_folder  # noqa: F401  (the plugins' one folder check)
 
 
 class LMState(Protocol):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from as2d_mnn.lm import check_folder
+from as2d_core.setup.paths import check_folder
 from as2d_mnn.torch_lm import TorchLMState, weight_files
 
 PROCESSOR_FILES = ("tokenizer.json", "tokenizer_config.json", "preprocessor_config.json")

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from as2d_core.contracts import Request
-from as2d_mnn.lm import LMSource, LMTarget, check_folder
+from as2d_core.setup.paths import check_folder
+from as2d_mnn.lm import LMSource, LMTarget
 from as2d_mnn.torch_lm import TorchLMState, weight_files
 
 PROCESSOR_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "preprocessor_config.json")
