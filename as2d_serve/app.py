@@ -30,16 +30,15 @@ from concurrent.futures import ThreadPoolExecutor
 import attrs
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
 from as2d_core.setup.options import SERVE
 
-from .formats import FORMATS, stream_done, subtitles, verbose_json
-from .metrics import Metrics
+from .form import MODEL_ALIASES, read_ask
+from .formats import error, stream_done, subtitles, verbose_json
+from .metrics import CountedStatuses, Metrics
 from .service import Ask, Cancel, Cancelled, InputError, TranscriptionService
-from .upload import decode_upload
+from .upload import UploadLimit
 
 POLL_S = 0.05  # how often a running request looks at its deadline and its client
 # After a stop signal the socket closes once no request has come or gone for this long: less than any
@@ -47,10 +46,6 @@ POLL_S = 0.05  # how often a running request looks at its deadline and its clien
 QUIET_S = 0.3
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
 TRANSLATIONS = "/v1/audio/translations"  # the same, with Whisper's translate task (into English)
-# OpenAI clients name a model; these names mean "the model this server runs".
-MODEL_ALIASES = ("whisper-1",)
-GRANULARITIES = ("word", "segment")  # timestamp_granularities: words, and Whisper's timestamp segments
-STREAMED = ("json", "text")  # response formats a stream can carry whole (text only; OpenAI's rule too)
 _END = object()  # a stream's decode has finished
 
 
@@ -144,83 +139,6 @@ class Drain:
             self.last_seen = time.monotonic()
 
 
-def error(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
-          headers: dict | None = None) -> JSONResponse:
-    """OpenAI's error shape, so clients raise their usual exception with our message."""
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}},
-                        status_code=status, headers=headers)
-
-
-class UploadLimit:
-    """ASGI middleware: a body over ``max_bytes`` is answered 413 before anything parses it."""
-
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        headers = dict(scope["headers"])
-        declared = headers.get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            return await self._refuse(scope, receive, send)
-        if declared is not None:
-            return await self.app(scope, receive, send)
-        # No length declared (chunked): read it all here, up to the limit, then replay it.
-        messages, size = [], 0
-        while True:
-            message = await receive()
-            messages.append(message)
-            if message["type"] != "http.request":
-                break
-            size += len(message.get("body", b""))
-            if size > self.max_bytes:
-                return await self._refuse(scope, receive, send)
-            if not message.get("more_body"):
-                break
-        replay = iter(messages)
-
-        async def replayed():
-            return next(replay, None) or await receive()
-
-        return await self.app(scope, replayed, send)
-
-    async def _refuse(self, scope, receive, send):
-        response = error(413, f"the upload is larger than this server's limit of {self.max_bytes} bytes",
-                         param="file")
-        await response(scope, receive, send)
-
-
-def _form_field(form, name: str) -> str | None:
-    value = form.get(name)
-    if value is None or isinstance(value, UploadFile):
-        return None if value is None else "<file>"
-    value = value.strip()
-    return value or None
-
-
-def _flag(value: str | None, name: str) -> bool:
-    if value is None:
-        return False
-    if value.lower() in ("1", "true", "yes"):
-        return True
-    if value.lower() in ("0", "false", "no"):
-        return False
-    raise InputError(f"'{name}' must be true or false, not {value!r}")
-
-
-def _granularities(form) -> tuple[str, ...]:
-    """``timestamp_granularities[]`` (how the openai client sends a list) or ``timestamp_granularities``."""
-    given = [value for key in ("timestamp_granularities[]", "timestamp_granularities") for value in form.getlist(key)]
-    if any(isinstance(value, UploadFile) for value in given):
-        raise InputError("timestamp_granularities must be text: word or segment")
-    names = [part.strip() for value in given for part in value.split(",") if part.strip()]
-    unknown = [name for name in names if name not in GRANULARITIES]
-    if unknown:
-        raise InputError(f"unknown timestamp granularity {unknown[0]!r}; choose {' or '.join(GRANULARITIES)}")
-    return tuple(dict.fromkeys(names))
-
-
 def _event(data: dict) -> bytes:
     """One server-sent event."""
     return f"data: {json.dumps(data)}\n\n".encode()
@@ -241,6 +159,8 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
     app.state.metrics = metrics
     app.state.drain = drain  # started by the server on a stop signal (``server``)
     app.add_middleware(UploadLimit, max_bytes=limits.max_upload_bytes)
+    # outermost: every answer to a transcription is counted, the upload limit's 413 included
+    app.add_middleware(CountedStatuses, counter=metrics.requests, paths=(TRANSCRIPTIONS, TRANSLATIONS))
 
     @app.exception_handler(HTTPException)
     async def http_error(_request, exc: HTTPException):
@@ -271,10 +191,12 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
     async def models(request: Request):
         if not authorized(request):
             return unauthorized()
-        sources = await run_in_threadpool(service.available_sources)
-        data = [{"id": service.target_name, "object": "model", "owned_by": "as2d", "kind": "target"}]
-        data += [{"id": name, "object": "model", "owned_by": "as2d", "kind": "source"} for name in sources]
-        return {"object": "list", "data": data}
+        # what a request may name as ``model``: the target, and the aliases that mean it (drafters are not models
+        # a request can ask for; ``source`` names one, and ``as2d sources list`` lists them)
+        names = (service.target_name, *MODEL_ALIASES)
+        return {"object": "list",
+                "data": [{"id": name, "object": "model", "owned_by": "as2d", "target": service.target_name}
+                         for name in names]}
 
     @app.get("/metrics")
     async def metrics_text(request: Request):
@@ -292,22 +214,20 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
 
     async def _serve(request: Request, task: str) -> Response:
         if not authorized(request):
-            metrics.requests.labels("401").inc()
             return unauthorized()
         try:
             with drain.serving():
                 response = await _transcribe(request, task)
         except Exception as exc:  # a server fault, not the request's: answered, counted, and the server goes on
             response = error(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error")
-        metrics.requests.labels(str(response.status_code)).inc()
         return response
 
     async def _transcribe(request: Request, task: str) -> Response:
         arrived = time.monotonic()
         try:
-            ask, response_format, stream = await _read_ask(request, task)
+            ask, response_format, stream = await read_ask(request, task, service)
         except InputError as exc:
-            return error(400, str(exc))
+            return error(400, str(exc), param=getattr(exc, "param", None))
         if drain.started:  # checked after the upload is read: answering mid-upload would reset the connection
             return _cancelled("shutdown")
         cancel = Cancel()
@@ -450,55 +370,6 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
             return error(504, f"the request did not finish within the server's deadline of {limits.deadline_s:g} s",
                          kind="timeout_error")
         return error(499, "the client closed the connection", kind="client_closed")
-
-    async def _read_ask(request: Request, task: str) -> tuple[Ask, str, bool]:
-        try:
-            form = await request.form(max_files=1, max_fields=24)
-        except Exception as exc:  # malformed multipart
-            raise InputError(f"the request body is not a valid multipart form ({exc})") from exc
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise InputError("missing the audio upload: send it as the multipart field 'file'")
-        response_format = _form_field(form, "response_format") or "json"
-        if response_format not in FORMATS:
-            raise InputError(f"unknown response_format {response_format!r}; choose one of {', '.join(FORMATS)}")
-        granularities = _granularities(form)
-        if granularities and response_format != "verbose_json":
-            raise InputError(f"timestamp_granularities need response_format 'verbose_json', not {response_format!r}")
-        stream = _flag(_form_field(form, "stream"), "stream")
-        if stream and response_format not in STREAMED:
-            raise InputError(f"stream=true sends text only: response_format must be {' or '.join(STREAMED)}, "
-                             f"not {response_format!r} (its segments and times would be lost)")
-        temperature = _form_field(form, "temperature")
-        if temperature is not None:
-            try:
-                greedy = float(temperature) == 0.0
-            except ValueError:
-                greedy = False
-            if not greedy:
-                raise InputError(f"temperature {temperature!r} is not supported: as2d decodes greedily (temperature 0)")
-        model = _form_field(form, "model")
-        if model is not None and model not in MODEL_ALIASES and model != service.target_name:
-            raise InputError(f"unknown model {model!r}; this server runs {service.target_name} "
-                             f"(also accepted: {', '.join(MODEL_ALIASES)})")
-        language, method, source = (_form_field(form, name) for name in ("language", "method", "source"))
-        budget_text = _form_field(form, "budget")
-        try:
-            budget = None if budget_text is None else int(budget_text)
-        except ValueError:
-            raise InputError(f"budget must be a whole number, not {budget_text!r}") from None
-        check = _flag(_form_field(form, "check"), "check")
-        service.check(language, method, source, budget)
-        data = await upload.read()
-        samples = await run_in_threadpool(decode_upload, data)
-        # Whisper's previous-text prompt: the target refuses one over its limit (400), as the command line does
-        # words only where the format has room for them: named granularities, else the server's word_timestamps
-        verbose = response_format == "verbose_json"
-        ask = Ask(samples, language=language, method=method, source=source, budget=budget, check=check, task=task,
-                  prompt=_form_field(form, "prompt"), timestamps="segment" if "segment" in granularities else None,
-                  word_timestamps=("word" in granularities if granularities else None) if verbose else False,
-                  scores=verbose)
-        return ask, response_format, stream
 
     def _render(outcome, response_format: str, task: str) -> Response:
         if response_format == "json":

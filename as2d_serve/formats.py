@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import math
 
+import langcodes
+from fastapi.responses import JSONResponse
+
 from as2d_core.cli.subtitles import to_srt, to_vtt, transcript_cues
 from as2d_core.decode.scores import compression_ratio
 
 from .service import Transcription
 
 FORMATS = ("json", "text", "verbose_json", "srt", "vtt")
+
+
+def error(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
+          headers: dict | None = None) -> JSONResponse:
+    """OpenAI's error shape, so clients raise their usual exception with our message."""
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}},
+                        status_code=status, headers=headers)
 
 
 def as2d_fields(t: Transcription) -> dict:
@@ -50,6 +60,22 @@ def as2d_fields(t: Transcription) -> dict:
     return out
 
 
+# Whisper's (and so OpenAI's) English names where the CLDR's, which langcodes gives, are spelled otherwise
+WHISPER_NAMES = {"bn": "bengali", "my": "myanmar", "nn": "nynorsk", "mi": "maori", "tl": "tagalog"}
+
+
+def language_name(code: str | None) -> str | None:
+    """verbose_json's ``language``: the language's English name in lower case, as OpenAI gives it ("english");
+    a code no registry knows stays as it is."""
+    if code is None or code in WHISPER_NAMES:
+        return WHISPER_NAMES.get(code)
+    try:
+        language = langcodes.Language.get(code)
+    except (ValueError, LookupError):
+        return code
+    return language.display_name().lower() if language.is_valid() else code
+
+
 def _number(value: float | None) -> float | None:
     """A score as JSON has it: null where there is none (a target that keeps none; an empty window's average)."""
     return None if value is None or not math.isfinite(value) else value
@@ -63,7 +89,7 @@ def verbose_json(t: Transcription, task: str = "asr") -> dict:
                  "compression_ratio": compression_ratio(w.result.text.strip()),
                  "no_speech_prob": _number(w.result.no_speech_prob)}
                 for i, (w, s) in enumerate(pairs)]
-    language = t.results[0].language if t.results else None
+    language = language_name(t.results[0].language) if t.results else None
     out = {"task": "translate" if task == "translate" else "transcribe", "language": language,
            "duration": t.duration_s, "text": t.transcript.text, "segments": segments,
            "usage": {"type": "duration", "seconds": t.duration_s}}

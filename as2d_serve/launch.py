@@ -61,9 +61,11 @@ class ServerProcess:
         self.stop()
 
     def post(self, data: bytes, headers: dict | None = None, **fields) -> httpx.Response:
-        """One transcription request with ``data`` as the uploaded file and ``fields`` as form fields."""
+        """One transcription request with ``data`` as the uploaded file and ``fields`` as form fields
+        (``model`` is whisper-1 unless given; ``model=None`` leaves it out)."""
+        fields = {"model": "whisper-1", **fields}
         return httpx.post(self.url + TRANSCRIPTIONS, files={"file": ("audio.wav", data, "audio/wav")},
-                          data={k: str(v) for k, v in fields.items()}, headers=headers,
+                          data={k: str(v) for k, v in fields.items() if v is not None}, headers=headers,
                           timeout=self.request_timeout_s)
 
     def health(self) -> dict:

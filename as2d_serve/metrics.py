@@ -41,3 +41,22 @@ class Metrics:
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class CountedStatuses:
+    """ASGI middleware: every answer to a request for one of ``paths`` counted by its status, whoever gave it
+    (the upload limit's 413 and the API key's 401 come before the endpoint runs)."""
+
+    def __init__(self, app, counter: Counter, paths: tuple[str, ...]):
+        self.app, self.counter, self.paths = app, counter, paths
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] not in self.paths:
+            return await self.app(scope, receive, send)
+
+        async def counted(message):
+            if message["type"] == "http.response.start":
+                self.counter.labels(str(message["status"])).inc()
+            await send(message)
+
+        return await self.app(scope, receive, counted)

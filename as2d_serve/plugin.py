@@ -35,7 +35,12 @@ API_KEY_ENV = "AS2D_API_KEY"
 @click.pass_context
 def serve(ctx, host, port, method, decodes, queue_size, max_upload_mb, deadline_s, grace_s, api_key, faults,
           fault_every, stall_s, log_level, **model_options):
-    """Serve OpenAI-compatible transcriptions (POST /v1/audio/transcriptions) with the models kept loaded."""
+    """Serve OpenAI-compatible transcriptions (POST /v1/audio/transcriptions) with the models kept loaded.
+
+    Without --timestamps, srt, vtt and verbose_json answers are in Whisper's timestamp segments (as OpenAI's
+    and `as2d run --format srt` are) and json and text answers plain; --timestamps none gives one segment
+    per window in all of them. A request must name a model: whisper-1 or the target's name.
+    """
     from as2d_core.setup.plugins import UnknownPart
 
     from .app import Limits, create_app

@@ -11,6 +11,7 @@ import numpy as np
 
 from as2d_core.input.audio import AudioError, read_audio
 
+from .formats import error
 from .service import InputError
 
 LABEL = "the uploaded file"
@@ -29,3 +30,43 @@ def decode_upload(data: bytes) -> np.ndarray:
     if decoded.info.warnings:
         raise UploadError("; ".join(decoded.info.warnings))
     return decoded.samples
+
+
+class UploadLimit:
+    """ASGI middleware: a body over ``max_bytes`` is answered 413 before anything parses it."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            return await self._refuse(scope, receive, send)
+        if declared is not None:
+            return await self.app(scope, receive, send)
+        # No length declared (chunked): read it all here, up to the limit, then replay it.
+        messages, size = [], 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                return await self._refuse(scope, receive, send)
+            if not message.get("more_body"):
+                break
+        replay = iter(messages)
+
+        async def replayed():
+            return next(replay, None) or await receive()
+
+        return await self.app(scope, replayed, send)
+
+    async def _refuse(self, scope, receive, send):
+        response = error(413, f"the upload is larger than this server's limit of {self.max_bytes} bytes",
+                         param="file")
+        await response(scope, receive, send)

@@ -19,6 +19,8 @@ import httpx
 import numpy as np
 import pytest
 import soundfile
+import srt
+import webvtt
 
 from as2d_core.setup.build import DEFAULT_SOURCE
 from as2d_core.decode.faults import FAULTS
@@ -79,13 +81,23 @@ def server():
     s.stop()
 
 
+def _streamed(server, data: bytes, **fields) -> dict:
+    """The last event (``transcript.text.done``) of a streamed request: its text and as2d's account."""
+    response = server.post(data, stream="true", **fields)
+    assert response.status_code == 200, response.text
+    return json.loads(response.text.strip().split("\n\n")[-1].removeprefix("data: "))
+
+
 @pytest.fixture(scope="module")
 def target_only(server, clips):
-    """The target's own greedy tokens and text for each short clip, from the same server."""
+    """The target's own greedy tokens and text for each short clip, from the same server: plain (json and
+    text answers), and in timestamp mode (``segmented``: srt, vtt and verbose_json answers)."""
     out = {}
     for name in ("a", "b"):
+        done = _streamed(server, clips[name], method="target-only")
+        out[name] = (done["as2d"]["tokens"], done["text"])
         body = server.post(clips[name], method="target-only", response_format="verbose_json").json()
-        out[name] = (body["as2d"]["tokens"], body["text"])
+        out[f"{name}-segmented"] = (body["as2d"]["tokens"], body["text"])
     return out
 
 
@@ -103,23 +115,34 @@ def test_openai_client_equals_as2d_run(server, clips, tmp_path):
     assert served.text.strip()
 
 
-def test_every_response_format(server, clips, target_only):
-    tokens, text = target_only["a"]
+def test_every_response_format(server, clips, target_only, speech):
+    """json and text are plain; srt, vtt and verbose_json are in Whisper's segments by default, as OpenAI's are;
+    verbose_json names the language as OpenAI does; /v1/models lists what a request may name as its model."""
+    tokens, text = target_only["a-segmented"]
     verbose = server.post(clips["a"], response_format="verbose_json", check="true").json()
     assert verbose["text"] == text and verbose["as2d"]["tokens"] == tokens
     assert verbose["as2d"]["exact"] is True and "words" not in verbose  # no granularity, the server's default: none
     assert verbose["as2d"]["method"] == "as2d" and verbose["as2d"]["source"] == DEFAULT_SOURCE
-    assert verbose["duration"] == pytest.approx(4.0) and verbose["language"] == "en"
+    assert verbose["duration"] == pytest.approx(4.0) and verbose["language"] == "english"
     assert {"prepare_s", "decode_s", "queued_s"} <= set(verbose["as2d"]["timings"])
-    assert server.post(clips["a"]).json() == {"text": text}
+    timestamp_begin = 50364  # whisper-base's <|0.00|>: each segment opens with its timestamp
+    assert verbose["segments"] and all(s["tokens"][0] >= timestamp_begin for s in verbose["segments"])
+    assert server.post(clips["a"]).json() == {"text": target_only["a"][1]}
     plain = server.post(clips["a"], response_format="text")
-    assert plain.text == text and plain.headers["content-type"].startswith("text/plain")
-    srt = server.post(clips["a"], response_format="srt").text
-    assert srt == f"1\n00:00:00,000 --> 00:00:04,000\n{text.strip()}\n"
-    vtt = server.post(clips["a"], response_format="vtt").text
-    assert vtt == f"WEBVTT\n\n00:00:00.000 --> 00:00:04.000\n{text.strip()}\n"
+    assert plain.text == target_only["a"][1] and plain.headers["content-type"].startswith("text/plain")
+    cues = list(srt.parse(server.post(clips["a"], response_format="srt").text))
+    assert [(c.start.total_seconds(), c.end.total_seconds()) for c in cues] == [
+        (round(s["start"], 3), round(s["end"], 3)) for s in verbose["segments"]]  # short segments: a cue each
+    assert " ".join(c.content.replace("\n", " ") for c in cues) == " ".join(text.split())
+    vtt = webvtt.from_string(server.post(clips["a"], response_format="vtt").text)
+    assert [c.text for c in vtt] == [c.content for c in cues]
+    long = _wav(speech)  # the whole clip: segments too long for one cue are split, every cue fits
+    long_cues = list(srt.parse(server.post(long, response_format="srt").text))
+    lines = [line for c in long_cues for line in c.content.split("\n")]
+    assert len(long_cues) > 5 and max(len(c.content.split("\n")) for c in long_cues) <= 2
+    assert max(map(len, lines)) <= 42
     listed = httpx.get(server.url + "/v1/models", timeout=10).json()["data"]
-    assert {"whisper-base", "whisper-tiny.en"} <= {m["id"] for m in listed}
+    assert {m["id"] for m in listed} == {"whisper-base", "whisper-1"}  # drafters are no model to ask for
 
 
 def _openai(server):
@@ -173,7 +196,7 @@ def test_openai_client_gets_words_and_segments(server, clips, target_only):
     assert all(0 <= w.start <= w.end <= 4.0 for w in both.words)
     assert all(a.end <= b.start for a, b in zip(both.words, both.words[1:]))
     words = server.post(clips["a"], response_format="verbose_json", timestamp_granularities="word").json()
-    assert words["text"] == target_only["a"][1] and words["as2d"]["tokens"] == target_only["a"][0]
+    assert (words["text"], words["as2d"]["tokens"]) == target_only["a-segmented"][::-1]
     assert "".join(w["word"] for w in words["words"]) == "".join(words["text"].split())
 
 
@@ -182,7 +205,7 @@ def test_a_streaming_client_that_leaves_stops_its_decode(server, clips):
     before = server.metric(stopped)
     with httpx.stream("POST", server.url + "/v1/audio/transcriptions", timeout=WAIT_S,
                       files={"file": ("long.wav", clips["long"], "audio/wav")},
-                      data={"stream": "true", "check": "true"}) as response:  # check: a target-only decode follows
+                      data={"model": "whisper-1", "stream": "true", "check": "true"}) as response:  # check: a target-only decode follows
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
         first = json.loads(next(response.iter_lines()).removeprefix("data: "))
         assert first["type"] == "transcript.text.delta" and first["delta"]
@@ -205,6 +228,7 @@ def _bad_inputs(speech, clips):
         ("budget 65", clips["a"], {"budget": 65}, 400, "budget must be between 1 and 64"),
         ("budget text", clips["a"], {"budget": "many"}, 400, "budget must be a whole number"),
         ("oversize", b"\0" * (2 * 1024 * 1024), {}, 413, "larger than this server's limit"),
+        ("no model", clips["a"], {"model": None}, 400, "you must provide a model parameter"),
         ("long prompt", clips["a"], {"prompt": "one " * 300}, 400, "the prompt is 300 tokens; whisper-base takes"),
         ("temperature", clips["a"], {"temperature": 0.7}, 400, "greedily"),
         ("response format", clips["a"], {"response_format": "xml"}, 400, "unknown response_format"),
@@ -226,10 +250,14 @@ def _bad_inputs(speech, clips):
 
 def test_bad_input_matrix_answers_4xx_and_the_next_request_is_served(server, speech, clips, target_only):
     for name, data, fields, status, message in _bad_inputs(speech, clips):
+        counted = server.metric(f'as2d_requests_total{{status="{status}"}}')
         response = server.post(data, **fields)
         assert response.status_code == status, (name, response.text)
         assert message in response.json()["error"]["message"], name
         assert server.health()["status"] == "ok", name
+        assert server.metric(f'as2d_requests_total{{status="{status}"}}') == counted + 1, name  # every status
+    missing = server.post(clips["a"], model=None).json()["error"]
+    assert (missing["param"], missing["type"]) == ("model", "invalid_request_error")  # as OpenAI answers
     chunked = httpx.post(server.url + "/v1/audio/transcriptions", content=(b"\0" * 65536 for _ in range(40)),
                          headers={"Content-Type": "multipart/form-data; boundary=x"}, timeout=WAIT_S)
     assert chunked.status_code == 413  # no length declared: counted as it arrives
@@ -262,13 +290,14 @@ def test_eight_concurrent_clients_are_all_answered_exactly(server, clips, target
     assert sorted(answers) == list(range(8))
     for i, response in answers.items():
         assert response.status_code == 200, response.text
-        assert response.json()["as2d"]["tokens"] == target_only["ab"[i % 2]][0]
+        assert response.json()["as2d"]["tokens"] == target_only["ab"[i % 2] + "-segmented"][0]
 
 
 def test_a_client_that_disconnects_frees_its_slot(server, clips):
     before = server.metric('as2d_requests_total{status="499"}')
     body = b"".join([
         b"--cut\r\nContent-Disposition: form-data; name=\"check\"\r\n\r\ntrue\r\n",
+        b"--cut\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n",
         b"--cut\r\nContent-Disposition: form-data; name=\"file\"; filename=\"long.wav\"\r\n"
         b"Content-Type: audio/wav\r\n\r\n", clips["long"], b"\r\n--cut--\r\n"])
     head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
@@ -293,7 +322,7 @@ def test_every_drafter_fault_leaves_the_answer_exact(faulty_server, clips, targe
     for _ in range(len(FAULTS)):
         # the language named: the drafter runs at the target's priority, so its fault lands soon on a busy machine
         body = faulty_server.post(clips["a"], response_format="verbose_json", check="true", language="en").json()
-        assert body["as2d"]["tokens"] == target_only["a"][0], body["as2d"]["fault"]
+        assert body["as2d"]["tokens"] == target_only["a-segmented"][0], body["as2d"]["fault"]
         assert body["as2d"]["exact"] is True
         seen[body["as2d"]["fault"]] = body["as2d"]
     assert set(seen) == set(FAULTS)

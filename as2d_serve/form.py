@@ -1,0 +1,117 @@
+"""One transcription request's multipart form, read and checked as OpenAI's endpoint reads it.
+
+Everything is checked before the request queues (bad input costs no decode slot). ``model`` is
+required, as OpenAI requires it; ``whisper-1`` and the target's own name both mean the target this
+server runs. ``srt``, ``vtt`` and ``verbose_json`` are answered in Whisper's timestamp segments unless
+the server was started with ``--timestamps none`` (OpenAI gives segments there too, and so does
+``as2d run --format srt``); ``timestamp_granularities`` segment asks for them whatever the server's mode.
+"""
+from __future__ import annotations
+
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+
+from .formats import FORMATS
+from .service import Ask, InputError, TranscriptionService
+from .upload import decode_upload
+
+# OpenAI clients name a model; these names mean "the model this server runs".
+MODEL_ALIASES = ("whisper-1",)
+GRANULARITIES = ("word", "segment")  # timestamp_granularities: words, and Whisper's timestamp segments
+STREAMED = ("json", "text")  # response formats a stream can carry whole (text only; OpenAI's rule too)
+SEGMENTED = ("srt", "vtt", "verbose_json")  # formats in Whisper's segments unless the server's mode says none
+
+
+class MissingParameter(InputError):
+    """A parameter OpenAI requires is absent: 400, with the parameter named in the error's ``param``."""
+
+    def __init__(self, param: str):
+        super().__init__(f"you must provide a {param} parameter")
+        self.param = param
+
+
+def form_field(form, name: str) -> str | None:
+    value = form.get(name)
+    if value is None or isinstance(value, UploadFile):
+        return None if value is None else "<file>"
+    value = value.strip()
+    return value or None
+
+
+def flag(value: str | None, name: str) -> bool:
+    if value is None:
+        return False
+    if value.lower() in ("1", "true", "yes"):
+        return True
+    if value.lower() in ("0", "false", "no"):
+        return False
+    raise InputError(f"'{name}' must be true or false, not {value!r}")
+
+
+def granularities(form) -> tuple[str, ...]:
+    """``timestamp_granularities[]`` (how the openai client sends a list) or ``timestamp_granularities``."""
+    given = [value for key in ("timestamp_granularities[]", "timestamp_granularities") for value in form.getlist(key)]
+    if any(isinstance(value, UploadFile) for value in given):
+        raise InputError("timestamp_granularities must be text: word or segment")
+    names = [part.strip() for value in given for part in value.split(",") if part.strip()]
+    unknown = [name for name in names if name not in GRANULARITIES]
+    if unknown:
+        raise InputError(f"unknown timestamp granularity {unknown[0]!r}; choose {' or '.join(GRANULARITIES)}")
+    return tuple(dict.fromkeys(names))
+
+
+def _check_temperature(temperature: str | None) -> None:
+    if temperature is None:
+        return
+    try:
+        greedy = float(temperature) == 0.0
+    except ValueError:
+        greedy = False
+    if not greedy:
+        raise InputError(f"temperature {temperature!r} is not supported: as2d decodes greedily (temperature 0)")
+
+
+async def read_ask(request, task: str, service: TranscriptionService) -> tuple[Ask, str, bool]:
+    """The request's ``Ask``, response format and whether it streams; an ``InputError`` names what is wrong."""
+    try:
+        form = await request.form(max_files=1, max_fields=24)
+    except Exception as exc:  # malformed multipart
+        raise InputError(f"the request body is not a valid multipart form ({exc})") from exc
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile):
+        raise InputError("missing the audio upload: send it as the multipart field 'file'")
+    model = form_field(form, "model")
+    if model is None:
+        raise MissingParameter("model")
+    if model not in MODEL_ALIASES and model != service.target_name:
+        raise InputError(f"unknown model {model!r}; this server runs {service.target_name} "
+                         f"(also accepted: {', '.join(MODEL_ALIASES)})")
+    response_format = form_field(form, "response_format") or "json"
+    if response_format not in FORMATS:
+        raise InputError(f"unknown response_format {response_format!r}; choose one of {', '.join(FORMATS)}")
+    named = granularities(form)
+    if named and response_format != "verbose_json":
+        raise InputError(f"timestamp_granularities need response_format 'verbose_json', not {response_format!r}")
+    stream = flag(form_field(form, "stream"), "stream")
+    if stream and response_format not in STREAMED:
+        raise InputError(f"stream=true sends text only: response_format must be {' or '.join(STREAMED)}, "
+                         f"not {response_format!r} (its segments and times would be lost)")
+    _check_temperature(form_field(form, "temperature"))
+    language, method, source = (form_field(form, name) for name in ("language", "method", "source"))
+    budget_text = form_field(form, "budget")
+    try:
+        budget = None if budget_text is None else int(budget_text)
+    except ValueError:
+        raise InputError(f"budget must be a whole number, not {budget_text!r}") from None
+    check = flag(form_field(form, "check"), "check")
+    service.check(language, method, source, budget)
+    data = await upload.read()
+    samples = await run_in_threadpool(decode_upload, data)
+    # Whisper's previous-text prompt: the target refuses one over its limit (400), as the command line does
+    # words only where the format has room for them: named granularities, else the server's word_timestamps
+    verbose = response_format == "verbose_json"
+    ask = Ask(samples, language=language, method=method, source=source, budget=budget, check=check, task=task,
+              prompt=form_field(form, "prompt"), timestamps="segment" if "segment" in named else None,
+              format_timestamps="segment" if response_format in SEGMENTED else None,
+              word_timestamps=("word" in named if named else None) if verbose else False, scores=verbose)
+    return ask, response_format, stream
