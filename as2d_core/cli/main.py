@@ -38,7 +38,6 @@ def cli() -> None:
 @model_flags
 @click.option("--method", type=MethodChoice(), default="as2d", show_default=True,
               help="A registered decoding method: as2d, target-only, the serial baselines (sd-k5..sd-k8, asp) ...")
-@click.option("--resample", is_flag=True, hidden=True, help="Deprecated: other rates are always converted now.")
 @click.option("--check", is_flag=True, help="Also decode every window target-only and report whether the tokens are equal.")
 @click.option("--format", "output_format", type=click.Choice(OUTPUT_FORMATS), default="text", show_default=True,
               help="text, one JSON object, or subtitles: one cue per segment (--timestamps segment, their default), "
@@ -46,14 +45,12 @@ def cli() -> None:
                    "segment split into several cues.")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.pass_context
-def run(ctx, audio, method, resample, check, output_format, as_json, **model_options):
+def run(ctx, audio, method, check, output_format, as_json, **model_options):
     """Transcribe AUDIO (any common audio format, any length) with as2d or target-only decoding.
 
     Audio longer than 30 s is cut into windows at pauses found by a voice-activity detector;
     each window is one request whose tokens are exactly the target's own greedy output.
     """
-    if resample:
-        click.echo("warning: --resample is no longer needed: other rates and channel layouts are converted", err=True)
     output_format = "json" if as_json else output_format
     method_given = ctx.get_parameter_source("method") == click.core.ParameterSource.COMMANDLINE
     pipeline, report = pipeline_from_flags(ctx, method, method_given)
