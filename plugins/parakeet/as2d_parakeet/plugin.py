@@ -5,6 +5,7 @@ from pathlib import Path
 
 import click
 
+from as2d_core.decode.chunked import DEFAULT_CHUNK_S
 from as2d_core.setup.hookspecs import hookimpl
 
 INSTALL = "pip install ./plugins/parakeet"
@@ -25,7 +26,7 @@ def _source(options: dict):
 
         export_nemo(nemo, folder)
     return ParakeetSource(folder, device=options.get("device") or "auto",
-                          chunk_s=float(options.get("chunk_s", 2.56)), pad_last=bool(options.get("pad_last", False)))
+                          chunk_s=float(options.get("chunk_s", DEFAULT_CHUNK_S)), pad_last=bool(options.get("pad_last", False)))
 
 
 @hookimpl

@@ -4,6 +4,7 @@ Listing plugins must not load the recogniser, so the factory imports it lazily.
 """
 from __future__ import annotations
 
+from as2d_core.decode.chunked import DEFAULT_CHUNK_S
 from as2d_core.setup.hookspecs import hookimpl
 
 INSTALL = "pip install ./plugins/pocketsphinx"
@@ -14,7 +15,7 @@ def _source(options: dict):
 
     return PocketSphinxSource(
         preset=options.get("preset", "fast"),
-        chunk_s=float(options.get("chunk_s", 2.56)),
+        chunk_s=float(options.get("chunk_s", DEFAULT_CHUNK_S)),
         casing=bool(options.get("casing", True)),
         model_dir=options.get("model_dir"),
         feed_s=float(options.get("feed_s", 0.1)),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from as2d_core.decode.chunked import DEFAULT_CHUNK_S
 from as2d_core.setup.hookspecs import hookimpl
 
 INSTALL = "pip install ./plugins/sensevoice"
@@ -18,7 +19,7 @@ def _source(options: dict):
 
         export_checkpoint(folder)
     return SenseVoiceSource(folder, device=options.get("device") or "auto", use_itn=bool(options.get("use_itn", True)),
-                            chunk_s=float(options.get("chunk_s", 2.56)), pad_last=bool(options.get("pad_last", False)))
+                            chunk_s=float(options.get("chunk_s", DEFAULT_CHUNK_S)), pad_last=bool(options.get("pad_last", False)))
 
 
 @hookimpl
