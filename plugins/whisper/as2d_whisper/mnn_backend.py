@@ -54,12 +54,6 @@ def import_mnn():
         raise RuntimeError(f"the Whisper MNN backend needs MNN: {INSTALL_MNN} ({exc})") from exc
 
 
-def mnn_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("MNN") is not None
-
-
 def device_problem(device: str) -> str | None:
     """None if ``device`` really runs on this MNN build, else why not (the MNN backend plugin's probe)."""
     if device not in DEVICES:
