@@ -19,6 +19,7 @@ Only f16 is written: whisper.cpp's f32 path aborts in its im2col (whisper.cpp is
 from __future__ import annotations
 
 import json
+import re
 import struct
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ..features import mel_filters
+from .formats import OPENAI_NAMES
 from .weights import load_ct2_weights, source_files
 
 MAGIC = 0x67676D6C
@@ -75,49 +77,42 @@ def token_bytes(tokenizer_path: Path) -> list[bytes]:
     return out
 
 
-def _linear(out: dict, dst: str, state: dict, src: str, bias: bool = True) -> None:
-    out[f"{dst}.weight"] = state[f"{src}.weight"]
-    if bias:
-        out[f"{dst}.bias"] = state[f"{src}.bias"]
+def whisper_cpp_names(dims: dict[str, int]) -> list[str]:
+    """Every tensor whisper.cpp's Whisper holds, under openai-whisper's names: the attention keys have no bias."""
+    def pair(prefix: str) -> list[str]:
+        return [f"{prefix}.weight", f"{prefix}.bias"]
+
+    def attention(prefix: str) -> list[str]:
+        return [n for p in ("query", "key", "value", "out") for n in pair(f"{prefix}.{p}")
+                if n != f"{prefix}.key.bias"] + pair(f"{prefix}_ln")
+
+    def layers(side: str) -> list[str]:
+        return [n for i in range(dims[f"{side}_layers"]) for n in [
+            *attention(f"{side}.blocks.{i}.attn"),
+            *(attention(f"{side}.blocks.{i}.cross_attn") if side == "decoder" else []),
+            *(n for part in ("mlp.0", "mlp.2", "mlp_ln") for n in pair(f"{side}.blocks.{i}.{part}"))]]
+
+    return ["encoder.positional_embedding", *pair("encoder.conv1"), *pair("encoder.conv2"), *layers("encoder"),
+            *pair("encoder.ln_post"), "decoder.positional_embedding", "decoder.token_embedding.weight",
+            *layers("decoder"), *pair("decoder.ln")]
 
 
-def _attention(out: dict, dst: str, state: dict, src: str) -> None:
-    """q, k, v and out projections; the key has no bias in Whisper (CTranslate2 keeps a zero one)."""
-    for ours, theirs in (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj"), ("out", "out_proj")):
-        _linear(out, f"{dst}.{ours}", state, f"{src}.{theirs}", bias=ours != "key")
-    key_bias = state.get(f"{src}.k_proj.bias")
-    if key_bias is not None and np.any(key_bias):
-        raise ValueError(f"{src}.k_proj has a nonzero bias, which whisper.cpp's Whisper cannot hold")
-
-
-def _block(out: dict, dst: str, state: dict, src: str) -> None:
-    """What encoder and decoder layers share: self-attention and its norm, the MLP and its norm."""
-    _attention(out, f"{dst}.attn", state, f"{src}.self_attn")
-    _linear(out, f"{dst}.attn_ln", state, f"{src}.self_attn_layer_norm")
-    _linear(out, f"{dst}.mlp.0", state, f"{src}.fc1")
-    _linear(out, f"{dst}.mlp.2", state, f"{src}.fc2")
-    _linear(out, f"{dst}.mlp_ln", state, f"{src}.final_layer_norm")
+def _hf_name(name: str) -> str:
+    """An openai-whisper name under Hugging Face's, by the one table the checkpoint reader uses."""
+    for pattern, replacement in OPENAI_NAMES:
+        if re.fullmatch(pattern, name):
+            return re.sub(pattern, replacement, name)
+    raise KeyError(f"no Hugging Face name for {name!r}")
 
 
 def ggml_tensors(state: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray]:
-    """whisper.cpp's tensors (openai-whisper's names) from the Hugging Face-named state ``convert.weights`` reads."""
-    out: dict[str, np.ndarray] = {}
-    enc, dec = "model.encoder", "model.decoder"
-    out["encoder.positional_embedding"] = state[f"{enc}.embed_positions.weight"]
+    """whisper.cpp's tensors (``whisper_cpp_names``) from the Hugging Face-named state ``convert.weights`` reads."""
+    out = {name: state[_hf_name(name)] for name in whisper_cpp_names(dims)}
     for i in (1, 2):
-        out[f"encoder.conv{i}.weight"] = state[f"{enc}.conv{i}.weight"]
-        out[f"encoder.conv{i}.bias"] = state[f"{enc}.conv{i}.bias"].reshape(-1, 1)
-    for i in range(dims["encoder_layers"]):
-        _block(out, f"encoder.blocks.{i}", state, f"{enc}.layers.{i}")
-    _linear(out, "encoder.ln_post", state, f"{enc}.layer_norm")
-    out["decoder.positional_embedding"] = state[f"{dec}.embed_positions.weight"]
-    out["decoder.token_embedding.weight"] = state[f"{dec}.embed_tokens.weight"]
-    for i in range(dims["decoder_layers"]):
-        src, dst = f"{dec}.layers.{i}", f"decoder.blocks.{i}"
-        _block(out, dst, state, src)
-        _attention(out, f"{dst}.cross_attn", state, f"{src}.encoder_attn")
-        _linear(out, f"{dst}.cross_attn_ln", state, f"{src}.encoder_attn_layer_norm")
-    _linear(out, "decoder.ln", state, f"{dec}.layer_norm")
+        out[f"encoder.conv{i}.bias"] = out[f"encoder.conv{i}.bias"].reshape(-1, 1)  # whisper.cpp adds it as [n, 1]
+    for name, value in state.items():
+        if name.endswith("k_proj.bias") and np.any(value):
+            raise ValueError(f"{name} is not zero: whisper.cpp's Whisper has no bias on the attention keys")
     projection = state.get("proj_out.weight")
     if projection is not None and not np.array_equal(projection, out["decoder.token_embedding.weight"]):
         raise ValueError("the output projection differs from the token embedding: whisper.cpp ties them")
