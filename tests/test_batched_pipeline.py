@@ -1,0 +1,58 @@
+"""``from as2d import BatchedInferencePipeline``: faster-whisper's batched interface over as2d's batched route.
+
+The real whisper-base decodes a file of two windows side by side (its windows graph, one verification call
+for both) and gives the segments the same model gives one window at a time.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from as2d import BatchedInferencePipeline, WhisperModel
+
+BUNDLED = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return WhisperModel("base", device="cpu", source=None)
+
+
+@pytest.fixture(scope="module")
+def audio():
+    speech, rate = soundfile.read(BUNDLED, dtype="float32")
+    assert rate == 16_000
+    return np.concatenate([speech[: 12 * rate], np.zeros(rate, np.float32)] * 3)  # 39 s: two windows at pauses
+
+
+def test_batched_segments_are_the_sequential_ones_decoded_side_by_side(model, audio, monkeypatch):
+    groups = []
+    window_group = model.target.window_group
+    monkeypatch.setattr(model.target, "window_group", lambda size, threads: groups.append(size) or
+                        window_group(size, threads))  # a spy on the real group: the route taken
+    batched = BatchedInferencePipeline(model=model)
+    segments, info = batched.transcribe(audio, batch_size=8, language="en")
+    segments = list(segments)
+    assert groups == [2]  # both windows in one wave
+    assert info.duration == pytest.approx(39.0) and info.language == "en"
+    assert info.transcription_options.condition_on_previous_text is False  # as faster-whisper's batched pipeline
+    assert info.transcription_options.without_timestamps is True and info.transcription_options.temperatures == [0.0]
+    alone, _ = model.transcribe(audio, language="en", without_timestamps=True, condition_on_previous_text=False)
+    alone = list(alone)
+    assert [(s.id, s.seek, s.start, s.end, s.text, s.tokens) for s in segments] == [
+        (s.id, s.seek, s.start, s.end, s.text, s.tokens) for s in alone]
+    assert len(segments) == 2 and segments[0].end <= segments[1].start and "printing" in segments[0].text.lower()
+
+
+def test_batched_refuses_what_it_cannot_do(model, audio):
+    batched = BatchedInferencePipeline(model)
+    for size in (0, 17, 2.5):
+        with pytest.raises(ValueError, match="batch_size must be a whole number from 1 to 16"):
+            batched.transcribe(audio, batch_size=size)
+    with pytest.raises(ValueError, match="temperature"):
+        batched.transcribe(audio, temperature=0.4)
+    with pytest.raises(TypeError, match="as2d WhisperModel"):
+        BatchedInferencePipeline(object())
