@@ -53,6 +53,23 @@ def test_sources_plain_says_how_to_install(invoke):
     assert f"plugin 'qwen3_asr' is not installed: {QWEN3_ASR_INSTALL}" in result.output
 
 
+def test_sources_list_reads_the_right_way_round(invoke, monkeypatch):
+    """A drafter whose plugin is installed but whose model files are missing is not "installed": it says its
+    files are missing; one whose files are there says ready."""
+    pytest.importorskip("as2d_whisper")
+    missing = invoke("sources", "list", allow="whisper").output  # AS2D_MODELS_DIR: an empty folder
+    assert "whisper-tiny.en\tmodel files missing\tplugin=whisper" in missing
+    assert "model files missing in " in missing and "\tinstalled\t" not in missing
+    rows = {r["name"]: r for r in json.loads(invoke("sources", "list", "--json", allow="whisper").output)}
+    assert rows["whisper-tiny.en"]["status"] == "model files missing" and not rows["whisper-tiny.en"]["available"]
+    monkeypatch.delenv("AS2D_MODELS_DIR")  # the models this machine installed (scripts/setup.sh)
+    ready = {r["name"]: r for r in json.loads(invoke("sources", "list", "--json", allow="whisper").output)}
+    if not ready["whisper-tiny.en"]["available"]:
+        pytest.skip("whisper-tiny.en is not installed here (as2d models install whisper-tiny.en)")
+    assert ready["whisper-tiny.en"]["status"] == "ready"
+    assert "whisper-tiny.en\tready\tplugin=whisper" in invoke("sources", "list", allow="whisper").output
+
+
 def test_backends_list_reports_devices_that_really_run(invoke):
     pytest.importorskip("as2d_onnxruntime")
     rows = {r["name"]: r for r in json.loads(invoke("backends", "list", "--json", allow="onnxruntime").output)}

@@ -215,11 +215,13 @@ def models_list():
 def _listing(kind: str, as_json: bool) -> None:
     registry = load_registry()
     rows = [catalog.row(entry, registry) for entry in catalog.entries(kind, registry)]
+    for r in rows:
+        r["status"] = _status(r)
     if as_json:
         click.echo(json.dumps(rows, ensure_ascii=False, indent=1))
         return
     for r in rows:
-        status = "available" if r["available"] else ("installed" if r["installed"] else "not installed")
+        status = r["status"]
         extra = []
         if kind in ("source", "target") and r["installed"]:  # an absent plugin's facts are unknown here
             extra = [",".join(r["tasks"]) or "-", ",".join(r["languages"]) if r["languages"] else "any",
@@ -232,7 +234,18 @@ def _listing(kind: str, as_json: bool) -> None:
             click.echo(f"    {r['reason']}")
 
 
-_JSON_HELP = "Print a JSON list of objects (name, kind, plugin, installed, available, reason, ...)."
+def _status(r: dict) -> str:
+    """What a listing says of a part, in words that read the right way round: ``installed`` in a row is its
+    plugin's; a model whose files are missing is not ready, however installed its plugin is."""
+    if not r["installed"]:
+        return "not installed"  # no plugin registers it
+    if r["available"]:
+        return "runs here" if r["kind"] == "backend" else "ready"
+    return "no device runs here" if r["kind"] == "backend" else "model files missing"
+
+
+_JSON_HELP = ("Print a JSON list of objects (name, kind, plugin, status, installed: its plugin is, available: it can "
+              "run here, reason, ...).")
 # kind -> (group name, group help, `list` help): one `as2d GROUP list [--json]` command each.
 _LISTINGS = {
     "source": ("sources", "Drafter sources, installed or not.",
