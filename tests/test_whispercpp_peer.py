@@ -123,3 +123,17 @@ def test_whisper_cpp_transcribes_a_clip_as_the_target_does(ggml_file, whisper_ta
     whole = peer.transcribe_file(audio, "en")
     assert whole.segments >= 1 and "Dashwood" in whole.text
     print(f"whisper.cpp exact={row['exact']} text={row['text']!r}")
+
+
+def test_a_file_whisper_cpp_cannot_load_is_a_clear_error(tmp_path):
+    pytest.importorskip("pywhispercpp", reason="the whisper.cpp peer needs pywhispercpp: pip install pywhispercpp")
+    from as2d_core.setup.peers import PeerUnavailable
+    from as2d_whisper.convert.ggml import FILE_NAME
+    from as2d_whisper.whispercpp import GGML_FOLDER, WhisperCppPeer
+
+    folder = tmp_path / GGML_FOLDER
+    folder.mkdir()
+    (folder / FILE_NAME).write_bytes(b"not a ggml file")
+    (folder / "model.json").write_text("{}")
+    with pytest.raises(PeerUnavailable, match="could not load .*bad magic"):
+        WhisperCppPeer(threads=1, root=tmp_path)

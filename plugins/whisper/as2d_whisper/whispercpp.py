@@ -13,6 +13,7 @@ peers, its rows are fair only with the other cores idle.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import threading
 import time
 import weakref
@@ -28,6 +29,7 @@ from .convert.ggml import build_ggml_file
 NAME = "whisper.cpp"
 GGML_FOLDER = "ggml-whisper-base"
 INSTALL = "pip install pywhispercpp (or `pip install 'as2d[bench]'`)"
+LOG_ERROR = 4  # ggml's log level of errors
 
 
 def ggml_model(root: Path | None = None) -> Path:
@@ -48,20 +50,23 @@ class WhisperCppPeer:
     def __init__(self, threads: int, root: Path | None = None):
         try:
             import _pywhispercpp as pw
-            from pywhispercpp.utils import redirect_stderr
         except ImportError as exc:
             raise PeerUnavailable(f"pywhispercpp is not installed ({exc}): {INSTALL}") from exc
-        import pywhispercpp.model
-
         self._pw, self.threads = pw, threads
         path = ggml_model(root)
-        with redirect_stderr(None):  # its loader reports every size on stderr
+        errors: list[str] = []
+        # Its loader reports every size, and a failure only in its log (the context it returns is then
+        # empty): keep the errors, drop the rest, and give the log back to whisper.cpp afterwards.
+        pw.whisper_log_set(lambda level, text: errors.append(text.strip()) if level == LOG_ERROR else None)
+        try:
             self._ctx = pw.whisper_init_from_file_with_params(str(path), pw.whisper_context_default_params())
-        if self._ctx is None:
-            raise PeerUnavailable(f"whisper.cpp could not load {path}")
+        finally:
+            pw.whisper_log_set(None)
+        if errors:
+            raise PeerUnavailable(f"whisper.cpp could not load {path}: {' | '.join(errors)}")
         weakref.finalize(self, pw.whisper_free, self._ctx)
         self._lock = threading.Lock()  # one whisper_full at a time on a context
-        self.version = pywhispercpp.model.__version__
+        self.version = importlib.metadata.version("pywhispercpp")
         self.eot = pw.whisper_token_eot(self._ctx)
         self.note = (f"pywhispercpp {self.version} (whisper.cpp), whisper-base ggml f16, greedy, temperature 0, "
                      f"no fallback, no conditioning, {threads} threads")
