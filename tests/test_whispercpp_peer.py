@@ -112,7 +112,7 @@ def test_whisper_cpp_transcribes_a_clip_as_the_target_does(ggml_file, whisper_ta
     root, _ = ggml_file
     audio = load_audio(CLIP["file"])
     reference = run_request(Request(CLIP["id"], audio, "en"), whisper_target, None, "target-only")
-    peer = WhisperCppPeer(threads=2, root=root)
+    peer = WhisperCppPeer(threads=1, root=root)  # one thread: its spinning threads stall on a busy machine
     window = Window(CLIP["id"], CLIP["file"], "en")
     row = peer_row(window, "whisper.cpp", peer, audio, reference, detect_language=True)  # whisper.cpp detects
     assert "error" not in row and row["language"] == "en"

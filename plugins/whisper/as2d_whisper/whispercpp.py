@@ -91,9 +91,10 @@ class WhisperCppPeer:
             raise PeerUnavailable("whisper.cpp's whisper_full failed")
         return start, time.perf_counter()
 
-    def _segments(self) -> list[tuple[str, list[int]]]:
+    def _segments(self) -> list[tuple[bytes, list[int]]]:
+        """Each segment's text (bytes: a character may straddle two segments) and token ids."""
         pw, ctx = self._pw, self._ctx
-        return [(pw.whisper_full_get_segment_text(ctx, i).decode("utf-8", errors="replace"),
+        return [(pw.whisper_full_get_segment_text(ctx, i),
                  [pw.whisper_full_get_token_id(ctx, i, j) for j in range(pw.whisper_full_n_tokens(ctx, i))])
                 for i in range(pw.whisper_full_n_segments(ctx))]
 
@@ -109,7 +110,8 @@ class WhisperCppPeer:
             detected = self._pw.whisper_lang_str(self._pw.whisper_full_lang_id(self._ctx))
         tokens = [t for _, ids in segments for t in ids if t < self.eot]
         decode_s = end - (first_logits[0] if first_logits else start)
-        return PeerOutput(tokens, "".join(text for text, _ in segments).strip(), decode_s,
+        text = b"".join(text for text, _ in segments).decode("utf-8", errors="replace").strip()
+        return PeerOutput(tokens, text, decode_s,
                           f"decode clock: first logits to last token; e2e: whisper_full from samples; {self.note}",
                           e2e_s=end - start, extra={"pywhispercpp": self.version, "language": detected})
 
@@ -117,7 +119,8 @@ class WhisperCppPeer:
         with self._lock:
             start, end = self._full(audio, self._params(language, timestamps=True))
             segments = self._segments()
-        return FileOutput(" ".join(text.strip() for text, _ in segments), end - start, len(segments),
+        text = b"".join(text for text, _ in segments).decode("utf-8", errors="replace")
+        return FileOutput(" ".join(text.split()), end - start, len(segments),
                           f"wall clock of whisper_full from samples in memory (log-mel, encoder, decoding), "
                           f"30 s windows walked by its timestamps, no VAD; {self.note}",
                           extra={"pywhispercpp": self.version})
