@@ -13,6 +13,20 @@ the equal-decoding row), ``faster-whisper-default`` (its shipped temperature fal
 no conditioning, its own 30 s windows walked by the timestamps it predicts, no VAD).
 One JSON line per method and round, then a Markdown table of each method's median over the rounds.
 
+Our rows decode in the mode the decoding flags give (``--route``, ``--beam-size``, ``--temperature``,
+``--condition-on-previous-text``: as2d run's). With a reference (``--reference``, by default the recording's
+sidecar JSON that ``make_long_audio.py`` writes) every row also gets its word error rate against the clips'
+texts, lower-cased and without punctuation, and the words it deleted, inserted and substituted: the quality
+benchmark. Matched settings, each ours beside faster-whisper's sequential ``transcribe()`` with the same options:
+
+    .venv/bin/python scripts/make_long_audio.py --seconds 400 --once --out /tmp/long_once.wav
+    .venv/bin/python scripts/bench_long_audio.py /tmp/long_once.wav --beam-size 1 \\
+        --methods target-only,as2d,faster-whisper-greedy-fallback          # greedy with the fallback
+    .venv/bin/python scripts/bench_long_audio.py /tmp/long_once.wav --beam-size 5 \\
+        --methods target-only,as2d,faster-whisper-beam5-fallback           # beam 5 with the fallback
+    .venv/bin/python scripts/bench_long_audio.py /tmp/long_once.wav --route windows --batch-windows 4 \\
+        --methods target-only,as2d,faster-whisper-batched8                 # VAD windows, batched
+
 ``--rounds N`` (default 3) runs every method once per round, in the same order each round, so a slow
 drift of a shared machine touches all methods alike; the table quotes medians and the ratios of medians.
 
@@ -46,7 +60,7 @@ import numpy as np
 from as2d_core.decode.methods import get_method
 from as2d_core.input.audio import read_audio
 from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source
-from as2d_core.decode.options import DecodeOptions
+from as2d_core.decode.options import ROUTES, DecodeOptions
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.peers import FilePeer
 from as2d_core.setup.plugins import load_registry
@@ -60,6 +74,20 @@ PIPELINE_METHODS = "target-only,sd-k5,as2d"
 def as2d_pipeline(method: str, target, source, options: PipelineOptions) -> Pipeline:
     return Pipeline(target, source if get_method(method).needs_source else None,
                     attrs.evolve(options, method=method))
+
+
+def word_errors(hypothesis: str, reference: str) -> dict:
+    """Word error rate and its parts, both texts lower-cased, punctuation (apostrophes too) taken out."""
+    import re
+
+    import jiwer
+
+    def words(text: str) -> str:
+        return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).replace("'", "").split())
+
+    out = jiwer.process_words(words(reference), words(hypothesis) or "-")
+    return {"wer": round(out.wer, 4), "deleted": out.deletions, "inserted": out.insertions,
+            "substituted": out.substitutions, "reference_words": out.hits + out.substitutions + out.deletions}
 
 
 def run_pipeline(method: str, pipeline: Pipeline, samples: np.ndarray, reference: list | None, threads: int) -> dict:
@@ -157,6 +185,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block-s", type=float, default=4.0)
     parser.add_argument("--context-s", type=float, default=12.0)
     parser.add_argument("--pace", choices=PACES, default="realtime")
+    parser.add_argument("--route", choices=ROUTES, default=DecodeOptions().route, help="our rows' route (as2d run's)")
+    parser.add_argument("--beam-size", type=int, default=DecodeOptions().beam_size)
+    parser.add_argument("--temperature", default=",".join(map(str, DecodeOptions().temperature)),
+                        help="our rows' temperatures, comma-separated (0 alone: no fallback)")
+    parser.add_argument("--condition-on-previous-text", action="store_true")
+    parser.add_argument("--reference", type=Path, default=None,
+                        help="clip texts for word error rates (default: the audio's .json beside it, if any)")
     parser.add_argument("--batch-windows", default="1",
                         help="comma-separated: our methods also run with that many windows side by side "
                              "(a row METHOD-batchedN for each N above 1; DecodeOptions.batch_windows)")
@@ -171,8 +206,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--stream runs the as2d pipeline's methods only (target-only, sd-kN, as2d)")
     decoded = read_audio(args.audio)
     samples = decoded.samples
-    decode = DecodeOptions(target_threads=args.threads, drafter_nice=args.drafter_nice,
-                           guess_nice=args.guess_nice)
+    decode = DecodeOptions(target_threads=args.threads, drafter_nice=args.drafter_nice, guess_nice=args.guess_nice,
+                           route=args.route, beam_size=args.beam_size, temperature=args.temperature,
+                           condition_on_previous_text=args.condition_on_previous_text)
+    sidecar = args.reference or args.audio.with_suffix(".json")
+    truth = " ".join(c["text"] for c in json.loads(sidecar.read_text())) if sidecar.is_file() else None
     options = PipelineOptions(language=args.language, decode=decode)
     target = build_part("target", args.target)
     drafting = any(m not in peers and get_method(m).needs_source for m in methods)
@@ -208,11 +246,18 @@ def main(argv: list[str] | None = None) -> None:
                 if name == "target-only" and reference is None:
                     reference = row["_tokens"]
             row.pop("_tokens", None)
+            if truth is not None:
+                row.update(word_errors(row["text"], truth))
             row.update(round=round_, audio_s=decoded.duration_s, rtf=row["wall_s"] / decoded.duration_s,
                        source=args.source if method in ours and get_method(ours[method][0]).needs_source else None)
             rows.append(row)
             _write(row, args.out)
     print_table(rows, order, [m for m in order if m in peers], decoded.duration_s, args)
+
+
+def _median_of(runs: list[dict], key: str) -> str:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return f"{statistics.median(values):g}" if values else "-"
 
 
 def print_table(rows: list[dict], order: list[str], peers: list[str], audio_s: float, args) -> None:
@@ -224,8 +269,8 @@ def print_table(rows: list[dict], order: list[str], peers: list[str], audio_s: f
     print(f"\n{audio_s:.0f} s of audio ({args.audio.name}), {args.threads} threads, {args.rounds} rounds, "
           f"drafter {args.source}\n")
     print(f"| method | wall (s) per round | median wall (s) | RTF | vs target-only | vs {fastest or 'fastest peer'} | "
-          "windows | exact | busy rounds |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "windows | exact | WER | deleted | busy rounds |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for m, runs in by_method.items():
         exact = [r["exact"] for r in runs]
         shown = "-" if exact[0] is None else ("yes" if all(exact) else f"NO ({exact.count(False)} of {len(exact)})")
@@ -234,7 +279,7 @@ def print_table(rows: list[dict], order: list[str], peers: list[str], audio_s: f
         print(f"| {m} | {walls} | {median[m]:.2f} | {median[m] / audio_s:.3f} | "
               f"{f'{base / median[m]:.2f}x' if base else '-'} | "
               f"{f'{median[fastest] / median[m]:.2f}x' if fastest else '-'} | {runs[0]['windows']} | {shown} | "
-              f"{busy}{' (busy!)' if busy else ''} |")
+              f"{_median_of(runs, 'wer')} | {_median_of(runs, 'deleted')} | {busy}{' (busy!)' if busy else ''} |")
     print("\nCTranslate2 and whisper.cpp peers spin on their threads: their rows are fair only with the other cores idle "
           "(a round marked busy was timed while other processes kept cores busy).")
 

@@ -34,6 +34,7 @@ from drafting import options_that_draft
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "examples" / "ljspeech_en_w00.wav"
 SR = 16000
+WINDOWS = options_that_draft(route="windows")  # these tests are about the windows route (VAD windows, each once)
 needs_shared = pytest.mark.skipif(
     not (SHARED_SPEECH / "clips.jsonl").exists(), reason=f"real speech not found at {SHARED_SPEECH} (../shared)"
 )
@@ -65,13 +66,13 @@ def recording():
 
 @pytest.fixture(scope="module")
 def pipeline(whisper_target, whisper_source):
-    return Pipeline(whisper_target, whisper_source, PipelineOptions(language="en", decode=options_that_draft()))
+    return Pipeline(whisper_target, whisper_source, PipelineOptions(language="en", decode=options_that_draft(route="windows")))
 
 
 @pytest.fixture(scope="module")
 def transcript(whisper_target, whisper_source, recording):
     """The file in timestamp mode, its first window prompted as Whisper's initial prompt is."""
-    decode = options_that_draft(timestamps="segment", prompt="A reading of short texts.")
+    decode = options_that_draft(route="windows", timestamps="segment", prompt="A reading of short texts.")
     pipeline = Pipeline(whisper_target, whisper_source, PipelineOptions(language="en", decode=decode))
     return pipeline.transcribe(recording[0], request_id="long", check=True)
 
@@ -125,7 +126,8 @@ def test_each_window_conditioned_on_the_text_before_it_is_exact(whisper_target, 
     """Whisper's long form: each window's prompt is the text before it, with its timestamps (as Whisper feeds
     its tokens back); the check decodes each window target-only on that same prompt."""
     samples = recording[0][: 50 * SR]
-    decode = options_that_draft(timestamps="segment", prompt="A reading.", condition_on_previous_text=True)
+    decode = options_that_draft(route="windows", timestamps="segment", prompt="A reading.",
+                                condition_on_previous_text=True)
     pipeline = Pipeline(whisper_target, whisper_ct2_source, PipelineOptions(language="en", decode=decode))
     conditioned = pipeline.transcribe(samples, request_id="conditioned", check=True)
     first, second = conditioned.windows[:2]
@@ -159,7 +161,7 @@ def test_subtitles_have_a_cue_per_timestamp_segment_inside_its_window(transcript
 def test_the_drafter_ran_ahead_to_the_next_window(whisper_target, whisper_source, recording):
     samples, _ = recording
     ahead = LookaheadSource(whisper_source)
-    pipeline = Pipeline(whisper_target, ahead, PipelineOptions(language="en"))  # only its requests are used here
+    pipeline = Pipeline(whisper_target, ahead, PipelineOptions(language="en", decode=WINDOWS))  # only its requests are used here
     first, second = (pipeline.request(f"ahead-{i}", samples[i * 8 * SR : (i + 1) * 8 * SR]) for i in range(2))
     ahead.queue_next(second, 1)
     job = ahead.prepare(first, "en", 1)
@@ -177,7 +179,7 @@ def test_the_drafter_ran_ahead_to_the_next_window(whisper_target, whisper_source
 def test_a_drafter_crashing_mid_file_and_mid_stream_changes_nothing(whisper_target, whisper_source, recording):
     samples = recording[0][: 40 * SR]
     crashing = CrashingSource(whisper_source, lambda request_id: request_id.endswith(("-w001", "-b0002")))
-    pipeline = Pipeline(whisper_target, crashing, PipelineOptions(language="en"))
+    pipeline = Pipeline(whisper_target, crashing, PipelineOptions(language="en", decode=WINDOWS))
     transcript = pipeline.transcribe(samples, request_id="crash", check=True)
     assert len(transcript.windows) >= 2 and transcript.exact is True
     assert "drafter crashed" in transcript.windows[1].result.producer_error
@@ -207,7 +209,7 @@ def test_a_fast_stream_equals_target_only_on_every_view(pipeline, recording):
 
 @pytest.fixture(scope="module")
 def target_only(whisper_target):
-    return Pipeline(whisper_target, None, PipelineOptions(method="target-only", language="en"))
+    return Pipeline(whisper_target, None, PipelineOptions(method="target-only", language="en", decode=WINDOWS))
 
 
 def test_every_format_gives_the_text_of_the_16_bit_wav(target_only, tmp_path_factory):
@@ -244,7 +246,7 @@ def test_cli_writes_srt_for_a_file(tmp_path):
     assert window[0].start.total_seconds() == 0 and abs(window[-1].end.total_seconds() - 26.004) < 0.001
     text = " ".join(c.content.replace("\n", " ") for c in window)
     assert text == " ".join(c.content.replace("\n", " ") for c in cues)
-    result = CliRunner().invoke(cli, [*run, "--json"])
+    result = CliRunner().invoke(cli, [*run, "--json", "--timestamps", "none"])
     out = json.loads(result.output)
     assert out["windows"][0]["text"] == text and out["audio"]["codec"] == "pcm_s16le"
     assert out["skipped_silence"] == [] and out["totals"]["windows"] == 1 and out["tokens"]

@@ -290,7 +290,7 @@ def test_a_silent_windows_text_is_not_the_next_windows_prompt():
         return DecodeResult(request.request_id, "target-only", "en", [1], text, 0.1, 0.1,
                             avg_logprob=-2.0, no_speech_prob=no_speech)
 
-    options = PipelineOptions(method="target-only", decode=DecodeOptions(condition_on_previous_text=True),
+    options = PipelineOptions(method="target-only", decode=DecodeOptions(condition_on_previous_text=True, route="windows"),
                               max_window_s=1.0)
     pipeline = Pipeline(TinyLM(), None, options, detector=None, decode=decode)
     audio = np.ones(3 * 16_000, np.float32) * 0.1

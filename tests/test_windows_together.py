@@ -177,7 +177,7 @@ def test_a_file_decoded_in_waves_equals_one_window_at_a_time(method, target_name
     source = whisper_ct2_source if method == "as2d" else None
 
     def pipeline(batch_windows: int) -> Pipeline:
-        decode = options_that_draft(batch_windows=batch_windows, **fields)
+        decode = options_that_draft(route="windows", batch_windows=batch_windows, **fields)
         return Pipeline(target, source, PipelineOptions(method=method, language="en", decode=decode))
 
     alone = pipeline(1).transcribe(file_audio, request_id="alone")
@@ -200,7 +200,7 @@ def test_a_target_without_a_windows_graph_decodes_one_window_at_a_time(whisper_s
 
     tiny = WhisperTarget(whisper_source._model.dir)
     assert tiny.window_group(2, 1) is None
-    decode = DecodeOptions(batch_windows=4, target_threads=1)
+    decode = DecodeOptions(route="windows", batch_windows=4, target_threads=1)
     transcript = Pipeline(tiny, None, PipelineOptions(method="target-only", language="en", decode=decode)).transcribe(
         file_audio[: 40 * SR], request_id="tiny")
     assert len(transcript.windows) >= 2 and transcript.text.strip()

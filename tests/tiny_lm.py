@@ -7,6 +7,7 @@ greedy decisions identical.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import threading
 import time
@@ -31,12 +32,12 @@ class TinyLM:
                  timestamps: int = 0):
         self.eos_token = 1
         self.rules = None
-        self.features = frozenset({"sampling"})
+        self.features = frozenset({"sampling", "prompt"})
         if timestamps:  # Whisper's layout: text, the end token, <|notimestamps|>, the timestamps
             self.eos_token = vocab - 1
             self.rules = TimestampRules(begin=vocab + 1, eot=self.eos_token, no_timestamps=vocab,
                                         max_initial=timestamps // 4)
-            self.features = frozenset({"timestamps", "sampling"})
+            self.features = frozenset({"timestamps", "sampling", "prompt"})
             vocab += 1 + timestamps
         rng = np.random.default_rng(seed)
         self.vocab, self.dim, self.layers = vocab, dim, layers
@@ -50,10 +51,12 @@ class TinyLM:
         self.calls = 0
 
     def prepare(self, request, threads):
-        digest = hashlib.sha256(np.asarray(request.audio).tobytes()).digest()
+        # the prompt: from the audio and any previous text (Whisper's prompt conditions the response likewise)
+        text = f"{request.prompt}|{request.previous_text}".encode() if request.prompt or request.previous_text else b""
+        digest = hashlib.sha256(np.asarray(request.audio).tobytes() + text).digest()
         prompt = [2 + b % ((self.eos_token if self.rules else self.vocab) - 2) for b in digest[:4]]
         return TinySession(self, prompt, self.rules if request.timestamps != "none" else None,
-                           Sampling(request.temperature, request.seed))
+                           Sampling(request.temperature, request.seed), request.scores)
 
 
 class TinySession:
@@ -62,7 +65,7 @@ class TinySession:
     time_precision_s = 0.02
 
     def __init__(self, model: TinyLM, prompt: list[int], rules: TimestampRules | None = None,
-                 sampling: Sampling = Sampling()):
+                 sampling: Sampling = Sampling(), scores: bool = False):
         self.m = model
         self.sampling = sampling
         self.eos_token = model.eos_token
@@ -80,6 +83,10 @@ class TinySession:
         if rules is not None:
             rules.apply(first[0], [])
         self._first = sampling.choose(first, 0)[0]
+        # with scores (``ResponseScores``): the chosen tokens' log-probabilities, first token first
+        self._logprobs = _logprobs(first, [self._first]) if scores else None
+        self._no_speech = float(1 / (1 + np.exp(-first[0, 0]))) if scores else None
+        self._first_row = first[0].copy()  # what beam search starts from (``beam_rows``)
         self.threads = None
 
     def _logits(self, tokens):
@@ -122,13 +129,31 @@ class TinySession:
             self.rules.apply_rows(logits, self.response, appended)
         position = len(self.response) + 1
         self.response += appended
-        return self.sampling.choose(logits, position)
+        chosen = self.sampling.choose(logits, position)
+        if self._logprobs is not None:
+            self._logprobs += _logprobs(logits, chosen)
+        return chosen
+
+    def token_logprobs(self):
+        if self._logprobs is None:
+            raise ValueError("no scores kept")
+        return list(self._logprobs)
+
+    def no_speech_prob(self):
+        if self._no_speech is None:
+            raise ValueError("no scores kept")
+        return self._no_speech
+
+    def beam_rows(self, width):
+        return TinyBeamRows(self, width)
 
     def truncate(self, cache_length):
         keep = self.prompt_length + cache_length
         self.k, self.v = self.k[:, :keep], self.v[:, :keep]
         self.cache_length = cache_length
         del self.response[cache_length:]
+        if self._logprobs is not None:
+            del self._logprobs[cache_length + 1:]
 
     def use_threads(self, threads):
         self.threads = threads
@@ -141,6 +166,46 @@ class TinySession:
 
     def close(self):
         pass
+
+
+class TinyBeamRows:
+    """Hypotheses of one TinySession for beam search (``contracts.BeamRows``): each row a copy of the session
+    (its cache arrays are replaced on every append, never edited, so copies share nothing that changes)."""
+
+    def __init__(self, session: TinySession, width: int):
+        self.width = width
+        self._first = session._first_row
+        self._rows = [copy.copy(session) for _ in range(width)]
+        for row in self._rows:
+            row.response = []  # its own list before truncate edits it
+            row.truncate(0)
+
+    def first_logits(self):
+        return self._first.copy()
+
+    def advance(self, rows):
+        parents = [copy.copy(self._rows[parent]) for parent, _, _ in rows]
+        out = []
+        for i, (row, (_, kept, appended)) in enumerate(zip(parents, rows)):
+            row.response = row.response[:kept]  # its own list (a copy's is its parent's) before truncate edits it
+            row.truncate(kept)
+            logits = row._logits(list(appended)) if appended else np.empty((0, row.m.vocab))
+            if row.rules is not None:
+                row.rules.apply_rows(logits, row.response, list(appended))
+            row.response = row.response + list(appended)
+            self._rows[i] = row
+            out.append(logits)
+        self._rows[0].m.calls += 1  # all rows in one call, as a batched target makes it
+        return out
+
+    def close(self):
+        self._rows = []
+
+
+def _logprobs(rows, tokens):
+    top = rows.max(-1, keepdims=True)
+    norm = top[:, 0] + np.log(np.exp(rows - top).sum(-1))
+    return [float(rows[j, t] - norm[j]) for j, t in enumerate(tokens)]
 
 
 class SlowTarget:

@@ -10,41 +10,15 @@ decisions made on them and the result are the same for every method that decodes
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import attrs
 
 from as2d_core.contracts import Request
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.sampling import derive_seed
 from as2d_core.decode.scores import compression_ratio, is_silent
-
-DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-
-
-def _temperatures(value: float | Sequence[float]) -> tuple[float, ...]:
-    values = tuple(float(t) for t in value) if isinstance(value, (list, tuple)) else (float(value),)
-    if not values or any(t < 0 for t in values):
-        raise ValueError(f"temperatures must be one or more values of at least 0, got {value!r}")
-    return values
-
-
-@attrs.frozen
-class DecodingMode:
-    """The options of faster-whisper's ``transcribe`` that change the tokens, under its names and defaults."""
-
-    beam_size: int = attrs.field(default=5, validator=attrs.validators.ge(1))
-    best_of: int = attrs.field(default=5, validator=attrs.validators.ge(1))
-    patience: float = attrs.field(default=1.0, validator=attrs.validators.gt(0))
-    length_penalty: float = 1.0
-    temperatures: tuple[float, ...] = attrs.field(default=DEFAULT_TEMPERATURES, converter=_temperatures)
-    compression_ratio_threshold: float | None = 2.4
-    log_prob_threshold: float | None = -1.0
-    no_speech_threshold: float | None = 0.6
-    condition_on_previous_text: bool = True
-    prompt_reset_on_temperature: float = 0.5
-    seed: int = attrs.field(default=0, validator=attrs.validators.ge(0))
-
 
 @attrs.define
 class Attempt:
@@ -63,7 +37,7 @@ class Attempt:
         return self.result.no_speech_prob if self.result.no_speech_prob is not None else 0.0
 
 
-def needs_fallback(attempt: Attempt, mode: DecodingMode) -> bool:
+def needs_fallback(attempt: Attempt, mode: DecodeOptions) -> bool:
     """faster-whisper's rule: too repetitive or too unsure, unless it is silence (then no hotter try helps)."""
     too_repetitive = (mode.compression_ratio_threshold is not None
                       and attempt.compression_ratio > mode.compression_ratio_threshold)
@@ -73,18 +47,19 @@ def needs_fallback(attempt: Attempt, mode: DecodingMode) -> bool:
     return (too_repetitive or unsure) and not silence
 
 
-def is_silence(attempt: Attempt, mode: DecodingMode) -> bool:
+def is_silence(attempt: Attempt, mode: DecodeOptions) -> bool:
     """faster-whisper's no-speech skip after the fallback: the segment is dropped and the seek moves past it."""
     return is_silent(attempt.avg_logprob, attempt.no_speech_prob, mode.no_speech_threshold, mode.log_prob_threshold)
 
 
-def decode_with_fallback(request: Request, decode: Callable[[Request], DecodeResult], mode: DecodingMode,
+def decode_with_fallback(request: Request, decode: Callable[[Request], DecodeResult], mode: DecodeOptions,
                          key: object = 0) -> tuple[Attempt, list[Attempt]]:
     """The kept attempt and every attempt made, in order. ``decode`` decodes one request in its mode
-    (``request.temperature``; beam search at 0 when ``mode.beam_size`` > 1 is the caller's choice); ``key`` names
-    the segment, so each segment's samples draw their own noise from ``mode.seed``."""
+    (``request.temperature``; beam search at 0 when ``mode.beam_size`` > 1 is the caller's choice); ``mode`` holds
+    faster-whisper's options (``DecodeOptions``: temperatures, best_of, thresholds, seed); ``key`` names the segment,
+    so each segment's samples draw their own noise from ``mode.seed``."""
     attempts: list[Attempt] = []
-    for temperature in mode.temperatures:
+    for temperature in mode.temperature:
         samples = 1 if temperature == 0 else mode.best_of
         tries = []
         for sample in range(samples):

@@ -15,6 +15,18 @@ from as2d_core.contracts import TIMESTAMPS  # unset (None): by the output, segme
 
 MAX_BUDGET = 64
 STARTS = ("arrival", "prepared")
+ROUTES = ("seek", "windows")
+DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # faster-whisper's: greedy, then the fallback's
+
+
+def temperatures(value) -> tuple[float, ...]:
+    """Temperatures from a number, a sequence or text such as ``"0,0.2,0.4"`` (a flag's value)."""
+    if isinstance(value, str):
+        value = [part for part in value.strip("()[] ").replace(" ", "").split(",") if part]
+    values = tuple(float(t) for t in value) if isinstance(value, (list, tuple)) else (float(value),)
+    if not values or any(t < 0 for t in values):
+        raise ValueError(f"temperature must be one or more values of at least 0, got {value!r}")
+    return values
 
 
 def check_budget(value: int) -> int:
@@ -38,17 +50,22 @@ def _in_range(instance, attribute, value):
 
 
 def _option(default, config: str, help: str, low: int | None = None, high: int | None = None,
-            choices: tuple[str, ...] | None = None, kind: type | None = None):
+            choices: tuple[str, ...] | None = None, kind: type | None = None, optional: bool = False,
+            converter=None):
     """A field that users set: ``config`` is its dotted key in a task configuration; ``low``/``high``
-    bound a number, ``choices`` a word; ``kind`` is the value's type where the default (None) does not say it."""
+    bound a number, ``choices`` a word; ``kind`` is the value's type where the default (None) does not say it;
+    ``optional``: None turns it off (faster-whisper's thresholds); ``converter`` reads a flag's text."""
     kind = kind or type(default)
+    if converter is not None:
+        return attrs.field(default=default, converter=converter, metadata={
+            "config": config, "help": help, "choices": None, "low": None, "high": None, "kind": str})
     if choices:
         validator = attrs.validators.in_(choices)
     elif kind in (str, bool):
         validator = attrs.validators.instance_of(kind)
     else:
         validator = _in_range
-    if default is None:
+    if default is None or optional:
         validator = attrs.validators.optional(validator)
     return attrs.field(default=default, validator=validator, metadata={
         "config": config, "help": help, "choices": choices, "low": low, "high": high, "kind": kind})
@@ -102,6 +119,38 @@ class DecodeOptions:
         "decoding, as openai-whisper does: one pass over the committed tokens, so it costs every method the same "
         "(words_s in --json and in bench rows). The server gives words in verbose_json when a request names no "
         "timestamp_granularities.")
+    # How a file is decoded, and the decoding mode: faster-whisper's ``transcribe`` options that change the tokens,
+    # under its names, with its defaults except where the README says why (``decode.fallback``, ``input.seek``)
+    route: str = _option(
+        "seek", "route", "seek: Whisper's long-form rules, as faster-whisper's WhisperModel.transcribe: 30 s requests "
+        "from a seek offset that moves to the last timestamp, so speech after an early end is decoded again, with the "
+        "temperature fallback; windows: the audio cut at pauses, each window decoded once in the first temperature's "
+        "mode (as BatchedInferencePipeline; side by side with --batch-windows).", choices=ROUTES)
+    beam_size: int = _option(1, "beam_size", "Beams of the target's beam search at temperature 0 (1: greedy, the "
+                             "target's own greedy tokens; faster-whisper's default is 5).", 1, 16)
+    best_of: int = _option(5, "best_of", "Samples drawn at a temperature above 0; the likeliest is kept.", 1, 16)
+    patience: float = _option(1.0, "patience", "Beam search stops once beam_size x patience hypotheses ended.", 0)
+    length_penalty: float = _option(1.0, "length_penalty", "Beam and best-of ranking: cumulative log-probability "
+                                    "over length ** length_penalty.", 0)
+    temperature: tuple[float, ...] = _option(
+        DEFAULT_TEMPERATURES, "temperature", "Temperatures tried in turn (comma-separated): each next one only when the "
+        "result repeats itself or is unsure (the thresholds below); above 0 the target samples with noise drawn from "
+        "--seed, so speculation stays exact.", converter=temperatures)
+    compression_ratio_threshold: float | None = _option(
+        2.4, "compression_ratio_threshold", "A result whose text compresses better than this is decoded again, hotter.",
+        0, optional=True)
+    log_prob_threshold: float | None = _option(
+        -1.0, "log_prob_threshold", "A result whose average log-probability is below this is decoded again, hotter.",
+        optional=True)
+    no_speech_threshold: float | None = _option(
+        0.6, "no_speech_threshold", "A request whose no-speech probability is over this while unsure is silence: "
+        "skipped.", 0, 1, optional=True)
+    prompt_reset_on_temperature: float = _option(
+        0.5, "prompt_reset_on_temperature", "With --condition-on-previous-text, a result kept at a temperature over "
+        "this starts the previous text afresh.", 0)
+    seed: int = _option(0, "seed", "The sampling noise's seed: the same seed gives the same transcript.", 0)
+    vad_filter: bool = _option(False, "vad_filter", "Seek route: decode only the speech the voice-activity detector "
+                               "finds, joined, as faster-whisper's vad_filter (times stay the file's).")
     drain_timeout_s: float = 2.0
     # as2d-no-bc (SpecASR's budget rule kept with decoupled drafting): candidates end at the first
     # published token whose confidence is below this (that token included); None keeps the fixed budget.
@@ -110,7 +159,7 @@ class DecodeOptions:
     def request_fields(self) -> dict[str, Any]:
         """What these options put in a request on their own (the pipeline adds each window's previous text)."""
         return {"timestamps": self.timestamps or "none", "prompt": self.prompt, "hotwords": self.hotwords,
-                "word_timestamps": self.word_timestamps}
+                "word_timestamps": self.word_timestamps, "temperature": self.temperature[0], "seed": self.seed}
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> "DecodeOptions":

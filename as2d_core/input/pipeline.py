@@ -43,7 +43,6 @@ from as2d_core.decode.methods import get_method
 from as2d_core.decode.request import run_request
 from as2d_core.setup.options import STREAM
 from as2d_core.decode.options import DecodeOptions
-from as2d_core.decode.fallback import DecodingMode
 from as2d_core.decode.lookahead import LookaheadSource
 from as2d_core.decode.timestamps import marked_up
 from as2d_core.decode.together import WindowsTogether
@@ -72,11 +71,6 @@ class PipelineOptions:
     # for callers that report them (``as2d.WhisperModel``, the server's verbose_json); off by default, since keeping
     # them costs a log-softmax over the vocabulary at every verified position
     scores: bool = False
-    # Whisper's long-form rules in this mode (``input.seek``: 30 s requests from a seek offset, timestamps, the
-    # temperature fallback, conditioning as the mode says), faster-whisper's sequential ``transcribe``; None: windows
-    # cut at pauses, each decoded once in the decode options' mode (the batched route)
-    long_form: DecodingMode | None = None
-    vad_filter: bool = False  # long form: decode only the speech the detector finds, joined (faster-whisper's option)
 
 
 def _first_commit_then(action: Callable[[], None], then: OnCommit | None) -> OnCommit:
@@ -183,7 +177,7 @@ class Pipeline:
         info = decoded.info if isinstance(decoded, DecodedAudio) else None
         samples = decoded.samples if isinstance(decoded, DecodedAudio) else np.asarray(audio, dtype=np.float32)
         request_id = request_id or (Path(audio).stem if isinstance(audio, (str, Path)) else "audio")
-        if self.options.long_form is not None:
+        if self.options.decode.route == "seek":
             return self._transcribe_long_form(samples, request_id, check, on_text, info)
         with self._lock:
             self._prepare_words()
@@ -201,14 +195,14 @@ class Pipeline:
                               on_text: Callable[[str], None] | None, info: AudioInfo | None) -> Transcript:
         """``transcribe`` by Whisper's long-form rules (``input.sequential``); ``on_text`` hears each request's kept
         text once the request is done (a request's last segment may be decoded again by the next one)."""
-        detector = self.detector if self.options.vad_filter else None
-        if self.options.vad_filter and detector is None:
+        mode = self.options.decode
+        detector = self.detector if mode.vad_filter else None
+        if mode.vad_filter and detector is None:
             raise ValueError("vad_filter needs a voice-activity detector: pip install ./plugins/silero_vad")
         with self._lock:
             self._prepare_words()
             start = time.perf_counter()
-            windows, speech, notes = sequential_windows(self, samples, request_id, self.options.long_form, detector,
-                                                        check, on_text)
+            windows, speech, notes = sequential_windows(self, samples, request_id, mode, detector, check, on_text)
             wall_s = time.perf_counter() - start
         skipped = speech.skipped(samples.size) if speech is not None else ()
         notes += list(info.warnings) if info else []

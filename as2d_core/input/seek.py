@@ -19,7 +19,8 @@ import attrs
 import numpy as np
 
 from as2d_core.contracts import SAMPLE_RATE, Request
-from as2d_core.decode.fallback import Attempt, DecodingMode, decode_with_fallback, is_silence
+from as2d_core.decode.fallback import Attempt, decode_with_fallback, is_silence
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.timestamps import TIME_PRECISION_S, Segment, marked_up
 from as2d_core.input.windows import MAX_WINDOW_S, SpeechDetector, Window
@@ -47,8 +48,8 @@ def kept_segments(result: DecodeResult, segment_frames: int) -> tuple[list[Segme
     closes is left for the next request, which starts at the pair's time; else everything is kept and the
     seek moves ``segment_frames`` on.
     """
-    if result.timestamp_ids is None:
-        raise ValueError("long-form transcription needs a target that decodes timestamps")
+    if result.timestamp_ids is None:  # without timestamps (faster-whisper's without_timestamps) all is kept
+        return list(result.segments), segment_frames
     begin = result.timestamp_ids[0]
     tokens = result.tokens
     pairs = [i for i in range(1, len(tokens)) if tokens[i] >= begin and tokens[i - 1] >= begin]
@@ -62,7 +63,7 @@ def kept_segments(result: DecodeResult, segment_frames: int) -> tuple[list[Segme
 
 
 def seek_steps(samples: np.ndarray, make_request: Callable[[int, np.ndarray, str | None, bool], Request],
-               decode: Callable[[Request], DecodeResult], mode: DecodingMode, initial_prompt: bool = False):
+               decode: Callable[[Request], DecodeResult], mode: DecodeOptions, initial_prompt: bool = False):
     """Walk ``samples`` as faster-whisper's sequential transcription does, yielding each :class:`SeekStep`.
 
     ``make_request(index, audio, previous_text, first)`` builds a request (``first``: the user's prompt, if

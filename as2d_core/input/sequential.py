@@ -13,7 +13,7 @@ import attrs
 import numpy as np
 
 from as2d_core.contracts import Request
-from as2d_core.decode.fallback import DecodingMode
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.result import DecodeResult
 from as2d_core.input.seek import SeekStep, SpeechMap, seek_steps
 from as2d_core.input.transcript import WindowResult
@@ -31,7 +31,7 @@ class Decoding(Protocol):
     def reference(self, request: Request) -> DecodeResult: ...
 
 
-def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str, mode: DecodingMode,
+def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str, mode: DecodeOptions,
                        detector: SpeechDetector | None, check: bool, on_text: Callable[[str], None] | None = None,
                        ) -> tuple[list[WindowResult], SpeechMap | None, list[str]]:
     """Every request of the loop as a window result (the references' tokens beside them with ``check``), the
@@ -47,7 +47,8 @@ def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str,
         request = pipeline.request(f"{request_id}-s{index:03d}", chunk, first=first, previous_text=previous)
         if not first:
             request = attrs.evolve(request, prompt=None)
-        return attrs.evolve(request, timestamps="segment")
+        # timestamps unless turned off (faster-whisper's without_timestamps): they are what the seek follows
+        return attrs.evolve(request, timestamps="none" if mode.timestamps == "none" else "segment")
 
     steps: list[SeekStep] = []
     for step in seek_steps(audio, make, pipeline.decode, mode, initial_prompt=True):
@@ -61,6 +62,10 @@ def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str,
         if len(checked) != len(steps):
             notes.append(f"target-only decoding made {len(checked)} requests, this method {len(steps)}")
         references = (checked + references)[: len(steps)] if len(checked) < len(steps) else checked[: len(steps)]
+        for step, reference in zip(steps, references):  # every attempt, not only the kept one, must be exact
+            ours, theirs = ([a.result.tokens for a in x.attempts] for x in (step, reference or step))
+            if ours != theirs:
+                notes.append(f"request {step.window.index}: an attempt of the fallback differs from target-only's")
     windows = [WindowResult(s.window, s.result, None if r is None else r.result, s.silent, s.attempt.temperature,
                             len(s.attempts), speech) for s, r in zip(steps, references)]
     return windows, speech, notes

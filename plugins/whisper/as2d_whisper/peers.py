@@ -150,6 +150,21 @@ class FasterWhisperPipelinePeer:
         return FileOutput(" ".join(s.text.strip() for s in segments), wall, len(segments), self.note)
 
 
+class FasterWhisperLongFormPeer(FasterWhisperPipelinePeer):
+    """faster-whisper's sequential ``transcribe(audio, **options)`` with everything else at its defaults (timestamps,
+    seek, no VAD): the peer a setting of as2d's long-form route is compared with, words and wall clock."""
+
+    def __init__(self, threads: int, root: Path | None, compute_type: str, options: dict, model=None):
+        import faster_whisper
+
+        self.model = model or _whisper_model(threads, root, compute_type)
+        self.runner, self.options, self.batch_size = self.model, dict(options), None
+        self.eot = self.model.hf_tokenizer.token_to_id("<|endoftext|>")
+        shown = ", ".join(f"{k}={v!r}" for k, v in options.items()) or "its defaults"
+        self.note = (f"wall clock of transcribe() from samples in memory: faster-whisper {faster_whisper.__version__} "
+                     f"sequential with {shown}, {compute_type}")
+
+
 # --------------------------------------------------------------------------- HF assisted generation
 
 

@@ -308,6 +308,25 @@ def _faster_whisper_pipeline(compute_type: str, batch_size: int | None = None, f
     return factory
 
 
+def _faster_whisper_long_form(compute_type: str, options: dict):
+    def factory(peer_options: dict):
+        from .peers import FasterWhisperLongFormPeer
+
+        return FasterWhisperLongFormPeer(peer_options["threads"], peer_options.get("models_dir"), compute_type, options)
+
+    return factory
+
+
+# faster-whisper's sequential transcribe() with its timestamps and seek, as a user calls it: the settings the quality
+# benchmark matches (scripts/bench_long_audio.py with a reference); ``call`` is the call with every option at its default
+LONG_FORM_PEERS = {
+    "call": {},
+    "greedy-fallback": {"beam_size": 1, "condition_on_previous_text": False},
+    "beam5-fallback": {"beam_size": 5, "condition_on_previous_text": False},
+    "greedy": {"beam_size": 1, "temperature": 0.0, "condition_on_previous_text": False},
+}
+
+
 def _crisperwhisper(compute_type: str, k: int, k_min: int = 0, k_max: int = 0):
     def factory(options: dict):
         from .crisper import CrisperWhisperPeer
@@ -342,6 +361,10 @@ def register_peers(register):
         register(f"faster-whisper-default{suffix}", _faster_whisper_pipeline(compute_type, fallback=True),
                  whole_file=True, description=f"faster-whisper transcribe() as shipped, {compute_type}: temperature "
                                               "fallback and conditioning on previous text (beam 1)")
+        for setting, options in LONG_FORM_PEERS.items():
+            register(f"faster-whisper-{setting}{suffix}", _faster_whisper_long_form(compute_type, options),
+                     whole_file=True, description=f"faster-whisper transcribe(audio, {_call(options)}), {compute_type}: "
+                                                  "its sequential long-form decoding (seek by timestamps, no VAD)")
         for batch in (4, 8):
             register(f"faster-whisper-batched{batch}{suffix}", _faster_whisper_pipeline(compute_type, batch),
                      whole_file=True, description=f"faster-whisper BatchedInferencePipeline, batch {batch}, "
@@ -357,6 +380,10 @@ def register_peers(register):
                          "no fallback, no conditioning; on a whole file its own 30 s windows by timestamps")
     register("hf-assisted", _hf_assisted, default=True,
              description="transformers assisted generation: whisper-base target, tiny.en assistant")
+
+
+def _call(options: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in options.items()) or "every option at its default"
 
 
 @hookimpl

@@ -1,0 +1,156 @@
+"""Whisper's long-form rules (seek, temperature fallback, seeded sampling): exact against target-only in every mode."""
+import attrs
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from as2d_core.contracts import Request
+from as2d_core.decode.fallback import Attempt, decode_with_fallback, needs_fallback
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.decode.request import run_request
+from as2d_core.decode.result import DecodeResult
+from as2d_core.decode.sampling import Sampling
+from as2d_core.decode.timestamps import split_segments
+from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.input.seek import HOP, kept_segments, seek_steps
+from conftest import speech_audio
+from drafting import options_that_draft
+from tiny_lm import ScriptedSource, TinyLM, edited_draft
+
+MODEL = TinyLM(timestamps=160, max_new_tokens=40)
+BEGIN = MODEL.rules.begin
+
+
+def _audio(seed: int, seconds: float) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0, 0.1, int(seconds * 16_000)).astype(np.float32)
+
+
+def test_sampling_is_a_function_of_logits_seed_and_position():
+    rows = np.random.default_rng(0).normal(0, 2, (5, 50))
+    hot = Sampling(1.0, seed=3)
+    alone = [hot.choose(rows[j : j + 1], 7 + j)[0] for j in range(5)]
+    assert hot.choose(rows, 7) == alone  # one batched call draws what single steps draw
+    assert Sampling(0.0).choose(rows, 7) == list(rows.argmax(-1))
+    draws = {tuple(Sampling(1.0, seed=s).choose(rows, 0)) for s in range(20)}
+    assert len(draws) > 1  # other seeds draw other tokens
+    with pytest.raises(ValueError):
+        Request("x", np.ones(160, np.float32), temperature=-0.1)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 50), temperature=st.sampled_from([0.0, 0.3, 1.0, 2.5]), sample_seed=st.integers(0, 2**31),
+       edits=st.lists(st.tuples(st.sampled_from(["keep", "sub", "ins", "del", "junk"]), st.integers(0, 31)),
+                      max_size=40),
+       budget=st.integers(1, 12), timestamps=st.booleans())
+def test_any_proposals_at_any_temperature_give_target_output(tiny_request, seed, temperature, sample_seed, edits,
+                                                             budget, timestamps):
+    request = attrs.evolve(tiny_request(seed), temperature=temperature, seed=sample_seed,
+                           timestamps="segment" if timestamps else "none")
+    reference = run_request(request, MODEL, None, "target-only").tokens
+    drafted, _ = edited_draft(reference, edits)
+    result = run_request(request, MODEL, ScriptedSource(drafted), "as2d", DecodeOptions(budget=budget))
+    assert result.tokens == reference
+
+
+def _result(tokens, text="", avg_logprob=-0.2, no_speech_prob=0.1, duration_s=30.0) -> DecodeResult:
+    segments = split_segments(tokens, BEGIN, lambda ts: " ".join(f"t{t}" for t in ts if t < BEGIN), duration_s)
+    return DecodeResult("r", "target-only", "en", list(tokens), text, 0.0, 0.0, segments=segments,
+                        avg_logprob=avg_logprob, no_speech_prob=no_speech_prob, timestamp_ids=(BEGIN, MODEL.eos_token))
+
+
+def test_kept_segments_follow_faster_whisper():
+    t = lambda seconds: BEGIN + round(seconds / 0.02)  # noqa: E731
+    # a complete pair inside and an unfinished segment after it: that segment is left for the next request
+    kept, advance = kept_segments(_result([t(0), 5, t(1), t(1), 6, 7]), 3000)
+    assert [s.tokens for s in kept] == [(t(0), 5, t(1))] and advance == 100
+    # ending on a single timestamp: everything kept, the seek moves a whole segment
+    kept, advance = kept_segments(_result([t(0), 5, t(1), t(1), 6, t(2)]), 3000)
+    assert len(kept) == 2 and advance == 3000
+    # an early end on a repeated timestamp: the seek moves to it, so what follows is decoded again
+    kept, advance = kept_segments(_result([t(0), 5, t(1.5), t(1.5)]), 3000)
+    assert len(kept) == 1 and advance == 150
+    # no complete pair: all kept
+    kept, advance = kept_segments(_result([t(0), 5, 6]), 2000)
+    assert len(kept) == 1 and advance == 2000
+
+
+def test_fallback_follows_faster_whisper_rules():
+    mode = DecodeOptions(temperature=(0.0, 0.5, 1.0), best_of=2)
+    tried = []
+
+    def decode(request):
+        tried.append((request.temperature, request.seed))
+        unsure = request.temperature < 1.0  # unsure until the hottest try
+        return _result([], text="a b c", avg_logprob=-2.0 if unsure else -0.5 - request.seed % 7 / 100)
+
+    kept, attempts = decode_with_fallback(Request("x", _audio(0, 1)), decode, mode, key=0)
+    assert [a.temperature for a in attempts] == [0.0, 0.5, 1.0] and kept.temperature == 1.0
+    assert [t for t, _ in tried] == [0.0, 0.5, 0.5, 1.0, 1.0]  # best_of samples above 0
+    assert len({s for t, s in tried if t > 0}) == 4  # each sample its own noise
+    # silence (no-speech probability over its threshold while unsure) ends the fallback
+    silent = Attempt(_result([], avg_logprob=-2.0, no_speech_prob=0.9), 0.0, 1.0)
+    assert not needs_fallback(silent, mode)
+    assert needs_fallback(Attempt(_result([]), 0.0, 3.0), mode)  # too repetitive
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 1000), temperatures=st.sampled_from(["0", "0,0.4,1.0", "0.7"]),
+       best_of=st.integers(1, 3), threshold=st.sampled_from([-0.5, -1.5, None]),
+       condition=st.booleans(), drafted=st.lists(st.integers(2, 40), max_size=60), budget=st.integers(1, 9))
+def test_long_form_is_exact_for_any_proposals_and_mode(seed, temperatures, best_of, threshold, condition, drafted,
+                                                       budget):
+    mode = DecodeOptions(temperature=temperatures, best_of=best_of, log_prob_threshold=threshold, seed=seed,
+                         condition_on_previous_text=condition, budget=budget)
+    pipeline = Pipeline(MODEL, ScriptedSource(drafted + [BEGIN + 3]), PipelineOptions(decode=mode, lookahead=False),
+                        detector=None)
+    transcript = pipeline.transcribe(_audio(seed, 5.0), check=True)
+    assert transcript.exact is True and not transcript.notes
+
+
+def test_a_request_cut_short_is_decoded_again_from_its_last_timestamp():
+    """The tiny model's responses end without the end token (its limit) or on a repeated timestamp: the seek then
+    moves to the last complete timestamp pair, and the next request starts there."""
+    mode = DecodeOptions(temperature=0.0)
+    audio = _audio(3, 12.0)
+
+    def make(index, chunk, previous, first):
+        return Request(f"s{index}", chunk, timestamps="segment", previous_text=previous)
+
+    steps = list(seek_steps(audio, make, lambda r: run_request(r, MODEL, None, "target-only"), mode))
+    moved = 0
+    for step, following in zip(steps, steps[1:]):
+        tokens = step.attempt.result.tokens
+        pairs = [i for i in range(1, len(tokens)) if tokens[i] >= BEGIN and tokens[i - 1] >= BEGIN]
+        single = len(tokens) >= 2 and tokens[-2] < BEGIN <= tokens[-1]
+        if pairs and not single:
+            last = tokens[pairs[-1] - 1] - BEGIN
+            assert following.window.start == step.window.start + last * 2 * HOP
+            moved += 1
+    assert moved > 0 and steps[-1].window.end == audio.size // HOP * HOP
+
+
+@pytest.fixture(scope="module")
+def bundled_recording():
+    """Over 30 s of real speech from the bundled clips, so the seek crosses a request boundary."""
+    ids = ["librivox_sense_0870", "librivox_sense_0880", "librivox_sense_0890", "librivox_sense_0920",
+           "librivox_sense_0930", "cmu_cards_005", "librivox_sense_0870"]
+    gap = np.zeros(8000, np.float32)
+    return np.concatenate([piece for i in ids for piece in (speech_audio(i), gap)])
+
+
+@pytest.mark.parametrize("fields", [
+    {"temperature": "0"},  # greedy with seek
+    {"temperature": "0,0.6", "log_prob_threshold": 0.0, "best_of": 2},  # every request falls back: seeded sampling
+    {"condition_on_previous_text": True},  # conditioning on the text before, with the default fallback
+], ids=["greedy", "sampling", "conditioned"])
+def test_real_speech_long_form_is_exact_in_every_mode(whisper_target, whisper_source, bundled_recording, fields):
+    pipeline = Pipeline(whisper_target, whisper_source,
+                        PipelineOptions(language="en", decode=options_that_draft(**fields)))
+    transcript = pipeline.transcribe(bundled_recording, request_id="long", check=True)
+    assert transcript.exact is True and not transcript.notes
+    assert len(transcript.windows) >= 2 and transcript.windows[1].window.start < 30 * 16_000  # seek, not fixed cuts
+    assert "dashwood" in transcript.text.lower() and "disposed" in transcript.text.lower()
+    if "log_prob_threshold" in fields:
+        assert all(w.attempts == 2 for w in transcript.windows)  # the sampled attempts are checked too
+        assert sum(w.result.accepted for w in transcript.windows) > 0  # drafts verified against sampled tokens
