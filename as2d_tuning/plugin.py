@@ -4,7 +4,7 @@ from as2d_core.setup.hookspecs import hookimpl
 
 @hookimpl
 def register_commands(cli):
-    from .cli import profile, replay, select
+    from .cli import COMMANDS
 
-    for command in (profile, replay, select):
+    for command in COMMANDS:
         cli.add_command(command)

@@ -6,9 +6,9 @@ methods that is enough to re-run the request at any budget, drafter niceness and
 drafter's work is priced on the profile (its encoder by audio length, each piece, the end of the
 job) and laid on a timeline beside the target's preparation and then its verification, slowed by
 each other as the profile measured at that niceness (:func:`timeline`); the target loop is then the
-engine's own loop (``engine.target_loop``, ``engine.PublishedProposer``) run on a simulated clock over
-priced stand-ins for the target (:class:`PricedTarget`: greedy tokens from the reference) and the
-record (:class:`PricedRecord`: only what is published by that instant), each round charged the
+engine's own loop (``decode.loop.target_loop``, ``decode.proposers.PublishedProposer``) run on a simulated
+clock over priced stand-ins (``standins``) for the target (:class:`PricedTarget`: greedy tokens from the
+reference) and the record (:class:`PricedRecord`: only what is published by that instant), each round charged the
 profile's loop cost plus the cost of its physical width, beside the drafter while it runs and alone
 once its record is closed, as the engine switches threads.
 
@@ -26,93 +26,25 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
-import statistics
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import attrs
 
-from as2d_core.decode.loop import Counters, TargetOnly, target_loop
-from as2d_core.decode.proposers import PublishedProposer
-from as2d_core.decode.methods import get_method
-
-from as2d_core.decode.options import DEFAULTS, DecodeOptions
 from as2d_core.decode.events import EventLog
-from as2d_core.decode.options import STARTS
+from as2d_core.decode.loop import Counters, TargetOnly, target_loop
+from as2d_core.decode.methods import get_method
+from as2d_core.decode.options import DEFAULTS, STARTS, DecodeOptions
+from as2d_core.decode.proposers import PublishedProposer
+
 from .costs import Contention, Costs, DrafterCosts
+from .records import NO_EOS_LIMIT, Batch, Record
+from .standins import Clock, PricedRecord, PricedTarget
+
 
 PUBLICATION = ("profile", "native")
+
+
 CLOCKS = ("e2e", "decode")  # the user's clock (arrival to final token) and the paper's (after preparation)
-NO_EOS_LIMIT = 1 << 30  # a response that ended at its end token: the cap never binds in replay
-RUN_FILE = "run.json"  # beside traces.jsonl: the bench's options (niceness, start) and whether languages were named
-
-
-@attrs.frozen
-class Batch:
-    tokens: tuple[int, ...]
-    t: float  # publication time (s on the decode clock)
-    steps: int = 0  # drafter pieces behind it (informative)
-    final: bool = False
-    confidences: tuple[float, ...] | None = None
-
-
-@attrs.frozen
-class Unit:
-    """A piece of the drafter's traced work, priced by the profile.
-
-    ``index`` is the piece's place in its job (0: the first), -1 for the call that found the job
-    over; ``tokens`` its drafter tokens; ``published`` the target tokens that became publishable
-    with it (the bridge's output; 0 when it held them back for a later piece).
-    """
-
-    index: int
-    tokens: int
-    published: int
-
-
-@attrs.frozen
-class Record:
-    """What a replay needs from one trace: the reference response, the published record, the drafter's work."""
-
-    window: str
-    method: str
-    source: str | None
-    budget: int | None
-    language: str | None
-    reference: tuple[int, ...]  # greedy response, followed by the end token when it ended there
-    tokens: int  # committed response length
-    max_new_tokens: int
-    batches: tuple[Batch, ...]
-    decode_s: float  # native decode clock
-    calls: tuple[dict, ...] = ()
-    serial_drafted: int = 0  # drafter tokens of serial rounds
-    prepare_s: float | None = None  # native arrival to decode clock
-    start: str | None = None  # when the drafter started: arrival | prepared (None: no drafter, or an older trace)
-    audio_s: float | None = None  # the request's audio length (None: an older trace)
-    named: bool = True  # the request named its language (else the target detected it)
-    niceness: int | None = None  # the drafter's niceness in the traced run (None: not recorded)
-    units: tuple[Unit, ...] = ()
-    label: str | None = None  # the bench's name of the run (``as2d@SOURCE`` for a later source)
-    timestamps: tuple[int, int] | None = None  # timestamp mode's (first timestamp id, end token), as traced
-
-    @property
-    def name(self) -> str:
-        return self.label or self.method
-
-    def name_at(self, budget: int) -> str:
-        """The run's name re-priced at ``budget``: ``as2d-b5``, ``as2d-b5@SOURCE``."""
-        method, sep, source = self.name.partition("@")
-        return f"{method}-b{budget}{sep}{source}"
-
-    @property
-    def closed(self) -> bool:
-        """The drafter finished its record natively (its last batch is final)."""
-        return bool(self.batches) and self.batches[-1].final
-
-    @property
-    def native_e2e_s(self) -> float | None:
-        return None if self.prepare_s is None else self.prepare_s + self.decode_s
 
 
 @attrs.define
@@ -147,98 +79,6 @@ class Replayed:
     def seconds(self, clock: str) -> float | None:
         """Seconds on ``clock`` (``e2e`` or ``decode``)."""
         return self.e2e_s if clock == "e2e" else self.decode_s
-
-
-def _bridged_backlog(spans: list[dict], start: str | None) -> dict | None:
-    """The draft span of the bridge call that converted the pieces held while the target prepared.
-
-    Drafting from arrival, pieces are held until the target is prepared; then one bridge call
-    converts them all and one batch publishes them. That call is recorded as a draft span with
-    their tokens, right before the first publication; it is not a piece of the drafter's own.
-    """
-    if start != "arrival":
-        return None
-    first = next((i for i, s in enumerate(spans) if s["kind"] == "publish"), len(spans))
-    before = [s for s in spans[:first] if s["kind"] == "draft" and s.get("tokens")]
-    if len(before) >= 2 and before[-1]["tokens"] == sum(s["tokens"] for s in before[:-1]) and before[-1]["t1"] <= 1e-6:
-        return before[-1]
-    return None
-
-
-def _units(trace: dict, batches: Sequence[Batch]) -> tuple[Unit, ...]:
-    """The drafter's pieces in the order they were done, each with the target tokens published after it.
-
-    A batch published after pieces that were bridged as they came belongs to its last piece (it
-    could not be seen before it). The batch that publishes the pieces held while the target
-    prepared is shared among them by their drafter tokens, so a replay in which fewer of them
-    are ready by then publishes only theirs. Without spans (older traces): one piece per token.
-    """
-    spans = sorted((s for s in trace.get("spans", ()) if s["kind"] in ("draft", "publish")),
-                   key=lambda s: (s["t1"], s["kind"] == "publish"))
-    drafts = [s for s in spans if s["kind"] == "draft"]
-    if len([s for s in spans if s["kind"] == "publish"]) != len(batches) or not drafts:
-        return tuple(Unit(i, 1, 1) for i in range(sum(len(b.tokens) for b in batches)))
-    merged = _bridged_backlog(spans, trace.get("start"))
-    end = drafts[-1] if not drafts[-1].get("tokens") else None
-    units: list[Unit] = []
-    pending: list[Unit] = []
-    backlog = False
-    sizes = iter(len(b.tokens) for b in batches)  # the publish spans are the batches, in order
-    for span in spans:
-        if span is merged:
-            backlog = True
-        elif span["kind"] == "draft":
-            index = -1 if span is end else sum(1 for u in units + pending if u.index >= 0)
-            pending.append(Unit(index, span.get("tokens") or 0, 0))
-        else:
-            count = next(sizes)
-            if backlog and pending:  # shared by drafter tokens, cumulatively rounded down
-                total = sum(u.tokens for u in pending) or 1
-                bounds = [count * c // total for c in itertools.accumulate(u.tokens for u in pending)]
-                bounds[-1] = count
-                pending = [attrs.evolve(u, published=b - a) for u, a, b in zip(pending, [0, *bounds], bounds)]
-            elif pending:
-                pending[-1] = attrs.evolve(pending[-1], published=count)
-            elif units:
-                units[-1] = attrs.evolve(units[-1], published=units[-1].published + count)
-            backlog = False
-            units += pending
-            pending = []
-    return tuple(units + pending)
-
-
-def record_of(trace: dict) -> Record:
-    """Read one ``as2d-trace/1`` object into what :func:`simulate` takes."""
-    tokens = list(trace["tokens"])
-    reference = list(tokens)
-    if trace.get("calls"):
-        # the committed stream (first token, then each call's accepted candidates and own token) runs past the
-        # response by the end token; an end token accepted as a candidate is followed by the call's own token
-        produced = ([tokens[0]] if tokens else []) + [t for c in trace["calls"] for t in c["commit"]]
-        if len(produced) > len(tokens) and trace["calls"][-1]["commit"]:
-            reference.append(produced[len(tokens)])
-    ended = len(reference) > len(tokens)
-    max_new = NO_EOS_LIMIT if ended else len(tokens)
-    batches = []
-    units: tuple[Unit, ...] = ()
-    if priced_as(trace["method"]) == "published":
-        for b in trace.get("published", []):
-            batches.append(Batch(tuple(b["tokens"]), float(b["t"]), 0, bool(b.get("final")),
-                                 tuple(b["confidences"]) if b.get("confidences") else None))
-        units = _units(trace, batches)
-    drafted = sum(b.get("drafted", 0) for b in trace.get("published", ()) if "drafted" in b)
-    run = trace.get("_run") or {}
-    options = run.get("options") or {}
-    named = not run.get("detect_language", False)
-    niceness = options.get("drafter_nice" if named else "guess_nice")
-    return Record(window=trace["window"], method=trace["method"], source=trace.get("source"),
-                  budget=trace.get("budget"), language=trace.get("language"), reference=tuple(reference),
-                  tokens=len(tokens), max_new_tokens=max_new, batches=tuple(batches),
-                  decode_s=float(trace["decode_s"]), calls=tuple(trace.get("calls", ())),
-                  serial_drafted=drafted, prepare_s=trace.get("prepare_s"),
-                  start=trace.get("start") or ("prepared" if trace.get("source") else None),
-                  audio_s=trace.get("audio_s"), named=named, niceness=niceness, units=units, label=trace.get("label"),
-                  timestamps=tuple(trace["timestamps"]) if trace.get("timestamps") else None)
 
 
 def timeline(target_s: float | None, work: Sequence[float], contention: Contention, start: str,
@@ -301,87 +141,6 @@ def drafter_schedule(record: Record, drafter: DrafterCosts, contention: Contenti
     return prepared, batches
 
 
-class _Clock:
-    """The simulated clock of one replay (seconds from the start of the decode clock)."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-
-class PricedTarget:
-    """A stand-in for the target's session in a replay: the engine's loop runs on it unchanged.
-
-    Its greedy tokens come from the traced reference (greedy output does not depend on cost) and
-    each call is charged ``price(width, alone)`` on the simulated clock; ``use_threads`` is the
-    engine's switch to all target threads once the drafter's record has closed.
-    """
-
-    def __init__(self, reference: Sequence[int], eos: int | None, max_new_tokens: int,
-                 price: Callable[[int, bool], float], clock: _Clock, alone: bool) -> None:
-        self.reference = reference
-        self.eos_token = eos if eos is not None else -1  # -1: a response cut by its length, never by a token
-        self.max_new_tokens = max_new_tokens
-        self.price = price
-        self.clock = clock
-        self.alone = alone
-        self.cache_length = 0
-        self.calls: list[tuple[float, float, bool]] = []  # (t0, t1, alone) of every call
-
-    def first_token(self) -> int:
-        return self.reference[0]
-
-    def verify(self, root: int, candidates: Sequence[int]) -> list[int]:
-        width = len(candidates) + 1
-        t0 = self.clock.t
-        self.clock.t += self.price(width, self.alone)
-        self.calls.append((t0, self.clock.t, self.alone))
-        after = self.cache_length + 1  # reference index of the token after the root
-        self.cache_length += width
-        return [self.reference[i] if i < len(self.reference) else -1 for i in range(after, after + width)]
-
-    def truncate(self, cache_length: int) -> None:
-        self.cache_length = cache_length
-
-    def use_threads(self, threads: int) -> None:
-        self.alone = True
-
-
-@attrs.frozen
-class _Snapshot:
-    tokens: tuple[int, ...]
-    closed: bool
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-
-class PricedRecord:
-    """The drafter's published record as the target sees it at the simulated instant.
-
-    ``visible()`` says how many batches are published now: by their (priced or native)
-    publication times, or by what a native run's rounds saw.
-    """
-
-    def __init__(self, batches: Sequence[Batch], visible: Callable[[], int]) -> None:
-        self.all_batches = tuple(batches)
-        self.visible = visible
-        self._ends = []
-        n = 0
-        for b in self.all_batches:
-            n += len(b.tokens)
-            self._ends.append(n)
-        self._tokens = tuple(t for b in self.all_batches for t in b.tokens)
-
-    def snapshot(self) -> _Snapshot:
-        seen = self.visible()
-        closed = seen == len(self.all_batches) and bool(self.all_batches) and self.all_batches[-1].final
-        return _Snapshot(self._tokens[: self._ends[seen - 1]] if seen else (), closed)
-
-    @property
-    def batches(self) -> tuple[Batch, ...]:
-        return self.all_batches[: self.visible()]
-
-
 def _eos_of(record: Record, eos_token: int | None) -> int | None:
     if eos_token is not None:
         return eos_token
@@ -431,7 +190,7 @@ def simulate(record: Record, costs: Costs, budget: int | None, align_window: int
         prepared, batches = drafter_schedule(record, drafter, contention, target_s, start, warm)
         prepare_s = prepared if target_s is not None else None
     times = [b.t for b in batches]
-    clock = _Clock()
+    clock = Clock()
     target = PricedTarget(record.reference, _eos_of(record, eos_token), record.max_new_tokens,
                           lambda width, alone: costs.loop_for(alone) + costs.verify(width, alone, contention),
                           clock, alone=not speculative)
@@ -458,7 +217,7 @@ def replay_native(record: Record, align_window: int = DEFAULTS.align_window,
     """
     calls = record.calls
     starts = [c["t0"] for c in calls] + [record.decode_s]
-    clock = _Clock()
+    clock = Clock()
     target = PricedTarget(record.reference, _eos_of(record, None), record.max_new_tokens,
                           lambda width, alone: starts[len(target.calls) + 1] - starts[len(target.calls)],
                           clock, alone=False)
@@ -511,34 +270,6 @@ def replay_record(record: Record, costs: Costs, budget: int | None = None, align
                     method.override("confidence_stop"), niceness=niceness, start=start)
 
 
-def priced_as(method: str) -> str:
-    """How a trace of this registered method is priced: ``"published"``, ``"serial"`` or ``"target-only"``."""
-    return get_method(method).pricing
-
-
-def read_traces(paths: Iterable[str | Path], rounds: bool = False) -> list[dict]:
-    """Trace objects from files (``traces.jsonl``) or directories holding one, each with its bench's
-    ``run.json`` (options, named languages) when it lies beside the file. Of a bench's repeated rounds,
-    only each run's median round unless ``rounds``."""
-    traces = []
-    for path in paths:
-        path = Path(path)
-        if path.is_dir():
-            path = path / "traces.jsonl"
-        run_file = path.parent / RUN_FILE
-        run = json.loads(run_file.read_text()) if run_file.is_file() else None
-        for line in path.read_text().splitlines():
-            if line.strip():
-                trace = json.loads(line)
-                if not rounds and trace.get("median_round") is False:
-                    continue
-                trace["_file"] = str(path)  # runs of one bench pass, for pairing with their own target-only run
-                if run is not None:
-                    trace["_run"] = run
-                traces.append(trace)
-    return traces
-
-
 def row_of(replayed: Replayed, record: Record, method: str | None = None) -> dict:
     """A ``results.jsonl``-shaped row (``as2d bench``), so the bench summary applies unchanged."""
     native_e2e = record.native_e2e_s
@@ -554,59 +285,3 @@ def row_of(replayed: Replayed, record: Record, method: str | None = None) -> dic
         "native_tps": record.tokens / record.decode_s if record.decode_s > 0 else None,
         "native_e2e_tps": record.tokens / native_e2e if native_e2e else None,
     }
-
-
-def calibration_key(trace: dict) -> tuple[str, str, int | None]:
-    """The target-only run a trace is calibrated on: the same bench pass, window and round."""
-    return trace.get("_file", ""), trace["window"], trace.get("round")
-
-
-def load_factors(traces: Sequence[dict], costs: Costs) -> dict[tuple[str, str, int | None], tuple[float, float | None]]:
-    """Per (file, window, round): native target-only decode time over its replay under ``costs``, and the same
-    of its preparation (None when the profile has no preparation costs or the trace no preparation).
-
-    On a machine whose load drifts (shared cores), this calibrates every cost of a window with
-    the target-only run made just before it (bench runs methods back to back per window, round by
-    round), as D.3 calibrates immediately before validation. The target-only rows are then exact
-    by construction on both clocks; only the other methods measure the replay's error.
-    """
-    factors = {}
-    for trace in traces:
-        if trace.get("method") == "target-only" and trace.get("decode_s"):
-            replayed = simulate(record_of(trace), costs, None)
-            if replayed.decode_s > 0:
-                prepare = trace.get("prepare_s")
-                factors[calibration_key(trace)] = (
-                    trace["decode_s"] / replayed.decode_s,
-                    prepare / replayed.prepare_s if prepare and replayed.prepare_s else None)
-    return factors
-
-
-def mae(rows: list[dict], clock: str = "decode") -> dict:
-    """Appendix D.3: signed error 100(TPS_replay/TPS_native - 1) per window, its mean magnitude, pooled error,
-    on ``clock`` (``decode``: tokens over the decode clock; ``e2e``: over arrival to final token).
-
-    Repeated native runs of one (window, method) count once, at their median TPS (as D.3 uses the
-    median native latency), against the median of their replays.
-    """
-    native_key = "native_e2e_tps" if clock == "e2e" else "native_tps"
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in rows:
-        if r.get(native_key) and (clock != "e2e" or r.get("e2e_s")):
-            groups.setdefault((r["window"], r["method"]), []).append(r)
-    if not groups:
-        return {"replay_mae_pct": None, "windows": 0}
-
-    def tps(r: dict) -> float:
-        return r["tokens"] / r["e2e_s"] if clock == "e2e" else r["tps"]
-
-    errors, tokens, native_s, replay_s = [], 0, 0.0, 0.0
-    for group in groups.values():
-        native = statistics.median(r[native_key] for r in group)
-        replay = statistics.median(tps(r) for r in group)
-        errors.append(100 * (replay / native - 1))
-        n = group[0]["tokens"]
-        tokens, native_s, replay_s = tokens + n, native_s + n / native, replay_s + n / replay
-    return {"replay_mae_pct": sum(abs(e) for e in errors) / len(errors), "windows": len(errors),
-            "repeats": max(len(g) for g in groups.values()), "signed_mean_pct": sum(errors) / len(errors),
-            "pooled_error_pct": 100 * (native_s / replay_s - 1), "max_abs_pct": max(abs(e) for e in errors)}

@@ -20,7 +20,8 @@ import attrs
 from as2d_core.decode.options import DEFAULTS
 from as2d_core.setup.source_spec import SourceSpec
 from .costs import Costs, MissingCost
-from .replay import Record, record_of, replay_record
+from .records import Record, record_of
+from .replay import replay_record
 from .tasks import local_map
 
 
@@ -140,7 +141,7 @@ def gap_pct(selected: float, oracle_tps: float) -> float:
 def collect(manifest: Path, target, sources: dict, options, out_dir: Path, progress: bool = True) -> list[dict]:
     """Native as2d trajectories of every window for every source (and target-only once), via ``as2d bench``."""
     from as2d_bench.runner import Bench, read_manifest
-    from .replay import read_traces
+    from .records import read_traces
 
     windows = read_manifest(manifest)
     traces = []
@@ -185,27 +186,5 @@ def config_text(base, pair: Pair, note: str, guessed: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_budgets(grid: dict[Pair, dict[str, tuple[int, float]]], selected: Pair, path: Path,
-                 target_only_tps: float | None = None, clock: str = "e2e") -> None:
-    """Pooled development TPS against budget, one line per source, niceness and start; the selected choice marked."""
-    from as2d_bench.report import saved_figure
-
-    def label(p: Pair) -> str:
-        return " ".join(x for x in (p.source, None if p.niceness is None else f"nice {p.niceness}", p.start) if x)
-
-    with saved_figure(path, (7, 3.5)) as ax:
-        for series in sorted({attrs.evolve(p, budget=0) for p in grid}, key=Pair.key):
-            pairs = sorted((p for p in grid if attrs.evolve(p, budget=0) == series), key=lambda p: p.budget)
-            ax.plot([p.budget for p in pairs], [pooled(grid[p]) for p in pairs], marker="o", ms=3, label=label(series))
-        ax.plot([selected.budget], [pooled(grid[selected])], marker="*", ms=14, color="black", ls="none",
-                label=f"selected: {label(selected)} b={selected.budget}")
-        if target_only_tps:
-            ax.axhline(target_only_tps, color="gray", ls="--", lw=1, label="target-only")
-        ax.set_xlabel("proposal budget b (physical width <= b+1)")
-        ax.set_ylabel(f"pooled TPS (replay, dev, {'arrival to last token' if clock == 'e2e' else 'decode clock'})")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-
-
 __all__ = ["Pair", "choose", "collect", "config_text", "gap_pct", "missing_windows", "oracle",
-           "plot_budgets", "price_cells", "price_grid", "records_by_source", "target_only_cells"]
+           "price_cells", "price_grid", "records_by_source", "target_only_cells"]

@@ -411,7 +411,7 @@ def test_bench_repeats_every_method_and_keeps_its_median_round(tmp_path, manifes
             assert sorted(t["round"] for t in mine) == [0, 1, 2]
             (median,) = [t for t in mine if t["median_round"]]
             assert median["decode_s"] + median["prepare_s"] == pytest.approx(r["e2e_s"])
-    from as2d_tuning.replay import read_traces
+    from as2d_tuning.records import read_traces
 
     assert len(read_traces([out])) == 2 * len(methods) and len(read_traces([out], rounds=True)) == len(traces)
     assert json.loads((out / "run.json").read_text())["repeats"] == 3

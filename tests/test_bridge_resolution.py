@@ -6,7 +6,7 @@ from as2d_core.decode.request import run_request
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from as2d_core.setup import catalog, plugins
 from as2d_bench.runner import Bench
-from as2d_tuning.profile import Measurement
+from as2d_tuning.measurement import Measurement
 from tiny_lm import ScriptedSource, TinyLM
 from tokenizer_bridges import IdentityBridge, TextBridge
 

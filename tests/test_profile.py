@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 from as2d_tuning.costs import MissingCost, costs_of, interpolate, load_profile
-from as2d_tuning.profile import JobTiming, Measurement, ProfileError, fit_pieces, r_of_k, stat, staleness
+from as2d_tuning.measurement import Measurement
+from as2d_tuning.stats import ProfileError, fit_pieces, r_of_k, stat
+from as2d_tuning.timing import JobTiming
+from as2d_tuning.versions import staleness
 
 PROFILES = Path(__file__).resolve().parents[1] / "profiles"
 
@@ -43,7 +46,7 @@ def test_piece_fit_separates_a_token_from_a_call():
 
 
 def test_a_line_that_one_slow_sample_does_not_tilt():
-    from as2d_tuning.profile import theil_sen
+    from as2d_tuning.stats import theil_sen
 
     points = [(s, 0.5 + 0.01 * s) for s in (1, 2, 4, 8, 16, 30)] + [(30, 2.0)]  # one sample under a burst of load
     line = theil_sen(points)
@@ -51,7 +54,8 @@ def test_a_line_that_one_slow_sample_does_not_tilt():
 
 
 def test_the_target_is_prepared_at_five_lengths_spread_over_the_drafters():
-    from as2d_tuning.profile import LENGTHS, spread
+    from as2d_tuning.measurement import LENGTHS
+    from as2d_tuning.stats import spread
 
     assert spread(LENGTHS, 5) == [1.0, 6.0, 11.0, 20.0, 30.0] and spread([2.0, 6.0], 5) == [2.0, 6.0]
 
@@ -109,7 +113,7 @@ def test_measure_on_tiny_lm():
 
 def _profile_made_here() -> dict:
     from as2d_bench.machine import bench_machine
-    from as2d_tuning.profile import CODE_PACKAGES, code_version
+    from as2d_tuning.versions import CODE_PACKAGES, code_version
 
     return {"machine": bench_machine(), "code": code_version(CODE_PACKAGES)}
 

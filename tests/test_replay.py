@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from as2d_core.setup.catalog import resolve_bridge
 from as2d_tuning.costs import Costs, MissingCost
 from as2d_core.setup.options import parse_budgets
-from as2d_tuning.replay import mae, read_traces, record_of, replay_record, row_of, simulate
+from as2d_tuning.calibration import mae
+from as2d_tuning.records import read_traces, record_of
+from as2d_tuning.replay import replay_record, row_of, simulate
 
 EOS = 1
 COSTS = Costs(
@@ -174,7 +176,7 @@ def test_replay_command_writes_a_bench_shaped_summary(tmp_path, tiny_request):
     from as2d_core.decode.options import DecodeOptions
     from as2d_core.decode.request import run_request
     from as2d_bench.traces import build_trace
-    from as2d_tuning.cli import replay
+    from as2d_tuning.replay_command import replay
     from tiny_lm import ScriptedSource, TinyLM
 
     target, request = TinyLM(), tiny_request(4)
@@ -214,7 +216,7 @@ def test_load_calibration_pairs_each_round_with_its_own_target_only_run(tmp_path
     from as2d_core.decode.options import DecodeOptions
     from as2d_core.decode.request import run_request
     from as2d_bench.traces import build_trace
-    from as2d_tuning.cli import replay
+    from as2d_tuning.replay_command import replay
     from tiny_lm import ScriptedSource, TinyLM
 
     target, request = TinyLM(), tiny_request(4)
@@ -375,7 +377,7 @@ def test_replay_on_ray_writes_what_the_local_replay_writes(tmp_path, tiny_reques
     from as2d_core.decode.options import DecodeOptions
     from as2d_core.decode.request import run_request
     from as2d_bench.traces import build_trace
-    from as2d_tuning.cli import replay
+    from as2d_tuning.replay_command import replay
     from tiny_lm import ScriptedSource, TinyLM
 
     try:
@@ -411,3 +413,24 @@ def test_replay_on_ray_writes_what_the_local_replay_writes(tmp_path, tiny_reques
     assert ray_rows == local_rows
     assert ray_summary == local_summary
     assert {f"as2d-b{b}" for b in range(1, 8)} <= set(local_summary["methods"])
+
+
+def _members(protocol) -> set[str]:
+    return {n for n in vars(protocol) if not n.startswith("_")} | set(getattr(protocol, "__annotations__", {}))
+
+
+def test_the_stand_ins_keep_the_protocols_the_engine_uses(tiny_request):
+    """The priced stand-ins and the engine's own parts keep the same two protocols, and the session's is a part
+    of the core's contract: the loop a replay runs is the loop that decodes."""
+    from as2d_core.contracts import TargetSession
+    from as2d_core.decode.buffer import CandidateBuffer
+    from as2d_tuning.standins import Clock, LoopSession, PricedRecord, PricedTarget, PublishedRecord
+    from tiny_lm import TinyLM
+
+    assert _members(LoopSession) <= _members(TargetSession)
+    session = TinyLM().prepare(tiny_request(0), 1)
+    assert isinstance(session, LoopSession)
+    assert isinstance(PricedTarget([5, EOS], EOS, 4, lambda width, alone: 0.0, Clock(), True), LoopSession)
+    assert isinstance(CandidateBuffer("r", "s", "t"), PublishedRecord)
+    assert isinstance(PricedRecord([], lambda: 0), PublishedRecord)
+    assert not isinstance(object(), PublishedRecord)

@@ -74,7 +74,7 @@ def test_config_text_is_a_valid_task_configuration(tmp_path):
 def test_select_command_on_saved_traces(tmp_path):
     from click.testing import CliRunner
 
-    from as2d_tuning.cli import select
+    from as2d_tuning.select_command import select
 
     ref = [2, 3, 4, 5, 6, 7, 8, 9]
     traces = [_trace(w, "good", ref, [(ref, 0.001 * i)]) for i, w in enumerate(["d0", "d1", "t0", "t1"])]
@@ -99,7 +99,7 @@ def test_select_on_ray_picks_what_the_local_select_picks(tmp_path):
     """The sweep as Ray tasks (a local Ray instance of 2 CPUs) writes the same selection as the local run."""
     from click.testing import CliRunner
 
-    from as2d_tuning.cli import select
+    from as2d_tuning.select_command import select
 
     try:
         import ray

@@ -34,7 +34,7 @@ def _invoke(command, args):
 def loop(tmp_path_factory):
     """One profile and one bench with traces, shared by the checks below."""
     from as2d_bench.cli import bench
-    from as2d_tuning.cli import profile
+    from as2d_tuning.profile_command import profile
 
     tmp = tmp_path_factory.mktemp("loop")
     made = _invoke(profile, ["--config", CONFIG, "--out", tmp / "p.json", "--audio", DATA / "windows" /
@@ -62,8 +62,8 @@ def test_the_profile_measures_what_the_engine_does(loop):
 
 
 def test_replay_prices_both_clocks_of_the_bench(loop):
-    from as2d_tuning.cli import replay
-    from as2d_tuning.profile import code_version
+    from as2d_tuning.replay_command import replay
+    from as2d_tuning.versions import code_version
 
     tmp, _, _ = loop
     out = _invoke(replay, [tmp / "bench", "--profile", tmp / "p.json", "--out", tmp / "replay"])
@@ -88,7 +88,7 @@ def test_replay_prices_both_clocks_of_the_bench(loop):
 
 
 def test_replay_warns_of_a_profile_from_elsewhere(loop):
-    from as2d_tuning.cli import replay
+    from as2d_tuning.replay_command import replay
 
     tmp, _, _ = loop
     data = json.loads((tmp / "p.json").read_text())
@@ -102,7 +102,7 @@ def test_replay_warns_of_a_profile_from_elsewhere(loop):
 
 def test_select_chooses_on_the_users_clock(loop):
     from as2d_core.setup.config import check_file
-    from as2d_tuning.cli import select
+    from as2d_tuning.select_command import select
 
     tmp, dev, test = loop
     args = [dev, "--test", test, "--profile", tmp / "p.json", "--sources", "whisper-tiny.en-ct2", "--budgets", "1-7",
@@ -123,7 +123,7 @@ def test_select_without_config_takes_the_defaults_a_profile_without_config_measu
     """``as2d profile`` without --config measures ``as2d run``'s parts; select on such a profile needs no --config."""
     from as2d_core.setup.build import DEFAULT_TARGET
     from as2d_core.setup.config import check_file
-    from as2d_tuning.cli import select
+    from as2d_tuning.select_command import select
 
     tmp, dev, test = loop
     data = json.loads((tmp / "p.json").read_text())
@@ -138,7 +138,9 @@ def test_select_without_config_takes_the_defaults_a_profile_without_config_measu
 
 
 def test_errors_are_one_line(loop, tmp_path):
-    from as2d_tuning.cli import profile, replay, select
+    from as2d_tuning.profile_command import profile
+    from as2d_tuning.replay_command import replay
+    from as2d_tuning.select_command import select
 
     tmp, dev, test = loop
     cases = [
