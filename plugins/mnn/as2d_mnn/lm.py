@@ -9,7 +9,6 @@ Importing this module imports no runtime.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Callable, Protocol
 
 import numpy as np
