@@ -279,6 +279,7 @@ class _DecoderState:
 
     def bind(self, threads: int) -> None:
         """(Re)bind the audio K/V once to the decoder for ``threads``."""
+        self.threads = threads
         self.decoder = self.model.executor.decoder(self.model.decoder_file, self._cross, threads)
 
     @property
@@ -394,6 +395,7 @@ class WhisperTargetSession:
         if self._rules is not None:
             self._rules.apply(first_row, [])
         self._first = self._sampling.choose(first_row[None], 0)[0]
+        self._first_row = first_row.copy()  # beam search starts from it (``beam_rows``); the buffer is reused
         self._first_confidence = _top_probability(first_row)
         # with scores: the first token's log-probability, then the chosen token's after each cached position
         self._logprobs = _chosen_logprobs(first_row[None], [self._first]) if request.scores else None
@@ -449,6 +451,12 @@ class WhisperTargetSession:
         if self._no_speech is None:
             raise ValueError("the no-speech probability is kept only for a request that asks for scores")
         return self._no_speech
+
+    def beam_rows(self, width: int):
+        """``width`` hypotheses from this session's prompt, for beam search (``contracts.BeamRows``; ``beams``)."""
+        from .beams import beam_rows
+
+        return beam_rows(self, width)
 
     def truncate(self, cache_length: int) -> None:
         if not 0 <= cache_length <= self.cache_length:

@@ -1,0 +1,191 @@
+"""Beam search (faster-whisper's semantics): against a plain reference search written here, unchanged by any
+proposals, and on real speech with whisper-base, all rows in one call against each row alone."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from as2d_core.contracts import BeamScoring, Request
+from as2d_core.decode.beam import BeamOptions, beam_search, run_beam_request
+from as2d_core.decode.events import EventLog
+from as2d_core.decode.loop import Counters
+from as2d_core.decode.request import run_request
+from conftest import speech_audio
+from tiny_lm import TinyLM, edited_draft
+
+
+def _tiny_request(seed: int, timestamps: bool) -> Request:
+    audio = np.random.default_rng(seed).normal(0, 0.1, 1600).astype(np.float32)
+    return Request(f"tiny-{seed}", audio, language="en", timestamps="segment" if timestamps else "none")
+
+
+def _logprobs_after(model: TinyLM, request: Request, hypothesis: tuple[int, ...]) -> list[float]:
+    """The masked log-softmax after ``hypothesis``, from a fresh session fed the whole hypothesis at once."""
+    session = model.prepare(request, 1)
+    if hypothesis:
+        row = session._logits(list(hypothesis))
+        if session.rules is not None:
+            session.rules.apply_rows(row, [], list(hypothesis))
+        row = row[-1]
+    else:
+        row = session._first_row
+    top = max(row)
+    total = math.log(sum(math.exp(x - top) for x in row))
+    return [x - top - total for x in row]
+
+
+def reference_beam(model: TinyLM, request: Request, beam: BeamOptions, max_steps: int) -> tuple[int, ...]:
+    """CTranslate2's beam search as its source reads, one hypothesis at a time and every candidate sorted."""
+    eos = model.eos_token
+    live, cums = [()], [0.0]
+    finished = []  # (ranked score, order, tokens)
+    needed = math.floor(beam.beam_size * beam.patience + 0.5)
+    for step in range(max_steps):
+        candidates = []
+        for b, hypothesis in enumerate(live):
+            for token, logprob in enumerate(_logprobs_after(model, request, hypothesis)):
+                candidates.append((cums[b] + logprob, b * model.vocab + token, b, token))
+        candidates.sort(key=lambda c: (-c[0], c[1]))
+        candidates = candidates[: 2 * beam.beam_size]
+        last, top_done = step + 1 == max_steps, False
+        next_live, next_cums, spare = [], [], beam.beam_size
+        for k in range(beam.beam_size):
+            score, _, b, token = candidates[k]
+            if token == eos or last:
+                top_done = top_done or k == 0
+                tokens = live[b] + (() if token == eos else (token,))
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ranked = float(np.float64(score) / np.float64(len(tokens)) ** beam.length_penalty)
+                finished.append((-math.inf if math.isnan(ranked) else ranked, len(finished), tokens))
+                if last:
+                    continue
+                while candidates[spare][3] == eos:  # the next candidate that does not end takes its place
+                    spare += 1
+                score, _, b, token = candidates[spare]
+                spare += 1
+            next_live.append(live[b] + (token,))
+            next_cums.append(score)
+        if last or (top_done if beam.length_penalty == 0 else len(finished) >= needed):
+            break
+        live, cums = next_live, next_cums
+    return max(finished, key=lambda f: (f[0], -f[1]))[2]
+
+
+def _search(model, request, beam, propose=None, budget=0):
+    session = model.prepare(request, 1)
+    rows = session.beam_rows(beam.beam_size)
+    counters = Counters()
+    found = beam_search(rows, session.eos_token, session.max_new_tokens, beam, EventLog(), counters, propose, budget)
+    return found, counters
+
+
+beams = st.builds(BeamOptions, beam_size=st.integers(2, 6),
+                  patience=st.sampled_from([0.5, 1.0, 1.5, 2.0]),
+                  length_penalty=st.sampled_from([0.0, 0.6, 1.0, 1.4]))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), model_seed=st.integers(0, 3), timestamps=st.booleans(), beam=beams,
+       edits=st.lists(st.tuples(st.sampled_from(["keep", "keep", "keep", "sub", "ins", "del", "junk"]),
+                                st.integers(0, 40)), max_size=30),
+       budget=st.integers(1, 6))
+def test_beams_equal_the_reference_whatever_is_proposed(seed, model_seed, timestamps, beam, edits, budget):
+    model = TinyLM(seed=model_seed, max_new_tokens=12, timestamps=8 if timestamps else 0)
+    request = _tiny_request(seed, timestamps)
+    if 2 * beam.beam_size > model.vocab:
+        return
+    result = run_beam_request(request, model, beam)
+    assert tuple(result.tokens) == reference_beam(model, request, beam, model.max_new_tokens)
+    # proposals: edits of the result (so some hypotheses follow them), in the model's vocabulary
+    drafted, _ = edited_draft(result.tokens, [(op, t % model.vocab) for op, t in edits])
+    spoken, counters = _search(model, request, beam, lambda h: drafted[len(h):], budget)
+    alone, _ = _search(model, request, beam)
+    assert spoken.tokens == alone.tokens == tuple(result.tokens)
+    assert spoken.score == pytest.approx(alone.score, rel=1e-9)
+    if drafted[: len(result.tokens)] == result.tokens and len(result.tokens) > 2:
+        assert counters.proposed > 0
+
+
+def test_a_right_proposal_spares_calls():
+    """Where the drafts are the hypotheses' own continuations, steps need no call (the speculative path runs)."""
+    model = TinyLM(seed=1, max_new_tokens=16)
+    request = _tiny_request(3, False)
+    beam = BeamOptions(2, length_penalty=0.0)
+    alone, plain = _search(model, request, beam)
+
+    def propose(hypothesis):  # the hypothesis' own greedy continuation, as a perfect drafter would give it
+        session = model.prepare(request, 1)
+        root, drafted = session.verify(hypothesis[0], list(hypothesis[1:]))[-1], []
+        while len(drafted) < 4 and root != model.eos_token:
+            drafted.append(root)
+            root = session.verify(root, [])[0]
+        return drafted
+
+    spoken, counters = _search(model, request, beam, propose, 4)
+    assert spoken.tokens == alone.tokens
+    assert counters.accepted > 0
+    assert counters.verify_calls + counters.target_only_steps < plain.target_only_steps
+
+
+def test_scores_are_faster_whispers(tiny_request):
+    model = TinyLM(seed=2)
+    request = Request("s", tiny_request(5).audio, language="en", scores=False)
+    result = run_beam_request(request, model, BeamOptions(3))
+    assert result.method == "beam" and result.avg_logprob is None and result.tokens
+    assert result.segments and result.segments[0].tokens == tuple(result.tokens)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"beam_size": 1}, "beam_size 1 is greedy"),
+    ({"beam_size": 0}, "at least 2"),
+    ({"patience": 0}, "patience must be above 0"),
+    ({"beam_size": 2, "patience": 0.2}, "leaves no hypothesis"),
+])
+def test_bad_beam_options_are_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        BeamOptions(**fields)
+
+
+def test_what_beam_search_refuses(tiny_request):
+    model = TinyLM()
+    with pytest.raises(ValueError, match="temperature 0"):
+        run_beam_request(Request("t", tiny_request().audio, temperature=0.5), model, BeamOptions(2))
+    with pytest.raises(ValueError, match="needs 40 candidates"):
+        run_beam_request(tiny_request(), model, BeamOptions(20))
+    with pytest.raises(TypeError, match="BeamOptions"):
+        run_beam_request(tiny_request(), model, 5)
+
+
+@pytest.mark.parametrize("timestamps", ["none", "segment"])
+def test_whisper_beams_in_one_call_equal_each_row_alone(whisper_target, timestamps):
+    """whisper-base on a real window: the windows graph's one call per step gives the beams that each
+    hypothesis decoded on its own decoder state gives; drafts of the greedy result change nothing either."""
+    from as2d_whisper.beams import SeparateRows, WindowsRows
+
+    request = Request("cards", speech_audio("cmu_cards_en_w00"), language="en", timestamps=timestamps, scores=True)
+    beam = BeamOptions(4)
+    result = run_beam_request(request, whisper_target, beam)
+    greedy = run_request(request, whisper_target, None, "target-only")
+    assert result.text.strip() and result.verify_calls == 0 and result.target_only_steps > 0
+    assert result.no_speech_prob == pytest.approx(greedy.no_speech_prob, abs=1e-6)
+    assert -1.0 < result.avg_logprob < 0
+    if timestamps == "segment":
+        begin = whisper_target._model.timestamp_begin
+        assert result.tokens[0] >= begin and result.segments
+        assert "".join(s.text for s in result.segments) == result.text
+    for layout, propose in ((SeparateRows, None), (WindowsRows, lambda h: greedy.tokens[len(h):])):
+        session = whisper_target.prepare(request, 2)
+        assert isinstance(session, BeamScoring)
+        rows = layout(session, beam.beam_size)
+        try:
+            found = beam_search(rows, session.eos_token, session.max_new_tokens, beam, EventLog(), Counters(),
+                                propose, 4)
+        finally:
+            rows.close()
+            session.close()
+        assert list(found.tokens) == result.tokens, f"{layout.__name__}: {found.tokens} != {result.tokens}"
+        assert found.avg_logprob(beam.length_penalty) == pytest.approx(result.avg_logprob, abs=1e-4)
