@@ -24,7 +24,9 @@ hook (``setup.hookspecs``), as a plugin does::
         register(Method("sd-k4", "serial", "standard SD, width 4", serial=SerialPolicy(3)))
 
 Then ``run_request(..., method="sd-k4")``, ``as2d run --method sd-k4`` and ``as2d bench --methods sd-k4``
-run it. The built-in methods below are registered the same way (``setup.builtins``).
+run it. The built-in methods below are registered the same way (``setup.builtins``). Decoding knows the
+built-ins by itself; the plugins' come from the registry, which hands them down when ``setup.plugins``
+is imported (``take_registered``): a program that never imports it knows the built-ins only.
 """
 from __future__ import annotations
 
