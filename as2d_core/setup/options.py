@@ -3,8 +3,8 @@
 Each user-facing field of :class:`~as2d_core.decode.options.DecodeOptions` (declared where decoding
 owns it) becomes a flag here (``--budget``) and a key in a task configuration (``budget``,
 ``target.shared_threads``), so ``as2d run``, ``stream``, ``serve``, ``bench``, the tuning commands
-and the configuration schema (``config``) cannot drift apart. The settings of one command that are no decoding option (the server's queue,
-a stream's block) are :class:`Setting` rows of ``STREAM`` and ``SERVE``.
+and the configuration schema (``config``) cannot drift apart. The settings of one command that are no
+decoding option (the server's queue, a stream's block) are :class:`Setting` rows of ``STREAM`` and ``SERVE``.
 """
 from __future__ import annotations
 
