@@ -33,6 +33,7 @@ from as2d_core.contracts import SAMPLE_RATE, LanguageDetector, Request
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from as2d_core.input.transcript import WindowResult
+from as2d_core.setup.imports import import_checkpoint, recognized
 from as2d_core.setup.plugins import load_registry
 from as2d_core.decode.scores import compression_ratio, is_silent
 from as2d_core.input.windows import WindowPlan
@@ -43,6 +44,10 @@ COMPUTE_TYPES = {"default": "float32", "auto": "float32", "float32": "float32", 
                  "int8_float32": "int8"}
 TARGETS = ("whisper-base", "whisper-base-int8")
 INSTALL = "as2d models install whisper-base whisper-base-int8"
+# faster-whisper's other size names: as2d downloads none of them; a user converts the weights they bring
+OTHER_SIZES = ("tiny", "tiny.en", "base.en", "small", "small.en", "medium", "medium.en", "large-v1", "large-v2",
+               "large-v3", "large", "large-v3-turbo", "turbo", "distil-small.en", "distil-medium.en",
+               "distil-large-v2", "distil-large-v3", "distil-large-v3.5")
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # faster-whisper's default: greedy, then fallback
 HOP = SAMPLE_RATE // 100  # one mel frame, the unit of faster-whisper's ``seek``
 DEFAULT_PUNCTUATION = ("\"'“¿([{-", "\"'.。,，!！?？:：”)]}、")  # faster-whisper's (prepend, append)
@@ -163,10 +168,10 @@ def _samples(audio) -> np.ndarray:
     raise TypeError(f"audio must be a path, a file object or 16 kHz float32 samples, not {type(audio).__name__}")
 
 
-def _installed_targets() -> list[str]:
+def _installed_targets(names: Sequence[str] = TARGETS) -> list[str]:
     registry = load_registry()
     rows = (catalog.row(entry, registry) for entry in catalog.entries("target", registry))
-    return [row["name"] for row in rows if row["available"] and row["name"] in TARGETS]
+    return [row["name"] for row in rows if row["available"] and row["name"] in names]
 
 
 def _unavailable(what: str) -> ValueError:
@@ -176,31 +181,58 @@ def _unavailable(what: str) -> ValueError:
                       f"install with `{INSTALL}`), or give an as2d model folder")
 
 
+def _no_weights(size: str, targets: list[str]) -> ValueError:
+    return ValueError(f"as2d has no Whisper {size!r} installed (targets here: {', '.join(targets) or 'none'}) and "
+                      f"downloads nothing: get its weights (a faster-whisper/CTranslate2 folder, a Hugging Face Whisper "
+                      f"folder or openai-whisper's {size}.pt), then run `as2d models install --from PATH --name "
+                      f"whisper-{size}` and give WhisperModel('whisper-{size}'), or give WhisperModel(PATH)")
+
+
+def _float32_only(name: str, compute_type: str) -> None:
+    """Only whisper-base has an int8 target; any other model runs as converted (float32)."""
+    if COMPUTE_TYPES[compute_type] != "float32" and name not in TARGETS:
+        raise ValueError(f"compute_type {compute_type!r}: {name} runs in float32 (of the int8 targets as2d has only "
+                         "whisper-base-int8); give compute_type='default'")
+
+
 def resolve_target(model_size_or_path: str | Path, compute_type: str) -> tuple[str, Path | None]:
-    """The registered target (and its folder, when a path is given) for faster-whisper's model and compute type."""
+    """The registered target (and its folder, when a path is given) for faster-whisper's model and compute type.
+
+    A checkpoint (a faster-whisper folder, a Hugging Face folder, an openai-whisper .pt) is converted into the
+    models folder the first time, then reused (``as2d_core.setup.imports``)."""
     if compute_type not in COMPUTE_TYPES:
         raise _unavailable(f"compute_type {compute_type!r} is not available")
     precision = COMPUTE_TYPES[compute_type]
     path = Path(model_size_or_path).expanduser()
+    if path.exists() and recognized(path) is not None:
+        _float32_only(path.name, compute_type)
+        folder = import_checkpoint(path)
+        return folder.name, folder
+    targets = load_registry().names("target")
     if path.is_dir():
         meta = path / "model.json"
-        if (path / "model.bin").is_file() and not meta.is_file():
-            raise _unavailable(f"{path} is a CTranslate2 folder (faster-whisper's format), not an as2d model folder")
         if not meta.is_file():
-            raise _unavailable(f"{path} is not an as2d model folder (it has no model.json)")
+            raise _unavailable(f"{path} is not an as2d model folder (it has no model.json) nor a Whisper checkpoint")
         name = json.loads(meta.read_text()).get("name")
-        if name not in TARGETS:
-            raise _unavailable(f"{path} holds {name!r}, which is not one of as2d's Whisper targets ({', '.join(TARGETS)})")
-        if compute_type not in ("default", "auto") and SIZES["base"][precision] != name:
+        if name not in targets:
+            raise _unavailable(f"{path} holds {name!r}, which is not a registered target")
+        if name in TARGETS and compute_type not in ("default", "auto") and SIZES["base"][precision] != name:
             raise ValueError(f"{path} holds {name}; compute_type {compute_type!r} asks for "
                              f"{SIZES['base'][precision]}: give compute_type='default' or that model's folder")
+        _float32_only(name, compute_type)
         return name, path
     name = str(model_size_or_path)
     if name in TARGETS:
         return name, None
-    if name not in SIZES:
-        raise _unavailable(f"as2d has no target for the Whisper model {name!r}")
-    return SIZES[name][precision], None
+    if name in SIZES:
+        return SIZES[name][precision], None
+    installed = next((n for n in (name, f"whisper-{name}") if n in targets), None)  # one the user converted
+    if installed is not None:
+        _float32_only(installed, compute_type)
+        return installed, None
+    if name in OTHER_SIZES:
+        raise _no_weights(name, _installed_targets(targets))
+    raise _unavailable(f"as2d has no target for the Whisper model {name!r}")
 
 
 def _refuse(name: str, value: Any, why: str) -> ValueError:
@@ -307,6 +339,8 @@ class WhisperModel:
         if folder is not None:
             options["model_dir"] = folder
         self.target = build_part("target", name, **options)
+        if source is not None:
+            catalog.check_pair(source, name)  # a drafter that could never draft for this target, before loading
         self.source = build_source(source) if source is not None else None
         self.bridge = catalog.resolve_bridge(self.source, self.target) if self.source is not None else None
         self.decode_options = DecodeOptions() if cpu_threads == 0 else DecodeOptions(target_threads=cpu_threads)

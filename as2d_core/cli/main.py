@@ -177,7 +177,7 @@ def models_install(names, source, new_name, target_dir, force):
         click.echo(f"converting {source} into {target_dir} ...")
         try:
             path = import_checkpoint(source, new_name, target_dir, force=force)
-        except ValueError as exc:  # not a checkpoint, a name taken, a tokenizer missing
+        except (ValueError, RuntimeError) as exc:  # not a checkpoint, a name taken, no tokenizer, no torch
             fail(str(exc))
         click.echo(f"{path.name}: ready at {path} (use it as --target {path.name} or --source {path.name})")
         return

@@ -251,6 +251,32 @@ def bridge_between(source: Entry, target: Entry, bridges: list[Entry] | None = N
     return choose_bridge(source.vocabulary, target.vocabulary, _capabilities(source.info, target.info), installed)
 
 
+def pair_problem(source: Entry, target: Entry, bridges: list[Entry] | None = None) -> str | None:
+    """Why drafter ``source`` can never draft for ``target`` (None when some request can use it): no bridge
+    between their vocabularies, or no language or task in common (``None`` lists mean any)."""
+    if bridge_between(source, target, bridges) is None:
+        return (f"source {source.name!r} (vocabulary {source.vocabulary!r}) and target {target.name!r} (vocabulary "
+                f"{target.vocabulary!r}) use different tokenizers and no installed bridge connects them")
+    for key, what in (("languages", "language"), ("tasks", "task")):
+        drafts, serves = source.tuple_info(key), target.tuple_info(key)
+        if drafts is not None and serves is not None and not set(drafts) & set(serves):
+            return (f"source {source.name!r} drafts the {key} {', '.join(drafts)} and target {target.name!r} does "
+                    f"{', '.join(serves)}: no {what} in common, so it would never draft; choose another --source")
+    return None
+
+
+def check_pair(source_name: str, target_name: str, registry: Registry | None = None) -> None:
+    """A ValueError naming why two registered parts cannot work as drafter and target (``pair_problem``); names
+    no plugin registers are left to the build, whose error lists what is installed."""
+    source = lookup("source", SourceSpec.parse(source_name).name, registry)
+    target = lookup("target", target_name, registry)
+    if source is None or target is None or not (source.installed and target.installed):
+        return
+    problem = pair_problem(source, target, entries("bridge", registry))
+    if problem is not None:
+        raise ValueError(problem)
+
+
 def resolve_bridge(source: Source, target: Target, registry: Registry | None = None) -> BridgeFactory:
     """The registered bridge that carries ``source`` tokens to ``target``, chosen once when the two load.
 

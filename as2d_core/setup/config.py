@@ -349,12 +349,9 @@ def check_data(data: dict, path: Path, registry: Registry | None = None) -> Repo
         source, source_backend = _check_part(
             config, "source", config.source.name, config.source.backend, config.source.device, registry, report)
     if target is not None and source is not None and target.installed and source.installed:
-        bridge = catalog.bridge_between(source, target, catalog.entries("bridge", registry))
-        if bridge is None:
-            report.errors.append(
-                f"source.name: {source.name!r} (vocabulary {source.vocabulary!r}) and target {target.name!r} "
-                f"(vocabulary {target.vocabulary!r}) use different tokenizers and no installed bridge connects them"
-            )
+        problem = catalog.pair_problem(source, target, catalog.entries("bridge", registry))
+        if problem is not None:
+            report.errors.append(f"source.name: {problem}")
     if report.errors:
         return report
     report.config = attrs.evolve(

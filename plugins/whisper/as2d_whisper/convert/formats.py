@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,7 +96,10 @@ def _dequantized(variables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _read_ct2(folder: Path) -> Checkpoint:
-    name, variables = read_model_bin(folder / "model.bin")
+    try:
+        name, variables = read_model_bin(folder / "model.bin")
+    except (ValueError, struct.error) as exc:
+        raise NotAWhisper(f"{folder / 'model.bin'} is not a CTranslate2 model this reader knows: {exc}") from None
     if name != "WhisperSpec":
         raise NotAWhisper(f"{folder / 'model.bin'} holds a CTranslate2 {name}, not a Whisper (WhisperSpec)")
     variables = _dequantized(variables)

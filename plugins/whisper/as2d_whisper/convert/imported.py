@@ -56,7 +56,8 @@ def import_model(path: str | Path, models_dir: str | Path, name: str | None = No
     """Convert the Whisper at ``path`` into ``models_dir/NAME`` (``default_name`` without ``name``)."""
     path = Path(path).expanduser().resolve()
     kind = detect(path)
-    name = name or default_name(path)
+    if name is None:  # a checkpoint named like a packaged model (whisper-base.pt) must not take its name
+        name = default_name(path) + ("-imported" if default_name(path) in PACKAGED else "")
     if not NAME.fullmatch(name):
         raise ValueError(f"{name!r} is not a model name: use letters, digits, '.', '_' and '-'")
     if name in PACKAGED:

@@ -96,20 +96,20 @@ def read_tokenizer(folder: Path, n_vocab: int, beside: Path | None = None) -> di
     return content
 
 
+def _fingerprint(content: dict) -> str:
+    """A hash of the token ids (timestamps aside: some tokenizer files list them, some do not)."""
+    vocab = {**content["model"]["vocab"], **{t["content"]: t["id"] for t in content["added_tokens"]}}
+    pairs = sorted((i, SAME.get(t, t)) for t, i in vocab.items() if not TIMESTAMP.fullmatch(t))
+    return hashlib.sha1(json.dumps(pairs).encode()).hexdigest()
+
+
 def vocabulary_label(content: dict, n_vocab: int) -> str:
     """The vocabulary's name: two models with the same name have the same ids for the same tokens (so a drafter
     needs no bridge). Whisper's standard vocabularies keep theirs (``STANDARD``); any other is named by a hash."""
-    from tokenizers import Tokenizer
-
-    def fingerprint(tokenizer: dict) -> str:
-        vocab = Tokenizer.from_str(json.dumps(tokenizer)).get_vocab(with_added_tokens=True)
-        pairs = sorted((i, SAME.get(t, t)) for t, i in vocab.items() if not TIMESTAMP.fullmatch(t))
-        return hashlib.sha1(json.dumps(pairs).encode()).hexdigest()
-
-    own = fingerprint(content)
+    own = _fingerprint(content)
     label = STANDARD.get(n_vocab)
     try:
-        if label is not None and fingerprint(standard_tokenizer(n_vocab)) == own:
+        if label is not None and _fingerprint(standard_tokenizer(n_vocab)) == own:
             return label
     except MissingModelPackage:
         pass
