@@ -26,6 +26,7 @@ import attrs
 import numpy as np
 
 from as2d_core.setup import catalog
+from as2d_core.cli.progress import AudioProgress
 from as2d_core.cli.subtitles import words_by_segment
 from as2d_core.input.audio import read_audio
 from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source
@@ -450,11 +451,9 @@ class WhisperModel:
 
     def _segments(self, pipeline: Pipeline, samples: np.ndarray, plan: WindowPlan, word_timestamps: bool,
                   silent: Callable[[Any], bool], log_progress: bool) -> Iterator[Segment]:
-        from tqdm import tqdm
-
         windows = pipeline.decode_windows(samples, plan, "whisper-model", silent)
         count = 0
-        with tqdm(total=round(samples.size / SAMPLE_RATE, 2), unit="seconds", disable=not log_progress) as progress:
+        with AudioProgress(samples.size / SAMPLE_RATE, log_progress, unit=" seconds") as progress:  # to 100%
             try:
                 while True:
                     with self._lock:  # one window at a time on the shared target
@@ -464,7 +463,7 @@ class WhisperModel:
                     for segment in [] if window.silent else _window_segments(window, word_timestamps, count):
                         count += 1
                         yield segment
-                    progress.update(round(window.end_s - window.start_s, 2))
+                    progress.advance_to(window.end_s)
             finally:
                 windows.close()
 

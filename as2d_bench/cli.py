@@ -80,10 +80,12 @@ DEFAULT_METHODS = ",".join(m for m in bench_methods()
 @click.option("--detect-language", is_flag=True,
               help="Requests name no language: every method detects it, as for a user who gives none "
                    "(the manifest's lang then only labels the rows).")
+@click.option("--quiet", is_flag=True, help="No progress bar (shown on stderr only when it is a terminal).")
 @says_how_to_resume
 @click.pass_context
 def bench(ctx, manifest, methods, out_dir, save_traces, source_backend, source_names, limit, languages, repeats,
-          warmup, fresh, ray_address, workers, cpus_per_worker, pool_machines, fault, detect_language, **model_options):
+          warmup, fresh, ray_address, workers, cpus_per_worker, pool_machines, fault, detect_language, quiet,
+          **model_options):
     """Run METHODS on every window of MANIFEST (JSONL: id, path, lang, text) and write results to OUT.
 
     With --config: its target, source, task, instruction and decoding options, under the flags given;
@@ -135,7 +137,7 @@ def bench(ctx, manifest, methods, out_dir, save_traces, source_backend, source_n
         spec.folder(out_dir).open(fresh)  # a different configuration in OUT fails here, before any model loads
         started = time.perf_counter()
         if ray_address is None:
-            local = spec.build(out_dir)
+            local = spec.build(out_dir, progress=not quiet)
             plan_runs(chosen, local.sources, local.serial_sources)  # distinct source names
         else:
             spec.check_names()
@@ -145,7 +147,8 @@ def bench(ctx, manifest, methods, out_dir, save_traces, source_backend, source_n
         if ray_address is None:
             summary = local.run(windows)
         else:
-            summary = _run_on_ray(spec, windows, out_dir, ray_address, workers, cpus_per_worker, pool_machines)
+            summary = _run_on_ray(spec, windows, out_dir, ray_address, workers, cpus_per_worker, pool_machines,
+                                  not quiet)
     except (ConfigMismatch, MixedMachines) as exc:
         _fail(exc)
     for name, s in summary["methods"].items():
@@ -159,12 +162,12 @@ def bench(ctx, manifest, methods, out_dir, save_traces, source_backend, source_n
     click.echo(f"wrote {out_dir / 'results.jsonl'}, {out_dir / 'summary.json'}, {out_dir / 'report.md'}")
 
 
-def _run_on_ray(spec, windows, out_dir, address, workers, cpus_per_worker, pool_machines) -> dict:
+def _run_on_ray(spec, windows, out_dir, address, workers, cpus_per_worker, pool_machines, progress) -> dict:
     from .distributed import RayBench, RayUnavailable, WorkerFailed, ray_cluster
 
     try:
         with ray_cluster(address):
-            return RayBench(spec, out_dir, workers, cpus_per_worker).run(windows, pool_machines=pool_machines)
+            return RayBench(spec, out_dir, workers, cpus_per_worker, progress).run(windows, pool_machines=pool_machines)
     except (RayUnavailable, WorkerFailed) as exc:
         _fail(exc)
 

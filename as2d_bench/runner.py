@@ -478,7 +478,10 @@ class _NoBar:
 
 
 def _progress(total: int, show: bool):
-    if not show:
+    """A bar of runs (one method on one window) and their speed, on stderr when it is a terminal."""
+    from as2d_core.cli.progress import on_terminal
+
+    if not show or not on_terminal():
         return _NoBar()
     from tqdm import tqdm
 

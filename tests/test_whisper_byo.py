@@ -141,6 +141,25 @@ def test_each_layout_reads_back_the_packaged_weights(tmp_path, name, kind):
     assert {k: meta[k] for k in FIELDS} == {k: installed[k] for k in FIELDS}
 
 
+def test_an_int8_faster_whisper_folder_reads_back_within_its_rounding(tmp_path):
+    """CTranslate2's own converter, int8 (integer weights and a scale per row, the tied projection an alias,
+    only vocabulary.json beside them): every weight back within half a step of its row's scale."""
+    from ctranslate2.converters import TransformersConverter
+
+    from as2d_whisper.convert.formats import read_checkpoint
+
+    TransformersConverter(str(_write("huggingface", "whisper-tiny.en", tmp_path))).convert(
+        str(tmp_path / "int8"), quantization="int8")
+    checkpoint = read_checkpoint(tmp_path / "int8")
+    state, dims, _ = _packaged("whisper-tiny.en")
+    assert checkpoint.dims == dims and sorted(checkpoint.state) == sorted(state)
+    for key, value in state.items():
+        rows = value.reshape(len(value), -1) if value.ndim > 1 else value.reshape(1, -1)
+        step = np.abs(rows).max(axis=1, keepdims=True) / 127  # CTranslate2's scale is 127 / the row's max
+        error = np.abs(checkpoint.state[key].reshape(rows.shape) - rows)
+        assert (error <= step / 2 + 1e-6).all(), key
+
+
 @pytest.fixture(scope="module")
 def imported_tiny(tmp_path_factory):
     """tiny.en from an openai-whisper .pt (no tokenizer beside it), installed by name into a models folder that
@@ -215,7 +234,7 @@ def test_what_cannot_be_imported_or_loaded_says_what_to_do(tmp_path):
     result = CliRunner().invoke(cli, ["models", "install", "--from", str(tmp_path)])
     assert result.exit_code == 2 and "is in no layout an installed plugin imports" in result.output
     for size in ("large-v3", "small", "tiny.en"):
-        with pytest.raises(ValueError, match=rf"no Whisper '{size}' installed and downloads nothing.*"
+        with pytest.raises(ValueError, match=rf"no Whisper '{size}' installed \(targets here: .*\) and downloads nothing.*"
                                              rf"as2d models install --from PATH --name whisper-{size}"):
             WhisperModel(size)
 

@@ -13,6 +13,7 @@ import click
 from as2d_core.setup import catalog
 
 from as2d_core.workers import drafter_threads
+from as2d_core.contracts import SAMPLE_RATE
 from as2d_core.input.audio import AudioError, read_audio
 from as2d_core.cli.shared import MethodChoice, fail, model_flags, pipeline_from_flags
 from as2d_core.setup.config import check_file
@@ -21,6 +22,7 @@ from as2d_core.setup.imports import import_checkpoint, importers
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.plugins import UnknownPart, load_registry, register_commands
 from as2d_core.cli.stream import stream
+from as2d_core.cli.progress import AudioProgress, follow_windows, on_terminal
 from as2d_core.cli.subtitles import to_srt, to_vtt, transcript_cues
 
 OUTPUT_FORMATS = ("text", "json", "srt", "vtt")
@@ -44,8 +46,10 @@ def cli() -> None:
                    "or per window with --timestamps none; at most 2 lines of 42 characters a cue, a longer "
                    "segment split into several cues.")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--quiet", is_flag=True,
+              help="No progress bar (it is shown on stderr only when stderr is a terminal: audio seconds done, speed).")
 @click.pass_context
-def run(ctx, audio, method, check, output_format, as_json, **model_options):
+def run(ctx, audio, method, check, output_format, as_json, quiet, **model_options):
     """Transcribe AUDIO (any common audio format, any length) with as2d or target-only decoding.
 
     Audio longer than 30 s is cut into windows at pauses found by a voice-activity detector;
@@ -61,8 +65,11 @@ def run(ctx, audio, method, check, output_format, as_json, **model_options):
         decoded = read_audio(audio)
     except AudioError as exc:
         fail(str(exc))
+    progress = AudioProgress(decoded.samples.size / SAMPLE_RATE, on_terminal(quiet))
+    follow_windows(pipeline, progress)
     try:
-        transcript = pipeline.transcribe(decoded, request_id=audio.stem, check=check)
+        with progress:
+            transcript = pipeline.transcribe(decoded, request_id=audio.stem, check=check)
     except (ValueError, FileNotFoundError) as exc:  # bad input; a model file a requested feature needs
         fail(str(exc))
     for note in transcript.notes:

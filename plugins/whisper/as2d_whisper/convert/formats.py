@@ -83,16 +83,16 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
 
 def _dequantized(variables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """CTranslate2's integer weights (``ct2-transformers-converter --quantization int8``) back to floats: each
-    row was multiplied by its ``weight_scale`` and rounded."""
-    out = {}
+    row was multiplied by its ``weight_scale`` and rounded. An alias (the tied output projection) is the same
+    array as its target and has no scale of its own: it gets its target's floats."""
+    floats: dict[int, np.ndarray] = {}  # id of an integer array -> its floats
     for name, value in variables.items():
-        if name.endswith("/weight_scale"):
-            continue
         scale = variables.get(name + "_scale") if name.endswith("/weight") else None
         if value.dtype.kind == "i" and scale is not None:
-            value = value.astype(np.float32) / np.asarray(scale, np.float32).reshape(-1, *[1] * (value.ndim - 1))
-        out[name] = value
-    return out
+            shape = (-1, *[1] * (value.ndim - 1))
+            floats[id(value)] = value.astype(np.float32) / np.asarray(scale, np.float32).reshape(shape)
+    return {name: floats.get(id(value), value) for name, value in variables.items()
+            if not name.endswith("/weight_scale")}
 
 
 def _read_ct2(folder: Path) -> Checkpoint:
