@@ -1,4 +1,10 @@
-"""``as2d stream``: a file fed as a sustained stream of blocks (Appendix D.6.2), with per-block timings."""
+"""``as2d stream``: a file fed as a sustained stream of blocks (Appendix D.6.2), with per-block timings.
+
+Each block is decoded over its context view, so a later block of the same view may say its seconds
+differently; only the view's last block (``BlockResult.final``) gives text that no later block revises.
+The text printed on stdout is that committed text only, view by view, as the server's streamed deltas
+are never revised; each block's timings go to stderr, and the run ends with its whole transcript.
+"""
 from __future__ import annotations
 
 import json
@@ -42,7 +48,12 @@ def _methods(value: str) -> list[str]:
               help="Write a Figure-9-style plot (panels against arrival time) to this file (needs matplotlib).")
 @click.pass_context
 def stream(ctx, audio, block_s, context_s, pace, methods, check, as_json, plot_path, **model_options):
-    """Feed AUDIO as a sustained stream of blocks; print committed text per block and the run's timings."""
+    """Feed AUDIO as a sustained stream of blocks; print committed text as it is final, the run's timings and
+    the transcript.
+
+    Text is printed only once no later block can revise it (the last block of each context view); each
+    block's lag and queue wait go to stderr. --json prints every block (its text, and whether it is final).
+    """
     from as2d_core.input.pipeline import Pipeline
 
     try:
@@ -74,6 +85,8 @@ def stream(ctx, audio, block_s, context_s, pace, methods, check, as_json, plot_p
         summary = session.summary()
         summaries.append(summary)
         click.echo(json.dumps(summary, ensure_ascii=False) if as_json else _summary_text(summary, pace))
+        if not as_json:
+            click.echo(f"[{method}] transcript: {session.text}")
     if plot_path is not None:
         try:
             plot(sessions, plot_path, block_s)
@@ -90,8 +103,11 @@ def _emit(block, method: str, as_json: bool) -> None:
         click.echo(json.dumps({"method": method, **block.as_dict()}, ensure_ascii=False))
         return
     mark = "" if block.exact is None else (" exact" if block.exact else " NOT EXACT")
-    click.echo(f"[{method} {block.view_start_s:6.1f}-{block.end_s:6.1f} s] lag {block.lag_s:5.2f} s "
-               f"wait {block.queue_wait_s:4.2f} s{mark} | {block.text}")
+    span = f"[{method} {block.view_start_s:6.1f}-{block.end_s:6.1f} s]"
+    click.echo(f"{span} block {block.index}: lag {block.lag_s:5.2f} s wait {block.queue_wait_s:4.2f} s{mark}"
+               + ("" if block.final else " (its view goes on: text held)"), err=True)
+    if block.final and block.text:  # committed: the view's last block, which nothing after it revises
+        click.echo(f"{span} {block.text}")
 
 
 def _summary_text(s: dict, pace: str) -> str:

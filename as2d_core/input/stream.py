@@ -129,8 +129,12 @@ class StreamSession:
             if pace == "realtime":
                 arrival = start + (offset + chunk.size) / SAMPLE_RATE
                 time.sleep(max(0.0, arrival - time.perf_counter()))
-            yield from self.feed(chunk, arrived_at=arrival)
-        yield from self.finish()
+            done = self.feed(chunk, arrived_at=arrival)
+            if offset + chunk.size >= samples.size:  # the recording's end: its last block is yielded as final
+                done += self.finish()
+            yield from done
+        if samples.size == 0:
+            yield from self.finish()
 
     def finish(self, arrived_at: float | None = None) -> list[BlockResult]:
         """The stream ended: decode what is left, then the target-only checks if asked."""
