@@ -133,8 +133,8 @@ class DecodeOptions:
     length_penalty: float = _option(1.0, "length_penalty", "Beam and best-of ranking: cumulative log-probability "
                                     "over length ** length_penalty.", 0)
     temperature: tuple[float, ...] = _option(
-        DEFAULT_TEMPERATURES, "temperature", "Temperatures tried in turn (comma-separated): each next one only when the "
-        "result repeats itself or is unsure (the thresholds below); above 0 the target samples with noise drawn from "
+        DEFAULT_TEMPERATURES, "temperature", "Temperatures tried in turn (comma-separated): each next one only when "
+        "the result repeats itself or is unsure (the thresholds below); above 0 the target samples with noise drawn from "
         "--seed, so speculation stays exact.", converter=temperatures)
     compression_ratio_threshold: float | None = _option(
         2.4, "compression_ratio_threshold", "A result whose text compresses better than this is decoded again, hotter.",

@@ -40,6 +40,7 @@ from as2d_core.decode.deltas import TextDeltas
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.loop import OnCommit
 from as2d_core.decode.methods import get_method
+from as2d_core.decode.beam import BeamOptions, run_beam_request
 from as2d_core.decode.request import run_request
 from as2d_core.setup.options import STREAM
 from as2d_core.decode.options import DecodeOptions
@@ -156,13 +157,22 @@ class Pipeline:
         options = options or self.options.decode
         if self._decode is not None:
             return add_words(self.target, request, self._decode(request), options.target_threads)
-        return add_words(self.target, request, run_request(request, self.target, self.source, self.options.method,
-                                                          options, on_commit, self.bridge), options.target_threads)
+        return add_words(self.target, request, self._in_mode(request, self.options.method, options, on_commit,
+                                                             self.source), options.target_threads)
 
     def reference(self, request: Request) -> DecodeResult:
-        """Target-only greedy decoding of the same request: what every method must reproduce."""
-        return add_words(self.target, request, run_request(request, self.target, None, "target-only",
-                                                          self.options.decode), self.options.decode.target_threads)
+        """Target-only decoding of the same request in the same mode: what every method must reproduce."""
+        return add_words(self.target, request, self._in_mode(request, "target-only", self.options.decode),
+                         self.options.decode.target_threads)
+
+    def _in_mode(self, request: Request, method: str, options: DecodeOptions, on_commit: OnCommit | None = None,
+                 source: Source | None = None) -> DecodeResult:
+        """The request in its mode: the target's beam search at temperature 0 when the options ask for beams
+        (``decode.beam``: beams run target-only), else ``method`` (greedy or seeded sampling)."""
+        if request.temperature == 0 and options.beam_size > 1:
+            beam = BeamOptions(options.beam_size, options.patience, options.length_penalty)
+            return run_beam_request(request, self.target, beam, options, source, self.bridge)
+        return run_request(request, self.target, source, method, options, on_commit, self.bridge)
 
     def transcribe(
         self, audio: str | Path | np.ndarray | DecodedAudio, request_id: str | None = None, check: bool = False,
@@ -281,9 +291,11 @@ class Pipeline:
 
     def _window_group(self, options: DecodeOptions, windows: int) -> WindowGroup | None:
         """A group for ``options.batch_windows`` windows side by side, or None: one window at a time (asked for,
-        a single window, a decoder of the caller's, or a target that cannot verify windows together)."""
+        a single window, beams (they batch their hypotheses), a decoder of the caller's, or a target that cannot
+        verify windows together)."""
         size = min(options.batch_windows, windows)
-        if size < 2 or self._decode is not None or not isinstance(self.target, WindowBatching):
+        if size < 2 or options.beam_size > 1 or self._decode is not None or not isinstance(self.target,
+                                                                                            WindowBatching):
             return None
         return self.target.window_group(size, options.target_threads)
 
