@@ -57,8 +57,9 @@ def _option(default, config: str, help: str, low: int | None = None, high: int |
     ``optional``: None turns it off (faster-whisper's thresholds); ``converter`` reads a flag's text."""
     kind = kind or type(default)
     if converter is not None:
-        return attrs.field(default=default, converter=converter, metadata={
-            "config": config, "help": help, "choices": None, "low": None, "high": None, "kind": str})
+        return attrs.field(default=default, converter=converter, metadata={  # a flag's text, or a list in a file
+            "config": config, "help": help, "choices": None, "low": None, "high": None, "kind": str,
+            "config_kinds": (str, list, int, float)})
     if choices:
         validator = attrs.validators.in_(choices)
     elif kind in (str, bool):

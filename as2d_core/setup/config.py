@@ -169,8 +169,10 @@ class ConfigError(ValueError):
         super().__init__("\n".join(f"{path}: {p}" for p in problems))
 
 
-def _type_name(kind: type) -> str:
-    return {str: "a string", int: "an integer", bool: "true or false"}[kind]
+def _type_name(kind: type | tuple) -> str:
+    if isinstance(kind, tuple):
+        return "a number, a list of numbers or a string"
+    return {str: "a string", int: "an integer", bool: "true or false", float: "a number"}[kind]
 
 
 def _check_table(values: dict, schema: dict[str, tuple], prefix: str, errors: list[str]) -> dict:
@@ -183,7 +185,8 @@ def _check_table(values: dict, schema: dict[str, tuple], prefix: str, errors: li
             errors.append(f"{dotted}: unknown key; allowed in {where}: {allowed}")
             continue
         kind, _required, choices = schema[key]
-        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+        accepted = (int, float) if kind is float else kind
+        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, accepted):
             errors.append(f"{dotted}: must be {_type_name(kind)}, got {value!r}")
             continue
         if choices is not None and value not in choices:

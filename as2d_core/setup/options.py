@@ -38,12 +38,14 @@ def options_from_config(values: dict[str, Any]) -> DecodeOptions:
 
 
 def config_schema() -> dict[str, dict[str, tuple]]:
-    """Table ("" for the top level) -> key -> (type, low, high, choices) of every option a configuration sets."""
+    """Table ("" for the top level) -> key -> (type, low, high, choices) of every option a configuration sets; the
+    type is a tuple of types where a configuration may write the value in several ways (temperatures)."""
     schema: dict[str, dict[str, tuple]] = {}
     for f in user_fields():
         table, _, key = f.metadata["config"].rpartition(".")
         meta = f.metadata
-        schema.setdefault(table, {})[key] = (meta["kind"], meta["low"], meta["high"], meta["choices"])
+        kind = meta.get("config_kinds", meta["kind"])
+        schema.setdefault(table, {})[key] = (kind, meta["low"], meta["high"], meta["choices"])
     return schema
 
 
