@@ -11,6 +11,7 @@ response, as the session's own verification applies them.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -109,12 +110,11 @@ class SeparateRows(_Rows):
 
     def __init__(self, session, width: int):
         super().__init__(session, width)
-        from .runtime import _DecoderState
-
         alone = session._state
-        self._states = [_DecoderState(self._model, alone._cross, alone.threads) for _ in range(width)]
+        self._states = [copy.copy(alone) for _ in range(width)]  # the audio input as the executor holds it, shared
         for state in self._states:
-            state.cache[: self._prompt] = alone.cache[: self._prompt]
+            state.cache, state._logits = alone.cache.copy(), alone._logits.copy()
+            state.bind(alone.threads)
 
     def _reorder(self, parents: list[int], kept: int) -> None:
         used = self._prompt + kept
