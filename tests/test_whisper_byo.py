@@ -70,7 +70,8 @@ def write_openai(path: Path, state: dict, dims: dict) -> Path:
     names = {"model.encoder.conv1": "encoder.conv1", "model.encoder.conv2": "encoder.conv2",
              "model.encoder.layer_norm": "encoder.ln_post", "model.decoder.layer_norm": "decoder.ln"}
     parts = {"self_attn.q_proj": "attn.query", "self_attn.k_proj": "attn.key", "self_attn.v_proj": "attn.value",
-             "self_attn.out_proj": "attn.out", "self_attn_layer_norm": "attn_ln", "encoder_attn.q_proj": "cross_attn.query",
+             "self_attn.out_proj": "attn.out", "self_attn_layer_norm": "attn_ln",
+             "encoder_attn.q_proj": "cross_attn.query",
              "encoder_attn.k_proj": "cross_attn.key", "encoder_attn.v_proj": "cross_attn.value",
              "encoder_attn.out_proj": "cross_attn.out", "encoder_attn_layer_norm": "cross_attn_ln", "fc1": "mlp.0",
              "fc2": "mlp.2", "final_layer_norm": "mlp_ln"}
@@ -113,7 +114,8 @@ def _write(kind: str, name: str, root: Path) -> Path:
         ids = {t["content"]: t["id"] for t in tokenizer["added_tokens"]}
         generation = {"suppress_tokens": config["suppress_ids"], "begin_suppress_tokens": config["suppress_ids_begin"]}
         if dims["n_vocab"] >= 51865:
-            generation["lang_to_id"] = {c: i for c, i in ids.items() if ids["<|startoftranscript|>"] < i < ids["<|translate|>"]}
+            first, last = ids["<|startoftranscript|>"], ids["<|translate|>"]
+            generation["lang_to_id"] = {c: i for c, i in ids.items() if first < i < last}
         return write_hf(root / "hf", _hf_model(state, dims, generation), tokenizer)
     return write_openai(root / f"{name}.pt", state, dims)
 
@@ -185,7 +187,7 @@ def test_an_imported_model_decodes_as_the_installed_one_and_serves_by_name(impor
     from as2d_core.setup.catalog import resolve_bridge
     from as2d_core.setup.plugins import load_registry
     from as2d_whisper.runtime import WhisperTarget
-    from as2d.transcribe import resolve_target
+    from as2d.models import resolve_target
 
     models, checkpoint = imported_tiny
     monkeypatch.setenv("AS2D_MODELS_DIR", str(models))
@@ -234,8 +236,8 @@ def test_what_cannot_be_imported_or_loaded_says_what_to_do(tmp_path):
     result = CliRunner().invoke(cli, ["models", "install", "--from", str(tmp_path)])
     assert result.exit_code == 2 and "is in no layout an installed plugin imports" in result.output
     for size in ("large-v3", "small", "tiny.en"):
-        with pytest.raises(ValueError, match=rf"no Whisper '{size}' installed \(targets here: .*\) and downloads nothing.*"
-                                             rf"as2d models install --from PATH --name whisper-{size}"):
+        with pytest.raises(ValueError, match=rf"no Whisper '{size}' installed \(targets here: .*\) and downloads "
+                                             rf"nothing.*as2d models install --from PATH --name whisper-{size}"):
             WhisperModel(size)
 
 
@@ -273,7 +275,8 @@ def _random_model(tmp_path: Path, decoder_layers: int, seed: int):
     return _hf_model(None, dims, {}), dims
 
 
-@pytest.mark.parametrize("shape,decoder_layers,layout", [("large-v3", 2, "huggingface"), ("turbo", 4, "openai-whisper")])
+@pytest.mark.parametrize("shape,decoder_layers,layout",
+                         [("large-v3", 2, "huggingface"), ("turbo", 4, "openai-whisper")])
 def test_random_large_v3_and_turbo_convert_and_decode(tmp_path, shape, decoder_layers, layout):
     """Converted from either layout with large-v3's vocabulary made from the packaged one: its special tokens
     one id after the 100th language (<|yue|>), logits equal to Hugging Face's forward pass on 128-mel features of
@@ -325,3 +328,32 @@ def test_random_large_v3_and_turbo_convert_and_decode(tmp_path, shape, decoder_l
     drafter = WhisperSource(folder)
     result = run_request(request, target, drafter, "as2d")
     assert result.tokens[:40] == reference
+
+
+def test_a_graph_over_two_gigabytes_keeps_its_weights_in_one_file_of_its_own(tmp_path):
+    """torch writes a graph over protobuf's limit (large-v3's encoder and decoder) with one file per tensor, named
+    after the tensor; moved into a model folder, its weights become one NAME.data, so graphs cannot collide."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+
+    from as2d_whisper.convert.onnx_export import place_graph
+
+    rng = np.random.default_rng(0)
+    weights = [rng.normal(size=(32, 32)).astype(np.float32) for _ in range(3)]
+    nodes = [helper.make_node("MatMul", [f"x{i}", f"w{i}"], [f"x{i + 1}"]) for i in range(3)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x0", onnx.TensorProto.FLOAT, [1, 32])],
+                              [helper.make_tensor_value_info("x3", onnx.TensorProto.FLOAT, [1, 32])],
+                              [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)])
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    onnx.save_model(helper.make_model(graph), str(scratch / "decoder.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=False, size_threshold=0)  # as torch does: a file per tensor
+    assert len(list(scratch.iterdir())) == 4
+    folder = tmp_path / "model"
+    folder.mkdir()
+    place_graph(scratch / "decoder.onnx", folder / "decoder.onnx")
+    assert sorted(f.name for f in folder.iterdir()) == ["decoder.onnx", "decoder.onnx.data"]
+    x = rng.normal(size=(1, 32)).astype(np.float32)
+    out = ort.InferenceSession(str(folder / "decoder.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x0": x})
+    np.testing.assert_allclose(out[0], x @ weights[0] @ weights[1] @ weights[2], rtol=1e-5)

@@ -56,7 +56,8 @@ def import_checkpoint(models_dir: Path, force: bool = False, source: Path | None
         raise ValueError(f"{IMPORTER} converts a checkpoint you name: `as2d models install --from PATH [--name NAME]`")
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("onnx") is None:
         raise RuntimeError("converting a Whisper checkpoint needs torch and onnx: run `pip install "
-                           "'as2d-whisper[convert]'` (from this repository: `pip install './plugins/whisper[convert]'`)")
+                           "'as2d-whisper[convert]'` (from this repository: "
+                           "`pip install './plugins/whisper[convert]'`)")
     from .convert.imported import import_model
 
     return import_model(source, models_dir, name=name, force=force)
