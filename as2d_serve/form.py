@@ -5,6 +5,8 @@ required, as OpenAI requires it; ``whisper-1`` and the target's own name both me
 server runs. ``srt``, ``vtt`` and ``verbose_json`` are answered in Whisper's timestamp segments unless
 the server was started with ``--timestamps none`` (OpenAI gives segments there too, and so does
 ``as2d run --format srt``); ``timestamp_granularities`` segment asks for them whatever the server's mode.
+``stream=true`` decodes on the windows route, each window once, so that each piece of text goes out as the
+target commits it (Whisper's long-form seeks may decode the end of a request again).
 """
 from __future__ import annotations
 
@@ -113,5 +115,6 @@ async def read_ask(request, task: str, service: TranscriptionService) -> tuple[A
     ask = Ask(samples, language=language, method=method, source=source, budget=budget, check=check, task=task,
               prompt=form_field(form, "prompt"), timestamps="segment" if "segment" in named else None,
               format_timestamps="segment" if response_format in SEGMENTED else None,
-              word_timestamps=("word" in named if named else None) if verbose else False, scores=verbose)
+              word_timestamps=("word" in named if named else None) if verbose else False, scores=verbose,
+              stream=stream)
     return ask, response_format, stream

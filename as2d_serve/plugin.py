@@ -38,7 +38,7 @@ def serve(ctx, host, port, method, decodes, queue_size, max_upload_mb, deadline_
     """Serve OpenAI-compatible transcriptions (POST /v1/audio/transcriptions) with the models kept loaded.
 
     Without --timestamps, srt, vtt and verbose_json answers are in Whisper's timestamp segments (as OpenAI's
-    and `as2d run --format srt` are) and json and text answers plain; --timestamps none gives one segment
+    and `as2d run --format srt` are), json and text answers the text only; --timestamps none gives one segment
     per window in all of them. A request must name a model: whisper-1 or the target's name.
     """
     from as2d_core.setup.plugins import UnknownPart

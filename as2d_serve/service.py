@@ -112,6 +112,7 @@ class Ask:
     prompt: str | None = None  # Whisper's previous-text prompt, over the server's own (--prompt)
     timestamps: str | None = None  # "segment" (timestamp_granularities segment): Whisper's segments; None: the server's
     format_timestamps: str | None = None  # the response format's mode where the server sets none (segment for srt...)
+    stream: bool = False  # stream=true: text as the target commits it, so windows each decoded once (route windows)
     word_timestamps: bool | None = None  # timestamp_granularities word; None: the server's (``word_timestamps``)
     scores: bool = False  # each window's avg_logprob and no_speech_prob (verbose_json's segments)
 
@@ -191,6 +192,8 @@ class Worker:
         decode = self.options.decode if ask.budget is None else attrs.evolve(self.options.decode, budget=ask.budget)
         decode = decode if ask.prompt is None else attrs.evolve(decode, prompt=ask.prompt)
         decode = attrs.evolve(decode, timestamps=ask.timestamps or decode.timestamps or ask.format_timestamps)
+        if ask.stream:  # Whisper's long-form seeks may decode a request's end again: its text is final only at its end
+            decode = attrs.evolve(decode, route="windows")
         decode = decode if ask.word_timestamps is None else attrs.evolve(decode, word_timestamps=ask.word_timestamps)
         if decode.word_timestamps:
             try:  # loads the aligner once; a target without one is the request's answer, not a server fault
