@@ -17,7 +17,10 @@ import numpy as np
 
 from as2d_core.setup.options import bounds
 
-from .transcribe import DEFAULT_TEMPERATURES, Segment, TranscriptionInfo, WhisperModel
+from as2d_core.decode.options import DEFAULT_TEMPERATURES
+
+from .objects import Segment, TranscriptionInfo
+from .transcribe import WhisperModel
 
 
 class BatchedInferencePipeline:
@@ -57,7 +60,8 @@ class BatchedInferencePipeline:
                              f"side), got {batch_size!r}")
         first_temperature = temperature[0] if isinstance(temperature, (list, tuple)) else temperature
         side_by_side = copy.copy(self.model)  # the same loaded parts, lock and detectors; its own decoding options
-        side_by_side.decode_options = attrs.evolve(self.model.decode_options, batch_windows=batch_size)
+        side_by_side.decode_options = attrs.evolve(self.model.decode_options, batch_windows=batch_size,
+                                                   route="windows")
         return side_by_side.transcribe(
             audio, language, task, log_progress, beam_size, temperature=first_temperature,
             condition_on_previous_text=False, without_timestamps=without_timestamps,

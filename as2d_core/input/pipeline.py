@@ -51,7 +51,7 @@ from as2d_core.setup.catalog import resolve_bridge
 from as2d_core.setup.plugins import load_registry
 from as2d_core.workers.process_source import ProcessSource
 from as2d_core.decode.words import add_words, prepare_words
-from as2d_core.input.sequential import sequential_windows
+from as2d_core.input.sequential import long_form_steps, sequential_windows, speech_only, window_result
 from as2d_core.input.transcript import Transcript, WindowResult
 from as2d_core.input.windows import MAX_WINDOW_S, SpeechDetector, Window, WindowPlan, plan_windows
 
@@ -218,6 +218,20 @@ class Pipeline:
         notes += list(info.warnings) if info else []
         return Transcript(windows, skipped, samples.size / SAMPLE_RATE, wall_s, detector.name if detector else None,
                           info, notes)
+
+    def decode_long_form(self, samples: np.ndarray, request_id: str = "audio",
+                         detector: SpeechDetector | None = None) -> Iterator[WindowResult]:
+        """Whisper's long-form requests on ``samples`` (with ``detector``: its speech joined, ``vad_filter``), each
+        decoded only when the caller asks for it, as ``decode_windows`` hands out windows."""
+        audio, speech = speech_only(samples, detector)
+        with self._lock:
+            self._prepare_words()
+            steps = long_form_steps(self, audio, request_id, self.options.decode)
+            try:
+                for step in steps if audio.size else ():
+                    yield window_result(step, speech)
+            finally:
+                steps.close()
 
     def plan(self, samples: np.ndarray) -> WindowPlan:
         needs_detector = samples.size > self.options.max_window_s * SAMPLE_RATE

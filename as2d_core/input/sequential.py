@@ -6,7 +6,7 @@ every decision of the loop is taken on exact tokens, both runs make the same req
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import attrs
@@ -31,17 +31,17 @@ class Decoding(Protocol):
     def reference(self, request: Request) -> DecodeResult: ...
 
 
-def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str, mode: DecodeOptions,
-                       detector: SpeechDetector | None, check: bool, on_text: Callable[[str], None] | None = None,
-                       ) -> tuple[list[WindowResult], SpeechMap | None, list[str]]:
-    """Every request of the loop as a window result (the references' tokens beside them with ``check``), the
-    speech map with ``detector`` (faster-whisper's ``vad_filter``), and notes. ``on_text`` hears each request's
-    kept text when the request is done, pieces that spell the transcript's text."""
-    speech = SpeechMap.detect(samples, detector) if detector is not None else None
-    audio = speech.joined(samples) if speech is not None else samples
-    notes: list[str] = []
-    if audio.size == 0:
-        return [], speech, ["the voice-activity detector found no speech"]
+def speech_only(samples: np.ndarray, detector: SpeechDetector | None) -> tuple[np.ndarray, SpeechMap | None]:
+    """The audio the loop walks: all of it, or with ``detector`` (``vad_filter``) its speech joined."""
+    if detector is None:
+        return samples, None
+    speech = SpeechMap.detect(samples, detector)
+    return speech.joined(samples), speech
+
+
+def long_form_steps(pipeline: Decoding, audio: np.ndarray, request_id: str, mode: DecodeOptions,
+                    decode: Callable[[Request], DecodeResult] | None = None) -> Iterator[SeekStep]:
+    """The loop's requests on ``audio``, each decoded (by ``decode``, default the pipeline's method) when reached."""
 
     def make(index: int, chunk: np.ndarray, previous: str | None, first: bool) -> Request:
         request = pipeline.request(f"{request_id}-s{index:03d}", chunk, first=first, previous_text=previous)
@@ -50,15 +50,33 @@ def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str,
         # timestamps unless turned off (faster-whisper's without_timestamps): they are what the seek follows
         return attrs.evolve(request, timestamps="none" if mode.timestamps == "none" else "segment")
 
+    return seek_steps(audio, make, decode or pipeline.decode, mode, initial_prompt=True)
+
+
+def window_result(step: SeekStep, speech: SpeechMap | None, reference: SeekStep | None = None) -> WindowResult:
+    return WindowResult(step.window, step.result, None if reference is None else reference.result, step.silent,
+                        step.attempt.temperature, len(step.attempts), speech)
+
+
+def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str, mode: DecodeOptions,
+                       detector: SpeechDetector | None, check: bool, on_text: Callable[[str], None] | None = None,
+                       ) -> tuple[list[WindowResult], SpeechMap | None, list[str]]:
+    """Every request of the loop as a window result (the references' tokens beside them with ``check``), the
+    speech map with ``detector`` (faster-whisper's ``vad_filter``), and notes. ``on_text`` hears each request's
+    kept text when the request is done, pieces that spell the transcript's text."""
+    audio, speech = speech_only(samples, detector)
+    notes: list[str] = []
+    if audio.size == 0:
+        return [], speech, ["the voice-activity detector found no speech"]
     steps: list[SeekStep] = []
-    for step in seek_steps(audio, make, pipeline.decode, mode, initial_prompt=True):
+    for step in long_form_steps(pipeline, audio, request_id, mode):
         text = step.result.text.strip()
         if on_text is not None and text:
             on_text((" " if any(s.result.text.strip() for s in steps) else "") + text)
         steps.append(step)
     references: list[SeekStep | None] = [None] * len(steps)
     if check:
-        checked = list(seek_steps(audio, make, pipeline.reference, mode, initial_prompt=True))
+        checked = list(long_form_steps(pipeline, audio, request_id, mode, pipeline.reference))
         if len(checked) != len(steps):
             notes.append(f"target-only decoding made {len(checked)} requests, this method {len(steps)}")
         references = (checked + references)[: len(steps)] if len(checked) < len(steps) else checked[: len(steps)]
@@ -66,6 +84,4 @@ def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str,
             ours, theirs = ([a.result.tokens for a in x.attempts] for x in (step, reference or step))
             if ours != theirs:
                 notes.append(f"request {step.window.index}: an attempt of the fallback differs from target-only's")
-    windows = [WindowResult(s.window, s.result, None if r is None else r.result, s.silent, s.attempt.temperature,
-                            len(s.attempts), speech) for s, r in zip(steps, references)]
-    return windows, speech, notes
+    return [window_result(s, speech, r) for s, r in zip(steps, references)], speech, notes

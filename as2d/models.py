@@ -1,0 +1,122 @@
+"""Which target a faster-whisper model name, path or compute type means here, and audio in faster-whisper's forms.
+
+as2d downloads nothing: a size name means an installed target (``as2d models install``), and a path is an as2d
+model folder or a checkpoint the user brings (converted once, ``as2d_core.setup.imports``).
+"""
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from as2d_core.contracts import SAMPLE_RATE
+from as2d_core.input.audio import read_audio
+from as2d_core.setup import catalog
+from as2d_core.setup.imports import import_checkpoint, recognized
+from as2d_core.setup.plugins import load_registry
+
+# faster-whisper's size names that as2d has a target for, by compute type
+SIZES = {"base": {"float32": "whisper-base", "int8": "whisper-base-int8"}}
+COMPUTE_TYPES = {"default": "float32", "auto": "float32", "float32": "float32", "int8": "int8",
+                 "int8_float32": "int8"}
+TARGETS = ("whisper-base", "whisper-base-int8")
+INSTALL = "as2d models install whisper-base whisper-base-int8"
+# faster-whisper's other size names: as2d downloads none of them; a user converts the weights they bring
+OTHER_SIZES = ("tiny", "tiny.en", "base.en", "small", "small.en", "medium", "medium.en", "large-v1", "large-v2",
+               "large-v3", "large", "large-v3-turbo", "turbo", "distil-small.en", "distil-medium.en",
+               "distil-large-v2", "distil-large-v3", "distil-large-v3.5")
+
+def decode_audio(input_file: str | Path | BinaryIO, sampling_rate: int = SAMPLE_RATE, split_stereo: bool = False):
+    """faster-whisper's ``decode_audio``: 16 kHz mono float32 samples of any file FFmpeg reads (``as2d_core.input.audio``)."""
+    if sampling_rate != SAMPLE_RATE or split_stereo:
+        raise ValueError(f"decode_audio gives {SAMPLE_RATE} Hz mono, the models' input; sampling_rate="
+                         f"{sampling_rate} and split_stereo={split_stereo} are not supported")
+    return audio_samples(input_file)
+
+
+def available_models() -> list[str]:
+    """The names ``WhisperModel`` takes: faster-whisper's sizes that as2d has a target for, and its targets."""
+    return [*SIZES, *TARGETS]
+
+
+def audio_samples(audio) -> np.ndarray:
+    if isinstance(audio, np.ndarray):
+        return np.asarray(audio, dtype=np.float32).reshape(-1)
+    if isinstance(audio, (str, Path)):
+        return read_audio(audio).samples
+    if isinstance(audio, (bytes, bytearray)):
+        return read_audio(bytes(audio)).samples
+    if isinstance(audio, io.IOBase) or hasattr(audio, "read"):
+        return read_audio(audio.read()).samples
+    raise TypeError(f"audio must be a path, a file object or 16 kHz float32 samples, not {type(audio).__name__}")
+
+
+def _installed_targets(names: Sequence[str] = TARGETS) -> list[str]:
+    registry = load_registry()
+    rows = (catalog.row(entry, registry) for entry in catalog.entries("target", registry))
+    return [row["name"] for row in rows if row["available"] and row["name"] in names]
+
+
+def unavailable(what: str) -> ValueError:
+    installed = ", ".join(_installed_targets()) or "none"
+    return ValueError(f"{what}; as2d runs faster-whisper's size 'base' on the CPU: compute_type 'default' or "
+                      f"'float32' is whisper-base, 'int8' is whisper-base-int8 (installed here: {installed}; "
+                      f"install with `{INSTALL}`), or give an as2d model folder")
+
+
+def _no_weights(size: str, targets: list[str]) -> ValueError:
+    return ValueError(f"as2d has no Whisper {size!r} installed (targets here: {', '.join(targets) or 'none'}) and "
+                      f"downloads nothing: get its weights (a faster-whisper/CTranslate2 folder, a Hugging Face Whisper "
+                      f"folder or openai-whisper's {size}.pt), then run `as2d models install --from PATH --name "
+                      f"whisper-{size}` and give WhisperModel('whisper-{size}'), or give WhisperModel(PATH)")
+
+
+def _float32_only(name: str, compute_type: str) -> None:
+    """Only whisper-base has an int8 target; any other model runs as converted (float32)."""
+    if COMPUTE_TYPES[compute_type] != "float32" and name not in TARGETS:
+        raise ValueError(f"compute_type {compute_type!r}: {name} runs in float32 (of the int8 targets as2d has only "
+                         "whisper-base-int8); give compute_type='default'")
+
+
+def resolve_target(model_size_or_path: str | Path, compute_type: str) -> tuple[str, Path | None]:
+    """The registered target (and its folder, when a path is given) for faster-whisper's model and compute type.
+
+    A checkpoint (a faster-whisper folder, a Hugging Face folder, an openai-whisper .pt) is converted into the
+    models folder the first time, then reused (``as2d_core.setup.imports``)."""
+    if compute_type not in COMPUTE_TYPES:
+        raise unavailable(f"compute_type {compute_type!r} is not available")
+    precision = COMPUTE_TYPES[compute_type]
+    path = Path(model_size_or_path).expanduser()
+    if path.exists() and recognized(path) is not None:
+        _float32_only(path.name, compute_type)
+        folder = import_checkpoint(path)
+        return folder.name, folder
+    targets = load_registry().names("target")
+    if path.is_dir():
+        meta = path / "model.json"
+        if not meta.is_file():
+            raise unavailable(f"{path} is not an as2d model folder (it has no model.json) nor a Whisper checkpoint")
+        name = json.loads(meta.read_text()).get("name")
+        if name not in targets:
+            raise unavailable(f"{path} holds {name!r}, which is not a registered target")
+        if name in TARGETS and compute_type not in ("default", "auto") and SIZES["base"][precision] != name:
+            raise ValueError(f"{path} holds {name}; compute_type {compute_type!r} asks for "
+                             f"{SIZES['base'][precision]}: give compute_type='default' or that model's folder")
+        _float32_only(name, compute_type)
+        return name, path
+    name = str(model_size_or_path)
+    if name in TARGETS:
+        return name, None
+    if name in SIZES:
+        return SIZES[name][precision], None
+    installed = next((n for n in (name, f"whisper-{name}") if n in targets), None)  # one the user converted
+    if installed is not None:
+        _float32_only(installed, compute_type)
+        return installed, None
+    if name in OTHER_SIZES:
+        raise _no_weights(name, _installed_targets(targets))
+    raise unavailable(f"as2d has no target for the Whisper model {name!r}")

@@ -1,0 +1,97 @@
+"""faster-whisper's ``transcribe`` options, read as as2d's decoding options; what as2d does not do is refused.
+
+Every option that changes the tokens and that as2d has means what it means in faster-whisper, with the same
+default: beams, the temperature fallback and its thresholds, ``best_of``, conditioning on previous text and its
+reset, ``vad_filter``. One that as2d does not have is refused with a ValueError naming it and why: never ignored.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import attrs
+
+from as2d_core.decode.options import DecodeOptions, temperatures
+
+from .objects import DEFAULT_PUNCTUATION, TranscriptionOptions, VadOptions
+
+# faster-whisper's transcribe() option -> as2d's decoding option of the same meaning (the same name unless given)
+AS_DECODE_OPTIONS = {"beam_size": "beam_size", "best_of": "best_of", "patience": "patience",
+                     "length_penalty": "length_penalty", "temperature": "temperature",
+                     "compression_ratio_threshold": "compression_ratio_threshold",
+                     "log_prob_threshold": "log_prob_threshold", "no_speech_threshold": "no_speech_threshold",
+                     "condition_on_previous_text": "condition_on_previous_text",
+                     "prompt_reset_on_temperature": "prompt_reset_on_temperature", "initial_prompt": "prompt",
+                     "hotwords": "hotwords", "word_timestamps": "word_timestamps", "vad_filter": "vad_filter"}
+
+
+def refuse(name: str, value: Any, why: str) -> ValueError:
+    return ValueError(f"{name}={value!r} is not supported: {why}")
+
+
+def check_options(given: dict[str, Any]) -> None:
+    """Refuse every option whose value asks for something as2d does not do (a ValueError naming it and why)."""
+    for name, default, why in (
+        ("repetition_penalty", 1, "it changes the target's scores, so the tokens would not be the target's own"),
+        ("no_repeat_ngram_size", 0, "it bans tokens, so the tokens would not be the target's own"),
+        ("prefix", None, "as2d does not force a decoding prefix; give it as initial_prompt (previous text) instead"),
+        ("max_new_tokens", None, "as2d decodes each request to its end token or the model's context"),
+        ("chunk_length", None, "as2d's requests are Whisper's 30 s"),
+        ("clip_timestamps", "0", "as2d transcribes the whole audio; slice the samples instead"),
+        ("hallucination_silence_threshold", None, "as2d does not skip silences by word timestamps"),
+        ("language_detection_segments", 1, "as2d detects the language on the first 30 s"),
+        ("max_initial_timestamp", 1.0, "as2d's timestamp rules are Whisper's, with the first timestamp at most 1 s"),
+        ("suppress_blank", True, "the targets always suppress a blank start, as faster-whisper does by default"),
+    ):
+        if given[name] != default:
+            raise refuse(name, given[name], why)
+    if given["suppress_tokens"] not in ([-1], (-1,)):
+        raise refuse("suppress_tokens", given["suppress_tokens"],
+                     "the targets suppress faster-whisper's default set ([-1]) and no other")
+    if (given["prepend_punctuations"], given["append_punctuations"]) != DEFAULT_PUNCTUATION:
+        raise ValueError("prepend_punctuations and append_punctuations are not supported: the word timestamps "
+                         "join faster-whisper's default punctuation to its words")
+    if given["task"] not in ("transcribe", "translate"):
+        raise ValueError(f"unknown task {given['task']!r}; choose 'transcribe' or 'translate'")
+    prompt = given["initial_prompt"]
+    if prompt is not None and not isinstance(prompt, str):
+        raise refuse("initial_prompt", prompt, "give the prompt as text; as2d encodes it with the target's tokenizer")
+    if given["vad_parameters"] is not None and not given["vad_filter"]:
+        raise ValueError("vad_parameters need vad_filter=True (they configure the voice-activity detector)")
+
+
+def decode_options(given: dict[str, Any], base: DecodeOptions) -> DecodeOptions:
+    """``base`` (the model's threads, its route) with the call's decoding mode; a value out of range is a
+    ValueError naming the option."""
+    values = {ours: given[theirs] for theirs, ours in AS_DECODE_OPTIONS.items()}
+    values["timestamps"] = "none" if given["without_timestamps"] else "segment"
+    return attrs.evolve(base, **values)
+
+
+def vad_options(parameters: dict | Any | None) -> VadOptions:
+    """The detector's options from faster-whisper's ``vad_parameters`` (a dict or its ``VadOptions``)."""
+    if parameters is None:
+        return VadOptions()
+    given = dict(parameters) if isinstance(parameters, dict) else (
+        dataclasses.asdict(parameters) if dataclasses.is_dataclass(parameters) else dict(vars(parameters)))
+    fixed = {"neg_threshold": None, "min_speech_duration_ms": 0, "max_speech_duration_s": math.inf}
+    ours = {f.name for f in dataclasses.fields(VadOptions)} - {"max_speech_duration_s"}
+    for name, value in given.items():
+        if name in ours:
+            continue
+        if name not in fixed:
+            raise ValueError(f"unknown VAD parameter {name!r}; as2d's detector takes {', '.join(sorted(ours))}")
+        if value != fixed[name]:
+            raise refuse(f"vad_parameters[{name!r}]", value, f"as2d's detector takes only {', '.join(sorted(ours))}")
+    return VadOptions(**{k: v for k, v in given.items() if k in ours})
+
+
+def transcription_options(given: dict[str, Any], decode: DecodeOptions) -> TranscriptionOptions:
+    """faster-whisper's options record, with the temperatures as2d decodes at (the windows route: the first)."""
+    names = {f.name for f in dataclasses.fields(TranscriptionOptions)}
+    values = {k: v for k, v in given.items() if k in names}
+    used = list(temperatures(given["temperature"]))
+    values.update(temperatures=used if decode.route == "seek" else used[:1],
+                  suppress_tokens=list(given["suppress_tokens"]))
+    return TranscriptionOptions(**values)
