@@ -183,6 +183,7 @@ def test_an_imported_model_decodes_as_the_installed_one_and_serves_by_name(impor
     from as2d_core.contracts import Request
     from as2d_core.decode.loop import greedy_reference
     from as2d_core.decode.request import run_request
+    from as2d_core.decode.words import add_words
     from as2d_core.setup.build import build_part, build_source
     from as2d_core.setup.catalog import resolve_bridge
     from as2d_core.setup.plugins import load_registry
@@ -216,7 +217,11 @@ def test_an_imported_model_decodes_as_the_installed_one_and_serves_by_name(impor
         assert registry.find("source", name).info["vocabulary"] == "whisper-en"
         result = run_request(Request("r", audio, language="en"), target, source, "as2d",
                              bridge=resolve_bridge(source, target))
-        assert result.tokens == reference and result.accepted > 0  # itself as drafter: exact, mostly accepted
+        assert result.tokens == reference  # drafted by itself (int8), verified by itself: exact
+        timed_request = Request("w", audio, language="en", word_timestamps=True)
+        timed = add_words(target, timed_request, run_request(timed_request, target, None, "target-only"), 2)
+        assert timed.tokens == reference and "".join(w.word for w in timed.words) == timed.text  # its own aligner
+        assert all(0 <= w.start_s <= w.end_s <= len(audio) / 16_000 for w in timed.words)
         again = CliRunner().invoke(cli, ["models", "install", "--from", str(checkpoint)])
         assert again.exit_code == 0 and "converted into" not in again.output  # the same checkpoint: reused
     finally:

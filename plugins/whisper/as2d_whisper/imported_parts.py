@@ -34,7 +34,7 @@ def imported_info(name: str, meta: dict) -> dict:
                     f"{dims['encoder_layers']}+{dims['decoder_layers']} layers of {dims['d_model']}) on ONNX Runtime",
         vocabulary=meta["vocabulary"], backends=("onnxruntime",), model_dir=name, required_files=REQUIRED_FILES,
         layout="a Whisper folder converted by `as2d models install --from`: encoder.onnx, decoder.onnx, "
-               "decoder.windows.onnx, decoder.int8.onnx, tokenizer.json, model.json",
+               "decoder.windows.onnx, decoder.int8.onnx, aligner.onnx, tokenizer.json, model.json",
         model_install=f"as2d models install --from {origin['path']} --name {name}",
     )
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..alignment import ALIGNER_FILE
 from ..graph_io import audio_feed
-from .onnx_export import DECODER_FILE
+from .onnx_export import DECODER_FILE, graph_file, scaled_diff
 from .quantize import output_projection_nodes, per_row_activations
 from .torch_model import build_torch_model
 from .weights import load_ct2_weights, package_version, source_files
@@ -92,13 +92,11 @@ def export_aligner(model, dims: dict, heads: list[tuple[int, int]], out_dir: Pat
     hd = dims["d_model"] // dims["decoder_heads"]
     tokens = torch.zeros(1, 5, dtype=torch.int64)
     cross = torch.zeros(dims["decoder_layers"], 2, dims["decoder_heads"], dims["n_audio_ctx"], hd)
-    tmp = out_dir / (ALIGNER_FILE + ".tmp")
-    with torch.no_grad():
-        torch.onnx.export(graph, (tokens, cross), str(tmp), input_names=["tokens", "cross_kv"],
+    with torch.no_grad(), graph_file(out_dir, ALIGNER_FILE) as path:
+        torch.onnx.export(graph, (tokens, cross), str(path), input_names=["tokens", "cross_kv"],
                           output_names=["logits", "attention"],
                           dynamic_axes={"tokens": {1: "T"}, "logits": {1: "T"}, "attention": {1: "T"}},
                           opset_version=opset, dynamo=False)
-    tmp.replace(out_dir / ALIGNER_FILE)
     return order
 
 
@@ -120,9 +118,9 @@ def _against_decoder(out_dir: Path, dims: dict, tol: float) -> tuple[float, np.n
     past = np.zeros((0, *cross.shape[:3], cross.shape[-1]), np.float32)
     decoder = ort.InferenceSession(str(out_dir / DECODER_FILE), providers=providers)
     expected = decoder.run(["logits"], {"tokens": tokens, "past": past, **audio_feed(cross)})[0]
-    worst = float(np.abs(logits - expected).max())
+    worst = scaled_diff(expected, logits)
     if worst > tol:
-        raise RuntimeError(f"{out_dir / ALIGNER_FILE} disagrees with {DECODER_FILE}: max |diff| {worst:.3g} > {tol}")
+        raise RuntimeError(f"{out_dir / ALIGNER_FILE} disagrees with {DECODER_FILE}: max scaled |diff| {worst:.3g} > {tol}")
     return worst, scores
 
 
@@ -134,9 +132,9 @@ def _validate_aligner(model, dims: dict, order: list[tuple[int, int]], out_dir: 
     tokens, cross = _random_inputs(dims)
     with torch.no_grad():
         _, expected = _aligner_module(model, order, dims)[0](torch.from_numpy(tokens), torch.from_numpy(cross))
-    worst = max(worst, float(np.abs(scores - expected.numpy()).max()))
+    worst = max(worst, scaled_diff(expected.numpy(), scores))
     if worst > tol:
-        raise RuntimeError(f"{ALIGNER_FILE}'s attention scores disagree with torch: max |diff| {worst:.3g} > {tol}")
+        raise RuntimeError(f"{ALIGNER_FILE}'s attention scores disagree with torch: max scaled |diff| {worst:.3g} > {tol}")
     return worst
 
 
@@ -161,12 +159,19 @@ def convert_aligner(name: str, out_dir: str | Path) -> Path:
     heads = alignment_heads(name, json.loads(files["config"].read_text()))
     state, dims = load_ct2_weights(files["weights"])
     model = build_torch_model(state, dims, tied_output=name != "whisper-tiny.en")  # as ``convert_onnx`` builds it
+    _write_meta(out_dir, checked_aligner(model, dims, heads, out_dir, name))
+    print(f"[as2d-whisper] {name}: {ALIGNER_FILE} written in {time.perf_counter() - started:.1f} s")
+    return out_dir
+
+
+def checked_aligner(model, dims: dict, heads: list[tuple[int, int]], out_dir: Path, label: str) -> dict:
+    """Export the torch ``model``'s aligner into a converted folder and check it; returns model.json's
+    ``alignment`` record (the heads in the order of the graph's rows)."""
     order = export_aligner(model, dims, heads, out_dir)
     diff = _validate_aligner(model, dims, order, out_dir, tol=2e-3)
-    _write_meta(out_dir, {"file": ALIGNER_FILE, "heads": [list(h) for h in order], "validation_max_abs_diff": diff})
-    print(f"[as2d-whisper] {name}: {ALIGNER_FILE} (alignment heads {order}) written in "
-          f"{time.perf_counter() - started:.1f} s; max |diff| against the decoder {diff:.2e}")
-    return out_dir
+    print(f"[as2d-whisper] {label}: {ALIGNER_FILE} (alignment heads {order}); max |diff| against the decoder "
+          f"{diff:.2e}")
+    return {"file": ALIGNER_FILE, "heads": [list(h) for h in order], "validation_max_abs_diff": diff}
 
 
 def quantize_aligner(fp32_dir: str | Path, out_dir: str | Path) -> Path:

@@ -153,6 +153,8 @@ def _read_hf(folder: Path) -> Checkpoint:
         ct2_config["suppress_ids_begin"] = settings["begin_suppress_tokens"]
     if settings.get("lang_to_id"):
         ct2_config["lang_ids"] = sorted(settings["lang_to_id"].values())
+    if settings.get("alignment_heads"):
+        ct2_config["alignment_heads"] = settings["alignment_heads"]
     return Checkpoint("huggingface", _complete(state, dims), dims, read_tokenizer(folder, dims["n_vocab"]),
                       ct2_config, files)
 

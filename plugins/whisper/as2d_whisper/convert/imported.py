@@ -1,8 +1,8 @@
 """``as2d models install --from PATH [--name NAME]``: a Whisper the user brings, as an as2d model folder.
 
 The checkpoint (``formats``) becomes the same graphs a packaged model gets (``onnx_export``): the encoder, the
-decoder and its windows graph (a target's), and an int8 decoder (a drafter's), so the folder serves either
-role. model.json records where it came from; installing the same unchanged checkpoint again reuses the folder.
+decoder and its windows graph (a target's), an int8 decoder (a drafter's) and the aligner word timestamps
+read (``aligner``), so the folder serves either role. model.json records where it came from; installing the same unchanged checkpoint again reuses the folder.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .aligner import checked_aligner
 from .formats import Checkpoint, detect, read_checkpoint
 from .onnx_export import export_graphs, model_meta, write_meta
 from .tokenizers import vocabulary_label
@@ -52,6 +53,17 @@ def _languages(tokenizer: dict) -> list[int]:
     return list(range(ids["<|startoftranscript|>"] + 1, ids["<|translate|>"]))
 
 
+def alignment_heads(checkpoint: Checkpoint) -> list[tuple[int, int]]:
+    """The decoder heads word timestamps read: the checkpoint's own list (CTranslate2's config.json, Hugging Face's
+    generation_config.json), else openai-whisper's default for a model without one, every head of the decoder's
+    second half."""
+    layers, heads = checkpoint.dims["decoder_layers"], checkpoint.dims["decoder_heads"]
+    listed = [(int(layer), int(head)) for layer, head in checkpoint.config.get("alignment_heads") or ()]
+    if listed and all(layer < layers and head < heads for layer, head in listed):
+        return listed
+    return [(layer, head) for layer in range(layers // 2, layers) for head in range(heads)]
+
+
 def import_model(path: str | Path, models_dir: str | Path, name: str | None = None, force: bool = False) -> Path:
     """Convert the Whisper at ``path`` into ``models_dir/NAME`` (``default_name`` without ``name``)."""
     path = Path(path).expanduser().resolve()
@@ -79,10 +91,13 @@ def import_model(path: str | Path, models_dir: str | Path, name: str | None = No
     (out / "model.json").unlink(missing_ok=True)  # the folder is incomplete until model.json is back
     state = checkpoint.state
     tied = np.array_equal(state["proj_out.weight"], state["model.decoder.embed_tokens.weight"])
+    alignment = {}
     outputs, diff = export_graphs(state, checkpoint.dims, out, tied_output=tied, windows=True, int8_decoder=True,
-                                  label=name)
+                                  label=name, on_model=lambda model: alignment.update(checked_aligner(
+                                      model, checkpoint.dims, alignment_heads(checkpoint), out, name)))
     meta = folder_meta(checkpoint, name, out)
-    meta.update({"files": [*outputs, "tokenizer.json"], IMPORTED: source, "validation_max_abs_diff": diff})
+    meta.update({"files": [*outputs, "tokenizer.json", alignment["file"]], IMPORTED: source,
+                 "validation_max_abs_diff": diff, "alignment": alignment})
     write_meta(out, meta)
     print(f"[as2d-whisper] {name}: {kind} checkpoint {path} converted into {out} in "
           f"{time.perf_counter() - started:.1f} s")

@@ -21,7 +21,7 @@ ENCODER_FILE, DECODER_FILE, DECODER_INT8_FILE = "encoder.onnx", "decoder.onnx", 
 
 
 @contextlib.contextmanager
-def _graph_file(out_dir: Path, name: str):
+def graph_file(out_dir: Path, name: str):
     """Where torch writes graph ``name``: a scratch folder of its own, then the graph is moved into ``out_dir``.
 
     A graph over protobuf's 2 GB limit (large-v3's encoder and decoder) keeps its weights outside it, and torch
@@ -74,13 +74,13 @@ def _export(model, dims: dict, out_dir: Path, opset: int = 17) -> None:
     mel = torch.zeros(1, dims["n_mels"], 2 * dims["n_audio_ctx"])
     with torch.no_grad():
         cross = model.cross_kv(mel)
-        with _graph_file(out_dir, ENCODER_FILE) as path:
+        with graph_file(out_dir, ENCODER_FILE) as path:
             torch.onnx.export(EncoderGraph(model), (mel,), str(path), input_names=["mel"],
                               output_names=["cross_kv"], opset_version=opset, dynamo=False)
         tokens = torch.zeros(1, 3, dtype=torch.int64)
         past = torch.zeros(5, dims["decoder_layers"], 2, dims["decoder_heads"], hd)
         audio = tuple(cross.reshape(-1, *cross.shape[2:]).unbind(0))
-        with _graph_file(out_dir, DECODER_FILE) as path:
+        with graph_file(out_dir, DECODER_FILE) as path:
             torch.onnx.export(DecoderGraph(model), (tokens, past, *audio), str(path),
                               input_names=["tokens", "past", *audio_input_names(dims["decoder_layers"])],
                               output_names=["logits", "new_kv"],
@@ -108,7 +108,7 @@ def _export_windows(model, dims: dict, out_dir: Path, opset: int = 17) -> None:
     audio = tuple(torch.zeros(2, heads, dims["n_audio_ctx"], hd) for _ in names)
     with torch.no_grad():
         example = (torch.zeros(2, 3, dtype=torch.int64), torch.zeros(5, 2, layers, 2, heads, hd), torch.tensor([5, 3]))
-        with _graph_file(out_dir, WINDOWS_FILE) as path:
+        with graph_file(out_dir, WINDOWS_FILE) as path:
             torch.onnx.export(WindowsGraph(model), (*example, *audio), str(path),
                               input_names=["tokens", "cache", "lengths", *names], output_names=["logits", "new_kv"],
                               dynamic_axes={"tokens": {0: "B", 1: "K"}, "cache": {0: "P", 1: "B"},
@@ -117,7 +117,7 @@ def _export_windows(model, dims: dict, out_dir: Path, opset: int = 17) -> None:
                               opset_version=opset, dynamo=False)
 
 
-def _off(reference: np.ndarray, other: np.ndarray) -> float:
+def scaled_diff(reference: np.ndarray, other: np.ndarray) -> float:
     """How far ``other`` is from ``reference``: the largest difference, relative to the largest value where that
     is over 1 (a large model's logits and K/V are larger, and so are float32's differences in them)."""
     return float(np.abs(reference - other).max()) / max(1.0, float(np.abs(reference).max()))
@@ -142,7 +142,7 @@ def _validate_windows(out_dir: Path, dims: dict, tol: float) -> float:
     worst = 0.0
     for b, n in enumerate(lengths):
         lo, kvo = single.run(None, {"tokens": tokens[b:b + 1], "past": cache[:n, b], **audio_feed(cross[b])})
-        worst = max(worst, _off(lo[0], logits[b]), _off(kvo, new_kv[b]))
+        worst = max(worst, scaled_diff(lo[0], logits[b]), scaled_diff(kvo, new_kv[b]))
     if worst > tol:
         raise RuntimeError(f"{WINDOWS_FILE} disagrees with {DECODER_FILE}: max scaled |diff| {worst:.3g} > {tol}")
     return worst
@@ -161,24 +161,25 @@ def _validate(model, dims: dict, out_dir: Path, decoder_file: str, tol: float) -
     with torch.no_grad():
         cross_t = model.cross_kv(torch.from_numpy(mel))
         cross_o = enc.run(None, {"mel": mel})[0]
-        worst = _off(cross_t.numpy(), cross_o)
+        worst = scaled_diff(cross_t.numpy(), cross_o)
         hd = dims["d_model"] // dims["decoder_heads"]
         for n_past, k in ((0, 4), (7, 1), (7, 5)):
             tokens = rng.integers(0, dims["n_vocab"], size=(1, k)).astype(np.int64)
             past = rng.normal(size=(n_past, dims["decoder_layers"], 2, dims["decoder_heads"], hd)).astype(np.float32)
             lt, kvt = model.decode(torch.from_numpy(tokens), torch.from_numpy(past), cross_t)
             lo, kvo = dec.run(None, {"tokens": tokens, "past": past, **audio_feed(cross_o)})
-            worst = max(worst, _off(lt.numpy(), lo), _off(kvt.numpy(), kvo))
+            worst = max(worst, scaled_diff(lt.numpy(), lo), scaled_diff(kvt.numpy(), kvo))
     if worst > tol:
         raise RuntimeError(f"ONNX export of {decoder_file} disagrees with torch: max scaled |diff| {worst:.3g} > {tol}")
     return worst
 
 
 def export_graphs(state: dict, dims: dict, out_dir: Path, *, tied_output: bool, windows: bool,
-                  int8_decoder: bool, label: str) -> tuple[list[str], float]:
+                  int8_decoder: bool, label: str, on_model=None) -> tuple[list[str], float]:
     """The graphs of one model from its weights (Hugging Face names): the encoder, the decoder, a target's windows
     graph, a drafter's int8 decoder; each checked (ONNX Runtime against torch, windows against single). Returns
-    the files written and the largest difference the checks saw."""
+    the files written and the largest difference the checks saw. ``on_model(model)`` may export more from the
+    torch module before it is dropped (model.json is not written yet)."""
     model = build_torch_model(state, dims, tied_output=tied_output)
     _export(model, dims, out_dir)
     diff = _validate(model, dims, out_dir, DECODER_FILE, tol=2e-3)
@@ -196,6 +197,8 @@ def export_graphs(state: dict, dims: dict, out_dir: Path, *, tied_output: bool, 
         quantize_dynamic(str(out_dir / DECODER_FILE), str(out_dir / DECODER_INT8_FILE), weight_type=QuantType.QInt8,
                          use_external_data_format=(out_dir / f"{DECODER_FILE}.data").is_file())
         outputs.append(DECODER_INT8_FILE)
+    if on_model is not None:
+        on_model(model)
     return outputs + [f"{f}.data" for f in outputs if (out_dir / f"{f}.data").is_file()], diff
 
 
