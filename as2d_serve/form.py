@@ -62,15 +62,18 @@ def granularities(form) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _check_temperature(temperature: str | None) -> None:
-    if temperature is None:
-        return
+def temperature(text: str | None) -> float | None:
+    """OpenAI's ``temperature``: 0 to 1; 0 (or none) lets the decoder raise it by its fallback rules, as OpenAI's
+    does; above 0 every request is sampled at it (seeded, so as2d's output is still the target's own)."""
+    if text is None:
+        return None
     try:
-        greedy = float(temperature) == 0.0
+        value = float(text)
     except ValueError:
-        greedy = False
-    if not greedy:
-        raise InputError(f"temperature {temperature!r} is not supported: as2d decodes greedily (temperature 0)")
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise InputError(f"temperature must be a number from 0 to 1, not {text!r}")
+    return value
 
 
 async def read_ask(request, task: str, service: TranscriptionService) -> tuple[Ask, str, bool]:
@@ -98,7 +101,6 @@ async def read_ask(request, task: str, service: TranscriptionService) -> tuple[A
     if stream and response_format not in STREAMED:
         raise InputError(f"stream=true sends text only: response_format must be {' or '.join(STREAMED)}, "
                          f"not {response_format!r} (its segments and times would be lost)")
-    _check_temperature(form_field(form, "temperature"))
     language, method, source = (form_field(form, name) for name in ("language", "method", "source"))
     budget_text = form_field(form, "budget")
     try:
@@ -113,6 +115,7 @@ async def read_ask(request, task: str, service: TranscriptionService) -> tuple[A
     # words only where the format has room for them: named granularities, else the server's word_timestamps
     verbose = response_format == "verbose_json"
     ask = Ask(samples, language=language, method=method, source=source, budget=budget, check=check, task=task,
+              temperature=temperature(form_field(form, "temperature")),
               prompt=form_field(form, "prompt"), timestamps="segment" if "segment" in named else None,
               format_timestamps="segment" if response_format in SEGMENTED else None,
               word_timestamps=("word" in named if named else None) if verbose else False, scores=verbose,

@@ -5,7 +5,8 @@ server's configuration, ``--timestamps segment``, or a request's ``timestamp_gra
 per pair of Whisper's timestamps, otherwise one window of the core's ``Pipeline`` (at most 30 s, cut at
 pauses), with the window's times. With the word granularity, ``words`` lists every word in the file's time.
 Each segment carries its window's ``avg_logprob``, ``no_speech_prob`` and ``compression_ratio``, computed as
-faster-whisper computes them (``as2d_core.decode.scores``), and ``temperature`` 0: as2d decodes greedily.
+faster-whisper computes them (``as2d_core.decode.scores``), its ``seek`` (the request's start, in mel frames) and
+the ``temperature`` its request was kept at (above 0 after the temperature fallback, or when the request asks).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from fastapi.responses import JSONResponse
 
 from as2d_core.cli.subtitles import to_srt, to_vtt, transcript_cues
 from as2d_core.decode.scores import compression_ratio
+from as2d_core.input.seek import HOP
 
 from .service import Transcription
 
@@ -84,8 +86,9 @@ def _number(value: float | None) -> float | None:
 def verbose_json(t: Transcription, task: str = "asr") -> dict:
     """OpenAI's verbose_json; words where the request's granularities (or the server's default) asked for them."""
     pairs = [(w, s) for w in t.transcript.windows for s in w.segments]
-    segments = [{"id": i, "seek": 0, "start": s.start_s, "end": s.end_s, "text": s.text, "tokens": list(s.tokens),
-                 "temperature": 0.0, "avg_logprob": _number(w.result.avg_logprob),
+    segments = [{"id": i, "seek": w.window.start // HOP, "start": s.start_s, "end": s.end_s, "text": s.text,
+                 "tokens": list(s.tokens), "temperature": w.temperature or 0.0,
+                 "avg_logprob": _number(w.result.avg_logprob),
                  "compression_ratio": compression_ratio(w.result.text.strip()),
                  "no_speech_prob": _number(w.result.no_speech_prob)}
                 for i, (w, s) in enumerate(pairs)]

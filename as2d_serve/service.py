@@ -115,6 +115,7 @@ class Ask:
     stream: bool = False  # stream=true: text as the target commits it, so windows each decoded once (route windows)
     word_timestamps: bool | None = None  # timestamp_granularities word; None: the server's (``word_timestamps``)
     scores: bool = False  # each window's avg_logprob and no_speech_prob (verbose_json's segments)
+    temperature: float | None = None  # above 0: sampled at it; 0 or None: the server's temperatures (the fallback)
 
     @property
     def duration_s(self) -> float:
@@ -191,6 +192,7 @@ class Worker:
         method = ask.method or self.options.method
         decode = self.options.decode if ask.budget is None else attrs.evolve(self.options.decode, budget=ask.budget)
         decode = decode if ask.prompt is None else attrs.evolve(decode, prompt=ask.prompt)
+        decode = decode if not ask.temperature else attrs.evolve(decode, temperature=ask.temperature)
         decode = attrs.evolve(decode, timestamps=ask.timestamps or decode.timestamps or ask.format_timestamps)
         if ask.stream:  # Whisper's long-form seeks may decode a request's end again: its text is final only at its end
             decode = attrs.evolve(decode, route="windows")

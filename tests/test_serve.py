@@ -165,6 +165,10 @@ def test_translations_and_prompts_are_served(server, clips):
                                                   extra_body={"check": "true"})
     assert prompted.model_extra["as2d"]["exact"] is True and prompted.model_extra["task"] == "transcribe"
     assert prompted.text.strip()
+    sampled = client.audio.transcriptions.create(model="whisper-1", file=("a.wav", clips["a"]), temperature=0.7,
+                                                 response_format="verbose_json", extra_body={"check": "true"})
+    assert sampled.model_extra["as2d"]["exact"] is True  # sampled with the seed: target-only draws the same
+    assert sampled.segments and all(s.temperature == 0.7 for s in sampled.segments)
 
 
 def test_openai_client_streams_verified_deltas(server, clips, target_only):
@@ -230,7 +234,7 @@ def _bad_inputs(speech, clips):
         ("oversize", b"\0" * (2 * 1024 * 1024), {}, 413, "larger than this server's limit"),
         ("no model", clips["a"], {"model": None}, 400, "you must provide a model parameter"),
         ("long prompt", clips["a"], {"prompt": "one " * 300}, 400, "the prompt is 300 tokens; whisper-base takes"),
-        ("temperature", clips["a"], {"temperature": 0.7}, 400, "greedily"),
+        ("temperature", clips["a"], {"temperature": 1.7}, 400, "temperature must be a number from 0 to 1"),
         ("response format", clips["a"], {"response_format": "xml"}, 400, "unknown response_format"),
         ("model", clips["a"], {"model": "gpt-4o-transcribe"}, 400, "unknown model"),
         ("method", clips["a"], {"method": "beam"}, 400, "unknown method"),
