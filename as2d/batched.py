@@ -42,6 +42,7 @@ class BatchedInferencePipeline:
         temperature: float | Sequence[float] = DEFAULT_TEMPERATURES,
         condition_on_previous_text: bool = True,
         without_timestamps: bool = True,
+        vad_filter: bool = True,
         clip_timestamps: list[dict] | None = None,
         batch_size: int = 8,
         **options: Any,
@@ -50,7 +51,8 @@ class BatchedInferencePipeline:
 
         As in faster-whisper's batched pipeline, no window is conditioned on the text before it
         (``condition_on_previous_text`` is taken and set off), only the first temperature is used (no
-        fallback), and ``without_timestamps`` is on by default, so each window is one segment. Every other
+        fallback), ``without_timestamps`` is on by default, so each window is one segment, and so is ``vad_filter``:
+        the audio is cut into windows at the pauses Silero VAD finds (off: every 30 s). Every other
         option is ``WhisperModel.transcribe``'s, with its defaults and its refusals; greedy decoding
         (``beam_size=1``, the default here).
         """
@@ -64,5 +66,5 @@ class BatchedInferencePipeline:
                                                    route="windows")
         return side_by_side.transcribe(
             audio, language, task, log_progress, beam_size, temperature=first_temperature,
-            condition_on_previous_text=False, without_timestamps=without_timestamps,
+            condition_on_previous_text=False, without_timestamps=without_timestamps, vad_filter=vad_filter,
             clip_timestamps="0" if clip_timestamps is None else clip_timestamps, **options)
