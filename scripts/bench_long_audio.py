@@ -48,8 +48,10 @@ pacing) once per method, serial SD included, and prints each method's stream sum
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import statistics
 import time
 from pathlib import Path
@@ -76,16 +78,16 @@ def as2d_pipeline(method: str, target, source, options: PipelineOptions) -> Pipe
                     attrs.evolve(options, method=method))
 
 
-def word_errors(hypothesis: str, reference: str) -> dict:
-    """Word error rate and its parts, both texts lower-cased, punctuation (apostrophes too) taken out."""
-    import re
+def normalized(text: str) -> str:
+    """Lower-cased words without punctuation (apostrophes too), as the word error rate compares them."""
+    return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).replace("'", "").split())
 
+
+def word_errors(hypothesis: str, reference: str) -> dict:
+    """Word error rate and its parts against ``reference`` (both ``normalized``)."""
     import jiwer
 
-    def words(text: str) -> str:
-        return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).replace("'", "").split())
-
-    out = jiwer.process_words(words(reference), words(hypothesis) or "-")
+    out = jiwer.process_words(normalized(reference), normalized(hypothesis) or "-")
     return {"wer": round(out.wer, 4), "deleted": out.deletions, "inserted": out.insertions,
             "substituted": out.substitutions, "reference_words": out.hits + out.substitutions + out.deletions}
 
@@ -101,7 +103,7 @@ def run_pipeline(method: str, pipeline: Pipeline, samples: np.ndarray, reference
     return {"method": method, "wall_s": wall, "windows": len(tokens), "tokens": totals["tokens"],
             "decode_s": totals["decode_s"], "accepted": totals["accepted"], "proposed": totals["proposed"],
             "exact": None if reference is None else tokens == reference, "text": transcript.text, "_tokens": tokens,
-            **load}
+            "segment_texts": [s.text.strip() for s in transcript.segments], **load}
 
 
 def run_stream(method: str, pipeline: Pipeline, samples: np.ndarray, args) -> dict:
@@ -255,6 +257,13 @@ def main(argv: list[str] | None = None) -> None:
     print_table(rows, order, [m for m in order if m in peers], decoded.duration_s, args)
 
 
+def same_segments(ours: list[str], theirs: list[str]) -> float:
+    """The share of our segments that a peer's segments hold with the same words, in the same order."""
+    matcher = difflib.SequenceMatcher(a=[normalized(t) for t in ours], b=[normalized(t) for t in theirs],
+                                      autojunk=False)
+    return sum(block.size for block in matcher.get_matching_blocks()) / max(len(ours), 1)
+
+
 def _median_of(runs: list[dict], key: str) -> str:
     values = [r[key] for r in runs if r.get(key) is not None]
     return f"{statistics.median(values):g}" if values else "-"
@@ -282,6 +291,13 @@ def print_table(rows: list[dict], order: list[str], peers: list[str], audio_s: f
               f"{_median_of(runs, 'wer')} | {_median_of(runs, 'deleted')} | {busy}{' (busy!)' if busy else ''} |")
     print("\nCTranslate2 and whisper.cpp peers spin on their threads: their rows are fair only with the other cores idle "
           "(a round marked busy was timed while other processes kept cores busy).")
+    ours = [m for m in order if m not in peers and by_method[m][0].get("segment_texts")]
+    theirs = [m for m in peers if by_method[m][0].get("segment_texts")]
+    for mine in ours:  # the same words, segment by segment (first round's: the words do not change between rounds)
+        first = by_method[mine][0]["segment_texts"]
+        shares = ", ".join(f"{p} {same_segments(first, by_method[p][0]['segment_texts']):.1%}" for p in theirs)
+        if shares:
+            print(f"{mine}: segments with the same words as {shares}")
 
 if __name__ == "__main__":
     main()

@@ -147,7 +147,8 @@ class FasterWhisperPipelinePeer:
 
     def transcribe_file(self, audio: np.ndarray, language: str | None) -> FileOutput:
         segments, wall = self._transcribe(audio, language)
-        return FileOutput(" ".join(s.text.strip() for s in segments), wall, len(segments), self.note)
+        texts = [s.text.strip() for s in segments]  # each segment's, for comparing segment by segment
+        return FileOutput(" ".join(texts), wall, len(segments), self.note, {"segment_texts": texts})
 
 
 class FasterWhisperLongFormPeer(FasterWhisperPipelinePeer):
