@@ -5,13 +5,14 @@ Each step takes the ``2 * beam_size`` best continuations of the live hypotheses 
 (the target's suppressions and timestamp rules applied per hypothesis, then a log-softmax). Of the first
 ``beam_size``, one that ends in the end token is finished and its place goes to the next continuation that does
 not end; at the last allowed step every one of them is finished. The search stops when
-``round(beam_size * patience)`` hypotheses are finished (with ``length_penalty`` 0: when the best continuation
-finished), and the finished hypothesis with the best ``cum_logprob / len ** length_penalty`` wins (``len``
+``round(beam_size * patience)`` hypotheses are finished (with ``length_penalty`` 0: once a step's best
+continuation ended), and the finished hypothesis with the best ``cum_logprob / len ** length_penalty`` wins (``len``
 without the end token). faster-whisper derives ``avg_logprob`` from that score.
 
-The search reads only the target's scores, so it is the target's own: speculation could only change how many
-tokens a call scores, not which hypotheses win. It does not pay for beams on CPU (``docs/architecture.md``,
-beam search), so beams run target-only, all live hypotheses in one decoder call per step.
+The search reads only the target's scores, so it is the target's own. ``beam_search`` takes proposals, which
+only change how many positions a call scores (a step whose hypotheses all follow drafted tokens needs no call),
+never which hypotheses win; on 2 cores they did not pay (``docs/architecture.md``, beam search), so
+``run_beam_request`` runs beams target-only, all live hypotheses in one decoder call per step.
 """
 from __future__ import annotations
 
