@@ -33,6 +33,7 @@ class _Row:
 
     def __init__(self, group: "WhisperWindowGroup", row: int):
         self.group, self.row = group, row
+        self.threads: int | None = None  # the session's own choice (``use_threads``), for calls it makes alone
 
     @property
     def length(self) -> int:
@@ -53,7 +54,9 @@ class _Row:
         return self.group.append({self: [int(t) for t in tokens]})[self]
 
     def bind(self, threads: int) -> None:
-        """The group's calls run on the threads it was made with."""
+        """Calls of several rows run on the threads the group was made with; a row alone in the group runs on
+        its session's choice, as a session of its own would (fewer beside its drafter)."""
+        self.threads = threads
 
     def close(self) -> None:
         self.group.leave(self)
@@ -167,7 +170,7 @@ class WhisperWindowGroup:
 
     def _alone(self, row: _Row, tokens: list[int]) -> np.ndarray:
         start, k = row.length, len(tokens)
-        single = self._model.executor.session(self._model.decoder_file, self._threads)
+        single = self._model.executor.session(self._model.decoder_file, row.threads or self._threads)
         logits, new_kv = single.run(None, {"tokens": np.asarray([tokens], np.int64),
                                            "past": self._cache[:start, 0],
                                            **{name: column[0] for name, column in zip(self._names, self._audio)}})

@@ -1,0 +1,186 @@
+"""One owner for the target's verification calls of everything a process decodes: continuous batching.
+
+Each request (a server's, a stream's block, a file's window) still runs the one target loop of every
+method in a thread of its own. Its session is a row of the target's ``WindowGroup``, and its ``verify``
+is handed to the scheduler, which gathers the rows that are ready into one ``WindowGroup.verify_rows``
+call and hands each row its answer. Unlike a wave (``decode.together``), rows join when they are
+prepared and leave when they close, at any step: nobody waits for a row that is not there yet.
+
+A call is made once every row in the group has asked, or once the first row to ask has waited as long
+as the last call took (counted from that call's end): a row busy elsewhere (a serial drafter, a slow thread) costs the others at most
+one call's time, and is taken at the next step. Every row gets the tokens its own session would give
+(the group's contract), so every method stays exact whatever shares a call.
+
+Speculation by what it is worth: a decode admitted while fewer than ``speculate_rows`` others are
+decoding uses its drafter; one admitted beside more runs target-only, and its drafter never starts
+(``admit``). Drafting pays while the target's calls are small; once many rows share a call, the call
+already carries them and the drafters' threads would only take the cores from it.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import attrs
+
+from as2d_core.contracts import Request, Target, TargetSession, WindowBatching, WindowGroup
+from as2d_core.decode.wrappers import SessionWrapper, TargetWrapper
+
+# Decodes that draft beside others, where no device profile sets it: drafting only while a decode is
+# alone. Measured on 2 cores (BENCHMARKS.md section 14): windows side by side with their drafters
+# (6.57 s) were no faster than the same windows target-only (6.51 s), while alone drafting pays.
+SPECULATE_ROWS = 1
+
+
+@attrs.define
+class Admission:
+    """One decode's place with the scheduler: whether it drafts, and the batch it was admitted beside."""
+
+    drafts: bool
+    beside: int  # decodes already running when it was admitted
+
+
+class Scheduler:
+    """The rows of one ``WindowGroup``, verified together step by step (see the module's docstring)."""
+
+    def __init__(self, group: WindowGroup, speculate_rows: int = SPECULATE_ROWS):
+        if speculate_rows < 0:
+            raise ValueError(f"speculate_rows must be 0 or more, got {speculate_rows}")
+        self.group, self.speculate_rows = group, speculate_rows
+        self._ready = threading.Condition()
+        self._members: set[int] = set()  # rows in the group, by their session's id
+        self._asked: dict[int, tuple[TargetSession, int, Sequence[int]]] = {}
+        self._answers: dict[int, list[int] | BaseException] = {}
+        self._first_ask: float | None = None  # when the oldest unanswered ask came
+        self._calling = False
+        self._last_call_s = self._last_call_end = 0.0
+        self._rows = threading.BoundedSemaphore(group.size)  # a row free in the group for each prepared session
+        self.calls = 0
+        self.decoding = self.drafting = 0
+        self.listeners: list[Callable[[int], None]] = []  # each hears the rows of every call, after it
+
+    @contextlib.contextmanager
+    def admit(self) -> Iterator[Admission]:
+        """Around one decode (all its windows): it drafts only if fewer than ``speculate_rows`` run beside it."""
+        with self._ready:
+            admission = Admission(self.decoding < self.speculate_rows, self.decoding)
+            self.decoding += 1
+            self.drafting += admission.drafts
+        try:
+            yield admission
+        finally:
+            with self._ready:
+                self.decoding -= 1
+                self.drafting -= admission.drafts
+
+    def target(self, inner: Target) -> Target:
+        """``inner`` (the target the group belongs to) whose sessions are rows verified by this scheduler."""
+        return ScheduledTarget(inner, self)
+
+    def join(self, request: Request, threads: int) -> TargetSession:
+        """``request`` prepared into a row of the group (waiting for one to be free), verified from now on."""
+        self._rows.acquire()
+        try:
+            session = self.group.prepare(request, threads)
+        except BaseException:
+            self._rows.release()
+            raise
+        with self._ready:
+            self._members.add(id(session))
+        return session
+
+    def leave(self, session: TargetSession) -> None:
+        """``session`` verifies no more: nobody waits for it, and its row is free."""
+        with self._ready:
+            self._members.discard(id(session))
+            self._ready.notify_all()
+        self._rows.release()
+
+    def verify(self, session: TargetSession, root: int, candidates: Sequence[int]) -> list[int]:
+        """``session``'s predictions, from the next call that takes it."""
+        key = id(session)
+        with self._ready:
+            self._asked[key] = (session, root, candidates)
+            if self._first_ask is None:
+                self._first_ask = time.perf_counter()
+            self._ready.notify_all()
+            while key not in self._answers:
+                wait = self._wait_s()
+                if wait == 0.0:
+                    self._call()
+                else:
+                    self._ready.wait(wait)
+            answer = self._answers.pop(key)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def _wait_s(self) -> float | None:
+        """Under the lock: 0 when a call should start now, else how long to wait (None: until told)."""
+        if self._calling or not self._asked:
+            return None
+        if self._members.issubset(self._asked):
+            return 0.0
+        # counted from the last call's end: rows answered by it are on their way back, not late
+        left = max(self._first_ask, self._last_call_end) + self._last_call_s - time.perf_counter()
+        return 0.0 if left <= 0 else left
+
+    def _call(self) -> None:
+        """Under the lock, released during the call: one group call for every row that has asked."""
+        keys, rows = list(self._asked), list(self._asked.values())
+        self._asked.clear()
+        self._first_ask, self._calling = None, True
+        self._ready.release()
+        start = time.perf_counter()
+        try:
+            answers: list = self.group.verify_rows(rows)
+        except BaseException as exc:  # every row of the call hears it, none hangs
+            answers = [exc] * len(rows)
+        finally:
+            self._ready.acquire()
+        self._last_call_end = time.perf_counter()
+        self._last_call_s = self._last_call_end - start
+        self._calling = False
+        self.calls += 1
+        self._answers.update(zip(keys, answers))
+        self._ready.notify_all()
+        for listener in self.listeners:
+            listener(len(rows))
+
+
+class _ScheduledSession(SessionWrapper):
+    """A row's session whose verifications go through the scheduler."""
+
+    def __init__(self, inner: TargetSession, scheduler: Scheduler) -> None:
+        super().__init__(inner)
+        self._scheduler = scheduler
+
+    def verify(self, root: int, candidates: Sequence[int]) -> list[int]:
+        return self._scheduler.verify(self.inner, root, candidates)
+
+    def close(self) -> None:
+        try:
+            self._scheduler.leave(self.inner)
+        finally:
+            self.inner.close()
+
+
+class ScheduledTarget(TargetWrapper):
+    """``target`` whose every prepared request is a row of the scheduler; it offers no window group of its own
+    (its windows already share the scheduler's calls)."""
+
+    def __init__(self, target: Target, scheduler: Scheduler) -> None:
+        super().__init__(target)
+        self.__dict__.pop("window_group", None)
+        self.scheduler = scheduler
+
+    def prepare(self, request: Request, threads: int) -> TargetSession:
+        return _ScheduledSession(self.scheduler.join(request, threads), self.scheduler)
+
+
+def scheduler_for(target: Target, rows: int, threads: int, speculate_rows: int = SPECULATE_ROWS) -> Scheduler | None:
+    """A scheduler over a group of ``rows`` rows of ``target``, or None where the target cannot batch."""
+    group = target.window_group(rows, threads) if isinstance(target, WindowBatching) else None
+    return None if group is None else Scheduler(group, speculate_rows)

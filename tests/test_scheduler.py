@@ -1,0 +1,129 @@
+"""The scheduler (``decode.scheduler``): rows join and leave at any step, and each gets its tokens alone.
+
+Real threads on the small deterministic model, through the tiny window group of ``test_windows_together``
+(each row verified by its own session, the rows of every call counted); the Whisper group on real speech is
+checked through the server (``test_serve_slots``).
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from as2d_core.contracts import Request, WindowBatching
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.decode.request import run_request
+from as2d_core.decode.scheduler import Scheduler, scheduler_for
+from test_windows_together import TinyGroup
+from tiny_lm import ScriptedSource, TinyLM
+
+
+def _requests(count: int, seed: int) -> list[Request]:
+    rng = np.random.default_rng(seed)
+    return [Request(f"r{i}", rng.normal(size=1600).astype(np.float32), language="en") for i in range(count)]
+
+
+def _staggered(scheduler: Scheduler, target, requests, starts, source, budget):
+    """Each request in a thread of its own, started once the scheduler has made ``starts[i]`` calls (or once
+    nothing else runs): rows join mid-decode of the others and leave when they end."""
+    results: list = [None] * len(requests)
+    started = [False] * len(requests)
+    lock = threading.Lock()
+    threads: list[threading.Thread] = []
+
+    def one(i):
+        try:
+            with scheduler.admit() as admission:
+                method = "as2d" if admission.drafts and source is not None else "target-only"
+                results[i] = (run_request(requests[i], target, source, method, DecodeOptions(budget=budget)),
+                              admission.drafts)
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            results[i] = exc
+
+    def start_due(calls: int, everything: bool = False) -> None:
+        with lock:
+            for i, step in enumerate(starts):
+                if not started[i] and (step <= calls or everything):
+                    started[i] = True
+                    threads.append(threading.Thread(target=one, args=(i,)))
+                    threads[-1].start()
+                    if everything:
+                        return
+
+    scheduler.listeners.append(start_due)
+    start_due(0)
+    while not all(started) or any(t.is_alive() for t in threads):
+        for thread in list(threads):
+            thread.join(timeout=60)
+            assert not thread.is_alive(), "a row never ended"
+        start_due(scheduler.calls, everything=True)  # nothing runs: the next row starts now
+    return results
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(starts=st.lists(st.integers(0, 30), min_size=2, max_size=5), budget=st.integers(1, 9),
+       seed=st.integers(0, 10_000), draft=st.lists(st.integers(0, 31), max_size=40), speculate_rows=st.integers(0, 3))
+def test_rows_joining_and_leaving_at_any_step_get_their_tokens_alone(starts, budget, seed, draft, speculate_rows):
+    model = TinyLM(seed=seed)
+    requests = _requests(len(starts), seed)
+    alone = [run_request(r, model, None, "target-only").tokens for r in requests]
+    group = TinyGroup(model, len(starts))
+    scheduler = Scheduler(group, speculate_rows)
+    results = _staggered(scheduler, scheduler.target(model), requests, starts, ScriptedSource(draft), budget)
+    assert [r[0].tokens for r in results] == alone
+    # every verification of every row went through the scheduler's calls, and no call held more rows than exist
+    assert sum(group.calls) == sum(r[0].verify_calls + r[0].target_only_steps for r in results)
+    assert max(group.calls, default=0) <= len(starts)
+    for result, drafts in results:  # a row that was not to draft never started its drafter
+        assert (result.source is not None) == drafts
+    assert scheduler.decoding == scheduler.drafting == 0
+
+
+def test_rows_side_by_side_share_calls_and_only_the_first_drafts():
+    """Three rows at once: calls carry several rows, and with the default rule the row admitted alone drafts
+    while those admitted beside it run target-only."""
+    model = TinyLM(seed=5)
+    requests = _requests(3, 5)
+    alone = [run_request(r, model, None, "target-only").tokens for r in requests]
+    group = TinyGroup(model, 3)
+    scheduler = Scheduler(group)
+    gate = threading.Barrier(3)
+    results: list = [None] * 3
+
+    def one(i):
+        with scheduler.admit() as admission:
+            gate.wait()  # all three admitted before any decodes
+            results[i] = run_request(requests[i], scheduler.target(model), ScriptedSource(alone[i]),
+                                     "as2d" if admission.drafts else "target-only", DecodeOptions(budget=4))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(3)]
+    for i, thread in enumerate(threads):
+        thread.start()
+        while scheduler.decoding <= i:  # admitted in order
+            pass
+    for thread in threads:
+        thread.join(timeout=60)
+    assert [r.tokens for r in results] == alone
+    assert [r.source is not None for r in results] == [True, False, False]
+    assert max(group.calls) > 1
+
+
+def test_a_failed_call_fails_its_rows_and_frees_them():
+    model = TinyLM(seed=3)
+    requests = _requests(2, 3)
+    scheduler = Scheduler(TinyGroup(model, 2, fail_on_call=1))
+    results = _staggered(scheduler, scheduler.target(model), requests, [0, 0], None, 3)
+    assert any(isinstance(r, RuntimeError) for r in results)
+    again = run_request(requests[0], scheduler.target(model), None, "target-only")  # the rows were given back
+    assert again.tokens == run_request(requests[0], model, None, "target-only").tokens
+
+
+def test_a_target_that_cannot_batch_has_no_scheduler_and_bad_rules_are_refused():
+    model = TinyLM()
+    assert not isinstance(model, WindowBatching)
+    assert scheduler_for(model, 4, 1) is None
+    with pytest.raises(ValueError, match="speculate_rows"):
+        Scheduler(TinyGroup(model, 2), -1)
