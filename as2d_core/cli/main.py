@@ -186,7 +186,8 @@ def models_install(names, source, new_name, target_dir, force):
             path = import_checkpoint(source, new_name, target_dir, force=force)
         except (ValueError, RuntimeError) as exc:  # not a checkpoint, a name taken, no tokenizer, no torch
             fail(str(exc))
-        click.echo(f"{path.name}: ready at {path} (use it as --target {path.name} or --source {path.name})")
+        where = "" if Path(target_dir) == models_dir() else f", with AS2D_MODELS_DIR={target_dir}"
+        click.echo(f"{path.name}: ready at {path} (use it as --target {path.name} or --source {path.name}{where})")
         return
     if not names:
         fail("give model NAMES, or --from PATH for a checkpoint you bring")
