@@ -331,8 +331,17 @@ def test_random_large_v3_and_turbo_convert_and_decode(tmp_path, shape, decoder_l
     finally:
         session.close()
     drafter = WhisperSource(folder)
+    assert {"en", "de", "yue"} <= drafter.languages and drafter.tasks == {"asr", "translate"}
     result = run_request(request, target, drafter, "as2d")
     assert result.tokens[:40] == reference
+    german = Request("de", audio, language="de", task="translate", timestamps="none")  # drafted in German too
+    session = target.prepare(german, threads=2)
+    try:
+        reference = greedy_reference(session, max_new_tokens=40)
+    finally:
+        session.close()
+    assert session.prompt[:3] == [50258, 50261, 50359]  # <|de|>, <|translate|>: large-v3's ids
+    assert run_request(german, target, drafter, "as2d").tokens[:40] == reference
 
 
 def test_a_graph_over_two_gigabytes_keeps_its_weights_in_one_file_of_its_own(tmp_path):

@@ -39,6 +39,13 @@ def imported_info(name: str, meta: dict) -> dict:
     )
 
 
+def roles(meta: dict) -> dict:
+    """What an imported model does, as target or drafter: a multilingual one every language and translation."""
+    if meta["multilingual"]:
+        return {"tasks": ("asr", "translate"), "languages": None}
+    return {"tasks": ("asr",), "languages": ("en",)}
+
+
 def recognizes(path: Path) -> bool:
     """Whether ``path`` is a Whisper checkpoint in a layout the importer reads."""
     from .convert.formats import NotAWhisper, detect

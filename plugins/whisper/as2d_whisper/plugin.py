@@ -14,7 +14,8 @@ from as2d_core.decode.options import DEFAULTS
 from as2d_core.setup.hookspecs import hookimpl
 from as2d_core.setup.paths import absent_files
 
-from .imported_parts import ACCEPTED, IMPORTER, import_checkpoint, imported_info, imported_models, recognizes
+from .imported_parts import (ACCEPTED, IMPORTER, import_checkpoint, imported_info, imported_models,
+                             recognizes, roles as _roles)
 
 REQUIRED_FILES = ("encoder.onnx", "decoder.onnx", "tokenizer.json", "model.json")
 CT2_REQUIRED_FILES = ("model.bin", "config.json", "vocabulary.txt", "tokenizer.json", "model.json")
@@ -129,9 +130,7 @@ def register_targets(register):
     )
     for name, meta in imported_models().items():
         info = imported_info(name, meta)
-        register(name, _target_factory(name, info["model_install"]), **info,
-                 tasks=("asr", "translate") if meta["multilingual"] else ("asr",),
-                 languages=None if meta["multilingual"] else ("en",))
+        register(name, _target_factory(name, info["model_install"]), **info, **_roles(meta))
 
 
 @hookimpl
@@ -162,8 +161,8 @@ def register_sources(register):
         layout="the CTranslate2 folder of Whisper tiny.en (model.bin, config.json, vocabulary.txt), tokenizer.json and model.json",
         model_install=f"as2d models install {CT2_SOURCE}",
     )
-    for name, meta in imported_models().items():  # the drafter prompts in English (``WhisperDraftJob``)
-        register(name, _whisper_source(name), **imported_info(name, meta), tasks=("asr",), languages=("en",))
+    for name, meta in imported_models().items():
+        register(name, _whisper_source(name), **imported_info(name, meta), **_roles(meta))
 
 
 def _int8_installer(models_dir: Path, force: bool = False) -> Path:

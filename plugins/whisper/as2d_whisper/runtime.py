@@ -568,10 +568,10 @@ class WhisperDraftJob:
     """Greedy tiny.en decoding for one request, from its audio, its prompt and its own history only
     (in timestamp mode under Whisper's timestamp rules, as the target decodes)."""
 
-    def __init__(self, model: _Model, request: Request, threads: int):
+    def __init__(self, model: _Model, request: Request, threads: int, language: str = "en"):
         self._model = model
         self._state = _DecoderState(model, _audio_kv(model, request, threads), threads)
-        self.prompt = model.decoder_prompt(request, "en")
+        self.prompt = model.decoder_prompt(request, language)
         self._rules = model.timestamp_rules if request.timestamps != "none" else None
         self.max_new_tokens = model.max_length - len(self.prompt)
         self.ended_with_eos = False
@@ -625,6 +625,9 @@ class WhisperSource:
         self.eos_token: int = self._model.eot
         self.timestamp_begin, self.time_precision_s = self._model.timestamp_begin, self._model.time_precision_s
         self.backend = backend
+        if self._model.meta["multilingual"]:  # a multilingual model you bring drafts its languages and translation
+            self.languages = frozenset(self._model.language_ids)
+            self.tasks = frozenset({"asr", "translate"})
 
     @property
     def device_in_use(self) -> list[str]:
@@ -632,8 +635,8 @@ class WhisperSource:
 
     def prepare(self, request: Request, language: str, threads: int) -> WhisperDraftJob:
         if language not in self.languages:
-            raise ValueError(f"{self.name} drafts English only, not {language!r}")
-        return WhisperDraftJob(self._model, request, threads)
+            raise ValueError(f"{self.name} does not draft {language!r}")
+        return WhisperDraftJob(self._model, request, threads, language)
 
     def decode_text(self, tokens: Sequence[int]) -> str:
         return self._model.decode_text(tokens)
@@ -644,5 +647,5 @@ class WhisperSource:
     def prefix_session(self, request: Request, language: str, threads: int) -> WhisperTargetSession:
         """The drafter as a session that can be fed the committed prefix (serial baselines)."""
         if language not in self.languages:
-            raise ValueError(f"{self.name} drafts English only, not {language!r}")
+            raise ValueError(f"{self.name} does not draft {language!r}")
         return WhisperTargetSession(self, request, threads)
