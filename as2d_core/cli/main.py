@@ -22,7 +22,7 @@ from as2d_core.setup.imports import import_checkpoint, importers
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.plugins import UnknownPart, load_registry, register_commands
 from as2d_core.cli.stream import stream
-from as2d_core.cli.progress import AudioProgress, follow_windows, on_terminal
+from as2d_core.cli.progress import AudioProgress, on_terminal
 from as2d_core.cli.subtitles import to_srt, to_vtt, transcript_cues
 
 OUTPUT_FORMATS = ("text", "json", "srt", "vtt")
@@ -66,10 +66,10 @@ def run(ctx, audio, method, check, output_format, as_json, quiet, **model_option
     except AudioError as exc:
         fail(str(exc))
     progress = AudioProgress(decoded.samples.size / SAMPLE_RATE, on_terminal(quiet))
-    follow_windows(pipeline, progress)
     try:
         with progress:
-            transcript = pipeline.transcribe(decoded, request_id=audio.stem, check=check)
+            transcript = pipeline.transcribe(decoded, request_id=audio.stem, check=check,
+                                             on_progress=progress.advance_to)
     except (ValueError, FileNotFoundError) as exc:  # bad input; a model file a requested feature needs
         fail(str(exc))
     for note in transcript.notes:

@@ -51,24 +51,3 @@ class AudioProgress:
             self.finish()
         else:
             self._bar.close()
-
-
-def follow_windows(pipeline, progress: AudioProgress) -> None:
-    """Move ``progress`` to each window's end as ``pipeline`` (``as2d_core.input.pipeline.Pipeline``) decodes it.
-
-    The pipeline has no per-window callback, so this wraps this one pipeline's window generator (``_decoded``),
-    which one window at a time and windows in waves both go through; audio decoded another way (Whisper's
-    long-form seeks) shows its progress only when done.
-    """
-    decoded = pipeline._decoded
-
-    def followed(samples, windows, *args, **kwargs):
-        inner = decoded(samples, windows, *args, **kwargs)
-        try:
-            for window, item in zip(windows, inner):
-                progress.advance_to(window.end_s)
-                yield item
-        finally:
-            inner.close()
-
-    pipeline._decoded = followed

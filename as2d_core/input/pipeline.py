@@ -176,24 +176,29 @@ class Pipeline:
 
     def transcribe(
         self, audio: str | Path | np.ndarray | DecodedAudio, request_id: str | None = None, check: bool = False,
-        on_text: Callable[[str], None] | None = None,
+        on_text: Callable[[str], None] | None = None, on_progress: Callable[[float], None] | None = None,
     ) -> Transcript:
         """All of ``audio`` (a file, decoded audio, or 16 kHz mono float32 samples), window by window.
 
         ``on_text`` hears the transcript's text as the target commits it: pieces that are never taken
-        back and that spell ``Transcript.text`` (``as2d_core.decode.deltas``).
+        back and that spell ``Transcript.text`` (``as2d_core.decode.deltas``). ``on_progress`` hears the file's
+        time up to which the audio is decoded, after each window or long-form request (a progress bar).
         """
         decoded = read_audio(audio) if isinstance(audio, (str, Path)) else audio
         info = decoded.info if isinstance(decoded, DecodedAudio) else None
         samples = decoded.samples if isinstance(decoded, DecodedAudio) else np.asarray(audio, dtype=np.float32)
         request_id = request_id or (Path(audio).stem if isinstance(audio, (str, Path)) else "audio")
         if self.options.decode.route == "seek":
-            return self._transcribe_long_form(samples, request_id, check, on_text, info)
+            return self._transcribe_long_form(samples, request_id, check, on_text, on_progress, info)
         with self._lock:
             self._prepare_words()
             start = time.perf_counter()
             plan = self.plan(samples)
-            decoded = list(self._decoded(samples, plan.windows, request_id, on_text))
+            decoded = []
+            for window, item in zip(plan.windows, self._decoded(samples, plan.windows, request_id, on_text)):
+                decoded.append(item)
+                if on_progress is not None:
+                    on_progress(window.end_s)
             requests, results = [r for r, _, _ in decoded], [r for _, r, _ in decoded]
             wall_s = time.perf_counter() - start
             references = [self.reference(r) for r in requests] if check else [None] * len(requests)
@@ -202,7 +207,8 @@ class Pipeline:
         return Transcript(windows, plan.skipped, samples.size / SAMPLE_RATE, wall_s, plan.detector, info, notes)
 
     def _transcribe_long_form(self, samples: np.ndarray, request_id: str, check: bool,
-                              on_text: Callable[[str], None] | None, info: AudioInfo | None) -> Transcript:
+                              on_text: Callable[[str], None] | None, on_progress: Callable[[float], None] | None,
+                              info: AudioInfo | None) -> Transcript:
         """``transcribe`` by Whisper's long-form rules (``input.sequential``); ``on_text`` hears each request's kept
         text once the request is done (a request's last segment may be decoded again by the next one)."""
         mode = self.options.decode
@@ -212,7 +218,8 @@ class Pipeline:
         with self._lock:
             self._prepare_words()
             start = time.perf_counter()
-            windows, speech, notes = sequential_windows(self, samples, request_id, mode, detector, check, on_text)
+            windows, speech, notes = sequential_windows(self, samples, request_id, mode, detector, check, on_text,
+                                                        on_progress)
             wall_s = time.perf_counter() - start
         skipped = speech.skipped(samples.size) if speech is not None else ()
         notes += list(info.warnings) if info else []

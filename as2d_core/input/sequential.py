@@ -60,10 +60,12 @@ def window_result(step: SeekStep, speech: SpeechMap | None, reference: SeekStep 
 
 def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str, mode: DecodeOptions,
                        detector: SpeechDetector | None, check: bool, on_text: Callable[[str], None] | None = None,
+                       on_progress: Callable[[float], None] | None = None,
                        ) -> tuple[list[WindowResult], SpeechMap | None, list[str]]:
     """Every request of the loop as a window result (the references' tokens beside them with ``check``), the
     speech map with ``detector`` (faster-whisper's ``vad_filter``), and notes. ``on_text`` hears each request's
-    kept text when the request is done, pieces that spell the transcript's text."""
+    kept text when the request is done, pieces that spell the transcript's text; ``on_progress`` the file's time
+    each request ends at (the next one may start before it)."""
     audio, speech = speech_only(samples, detector)
     notes: list[str] = []
     if audio.size == 0:
@@ -74,6 +76,8 @@ def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str,
         if on_text is not None and text:
             on_text((" " if any(s.result.text.strip() for s in steps) else "") + text)
         steps.append(step)
+        if on_progress is not None:
+            on_progress(window_result(step, speech).end_s)
     references: list[SeekStep | None] = [None] * len(steps)
     if check:
         checked = list(long_form_steps(pipeline, audio, request_id, mode, pipeline.reference))
