@@ -1,8 +1,8 @@
 """The HTTP side: OpenAI's transcription and translation endpoints, admission, limits, errors, health and metrics.
 
 Every request is checked in full (form, parameters, audio) before it queues,
-so bad input costs no decode slot. At most ``decodes`` transcriptions run at a
-time and at most ``queue_size`` wait; more are answered 429 with Retry-After.
+so bad input costs no decode slot. At most ``decodes`` (or ``slots``) transcriptions
+run at a time and at most ``queue_size`` wait; more are answered 429 with Retry-After.
 Each request has a deadline from its arrival; when it passes, or when the
 client goes away, the request's ``Cancel`` flag stops its target before the
 next call and the engine stops its drafter, so the slot is free again.
@@ -146,9 +146,11 @@ def _event(data: dict) -> bytes:
 
 def create_app(service: TranscriptionService, limits: Limits = Limits()) -> FastAPI:
     metrics = Metrics()
-    admission = Admission(service.settings.decodes, limits.queue_size, metrics)
+    admission = Admission(service.concurrency, limits.queue_size, metrics)
     drain = Drain(limits.grace_s)
-    executor = ThreadPoolExecutor(max_workers=service.settings.decodes, thread_name_prefix="as2d-decode")
+    executor = ThreadPoolExecutor(max_workers=service.concurrency, thread_name_prefix="as2d-decode")
+    if service.scheduler is not None:
+        metrics.watch(service.scheduler)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -184,7 +186,7 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
     async def health():
         state = {"status": "stopping" if drain.started else "ok", "target": service.target_name,
                  "source": service.default_source, "method": service.method, "decodes": service.settings.decodes,
-                 "active": admission.active, "waiting": admission.waiting}
+                 "slots": service.settings.slots, "active": admission.active, "waiting": admission.waiting}
         return JSONResponse(state, status_code=503 if drain.started else 200)
 
     @app.get("/v1/models")
@@ -245,6 +247,7 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
                 admission.leave(None)
             return _cancelled(cancel.reason)
         queued_s = time.monotonic() - arrived
+        metrics.queue_wait.observe(queued_s)
         if stream:
             return await _stream(ask, request, cancel, arrived, queued_s)
         took = None

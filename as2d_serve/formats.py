@@ -55,6 +55,7 @@ def as2d_fields(t: Transcription) -> dict:
         "fault": t.fault,
         "drafter_error": t.drafter_error,
         "drafter_rebuilt": t.drafter_rebuilt,
+        "batch": t.batch,
         "notes": t.transcript.notes + [r.note for r in results if r.note],
     }
     if t.transcript.exact is not None:

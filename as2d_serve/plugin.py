@@ -1,8 +1,10 @@
 """``as2d serve``, attached to the ``as2d`` command through the plugin hook (the core never imports it)."""
 from __future__ import annotations
 
+import json
 import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -22,6 +24,10 @@ API_KEY_ENV = "AS2D_API_KEY"
               help="The requests' default method (default with --config: its method).")
 @click.option("--decodes", type=int, default=None,
               help="Transcriptions at a time, each with its own copy of the models [default: one per two cores].")
+@SERVE["slots"].option
+@SERVE["speculate_rows"].option
+@click.option("--profile", "profile_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A device profile (as2d profile) whose batch costs set --speculate-rows, unless it is given.")
 @SERVE["queue_size"].option
 @SERVE["max_upload_mb"].option
 @SERVE["deadline_s"].option
@@ -33,7 +39,7 @@ API_KEY_ENV = "AS2D_API_KEY"
 @SERVE["stall_s"].option
 @click.option("--log-level", default="warning", show_default=True)
 @click.pass_context
-def serve(ctx, host, port, method, decodes, queue_size, max_upload_mb, deadline_s, grace_s, api_key, faults,
+def serve(ctx, host, port, method, decodes, slots, speculate_rows, profile_path, queue_size, max_upload_mb, deadline_s, grace_s, api_key, faults,
           fault_every, stall_s, log_level, **model_options):
     """Serve OpenAI-compatible transcriptions (POST /v1/audio/transcriptions) with the models kept loaded.
 
@@ -47,21 +53,38 @@ def serve(ctx, host, port, method, decodes, queue_size, max_upload_mb, deadline_
     from .server import serve as serve_app
     from .service import ServeSettings, TranscriptionService
 
-    decodes = decodes if decodes is not None else max(1, (os.cpu_count() or 2) // 2)
+    if profile_path is not None and not given(ctx, "speculate_rows"):
+        speculate_rows = _profiled_rows(profile_path)
+    if decodes is None:  # with --slots the requests share one copy of the models
+        decodes = 1 if slots > 1 else max(1, (os.cpu_count() or 2) // 2)
     if decodes < 1:
         _fail("--decodes must be at least 1")
     config, report = command_config(ctx, MODEL_KEYS, method if given(ctx, "method") else None)
     try:
-        settings = ServeSettings(config, report, decodes=decodes, faults=tuple(faults), fault_every=fault_every,
-                                 stall_s=stall_s)
+        settings = ServeSettings(config, report, decodes=decodes, slots=slots, speculate_rows=speculate_rows,
+                                 faults=tuple(faults), fault_every=fault_every, stall_s=stall_s)
         service = TranscriptionService(settings)
     except (UnknownPart, ValueError, FileNotFoundError, RuntimeError) as exc:
         _fail(str(exc))
     limits = Limits(queue_size=queue_size, max_upload_bytes=int(max_upload_mb * 1024 * 1024), deadline_s=deadline_s,
                     api_key=api_key or os.environ.get(API_KEY_ENV) or None, grace_s=grace_s)
     click.echo(f"as2d serve: {service.target_name} with {service.default_source or 'no drafter'} "
-               f"on http://{host}:{port} ({decodes} decode(s) at a time, {queue_size} waiting)", err=True)
+               f"on http://{host}:{port} ({service.concurrency} decode(s) at a time"
+               f"{' through one scheduler' if slots > 1 else ''}, {queue_size} waiting)", err=True)
     serve_app(create_app(service, limits), host, port, log_level)
+
+
+def _profiled_rows(path: Path) -> int:
+    """The batch size up to which drafting pays, by the profile's measured batch costs."""
+    from as2d_core.decode.scheduler import speculate_rows_from
+
+    try:
+        rows = speculate_rows_from(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        _fail(f"{path} is not a readable device profile: {exc}")
+    if rows is None:
+        _fail(f"{path} has no batch costs (batch_s): measure them with `as2d profile` on this target")
+    return rows
 
 
 def _fail(message: str) -> None:

@@ -1,9 +1,13 @@
-"""Models loaded once, and one transcription at a time per set of them.
+"""Models loaded once, and one transcription at a time per set of them, or ``slots`` at once through a scheduler.
 
 The web layer only calls ``TranscriptionService.transcribe`` with decoded
 samples and a ``Cancel`` flag; everything about models, drafter faults and
 rebuilding a crashed drafter lives here. Audio of any length goes through the
 core's ``Pipeline`` (windows of at most 30 s at pauses), as ``as2d run`` does.
+With ``slots`` over 1 the requests share one copy of the models: each decodes in its
+own thread and the scheduler (``as2d_core.decode.scheduler``) verifies all of them in
+one target call per step; a request admitted beside ``speculate_rows`` others or more
+runs target-only. Beam search runs alone (its hypotheses are its batch).
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from as2d_core.decode.methods import get_method, method_names
 from as2d_core.setup.options import SERVE
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.faults import FaultLandingTarget, FaultySource, check_fault
+from as2d_core.decode.scheduler import Scheduler, scheduler_for
 from as2d_core.decode.wrappers import SessionWrapper, TargetWrapper
 from as2d_core.input.pipeline import Pipeline, default_detector
 from as2d_core.input.transcript import Transcript
@@ -129,6 +134,7 @@ class Transcription:
     fault: str | None = None  # injected into this request's drafter (None: none, or the drafter never ran)
     words: bool = False  # the windows' words were timed (the request's granularities, or the server's default)
     drafter_rebuilt: bool = False
+    batch: dict | None = None  # with slots: the decodes it was admitted beside, whether it drafted, and the rule
     queued_s: float = 0.0
     total_s: float = 0.0
 
@@ -148,6 +154,8 @@ class ServeSettings:
     config: Config
     report: Report | None = None
     decodes: int = 1  # transcriptions at a time, each with its own copy of the models
+    slots: int = SERVE["slots"].default  # transcriptions at a time on one copy, their target calls batched
+    speculate_rows: int = SERVE["speculate_rows"].default  # with slots: draft only beside fewer decodes than this
     faults: tuple[str, ...] = ()  # drafter faults to inject, in turn
     fault_every: int = SERVE["fault_every"].default  # inject on every n-th request
     stall_s: float = SERVE["stall_s"].default
@@ -161,6 +169,7 @@ class Worker:
         self.sources: dict[str, object] = {}
         self.bridges: dict[str, BridgeFactory] = {}  # each source's bridge to the target, resolved as it loads
         self.detector = default_detector()  # voice activity, to cut audio over 30 s at pauses
+        self._sources_lock = threading.Lock()  # with slots, requests at once build and drop sources
         self.options = pipeline_options(settings.config)
         self.target, source = build_parts(settings.config, settings.report, with_source=True)
         self.default_source = source_spec(settings.config)
@@ -172,14 +181,16 @@ class Worker:
         self.sources[name] = source
 
     def source(self, name: str):
-        if name not in self.sources:
-            self._keep(name, build_source(name))
-        return self.sources[name]
+        with self._sources_lock:
+            if name not in self.sources:
+                self._keep(name, build_source(name))
+            return self.sources[name], self.bridges[name]
 
     def drop_source(self, name: str) -> None:
         """Forget a drafter that failed; the next request builds a fresh one."""
-        source = self.sources.pop(name, None)
-        self.bridges.pop(name, None)
+        with self._sources_lock:
+            source = self.sources.pop(name, None)
+            self.bridges.pop(name, None)
         if isinstance(source, Closable):
             try:
                 source.close()
@@ -187,9 +198,14 @@ class Worker:
                 pass
 
     def transcribe(self, ask: Ask, cancel: Cancel, fault: str | None,
-                   on_text: Callable[[str], None] | None = None) -> Transcription:
-        """``on_text`` hears the text as it is committed (``Pipeline.transcribe``), for ``stream=true``."""
+                   on_text: Callable[[str], None] | None = None, scheduler: Scheduler | None = None,
+                   drafts: bool = True) -> Transcription:
+        """``on_text`` hears the text as it is committed (``Pipeline.transcribe``), for ``stream=true``; with a
+        ``scheduler`` the target's calls are batched with the other requests', and without ``drafts`` a method
+        that drafts runs target-only."""
         method = ask.method or self.options.method
+        if not drafts and get_method(method).needs_source:
+            method = "target-only"
         decode = self.options.decode if ask.budget is None else attrs.evolve(self.options.decode, budget=ask.budget)
         decode = decode if ask.prompt is None else attrs.evolve(decode, prompt=ask.prompt)
         decode = decode if not ask.temperature else attrs.evolve(decode, temperature=ask.temperature)
@@ -202,19 +218,20 @@ class Worker:
                 prepare_words(self.target, decode.target_threads)
             except (ValueError, OSError) as exc:
                 raise InputError(f"word timestamps are not available on this server: {exc}") from exc
-        target = _CancellableTarget(self.target, cancel)
+        # beams batch their own hypotheses (decode.beam): such a request runs alone
+        base = scheduler.target(self.target) if scheduler is not None and decode.beam_size <= 1 else self.target
+        target = _CancellableTarget(base, cancel)
         source = source_name = bridge = None
         if get_method(method).needs_source:
             source_name = ask.source or self.default_source
             if source_name is None:
                 raise InputError(f"method {method!r} needs a source and this server has none configured")
-            source = self.source(source_name)
-            bridge = self.bridges[source_name]
+            source, bridge = self.source(source_name)
             if fault is not None:  # injected so that it always lands mid-request (faults.FaultLandingTarget)
                 source = FaultySource(source, fault, publish_as=self.target.vocabulary, stall_s=self.settings.stall_s)
                 bridge = source.bridge(bridge)
                 if decode.start == "arrival":
-                    target = _CancellableTarget(FaultLandingTarget(self.target, source), cancel)
+                    target = _CancellableTarget(FaultLandingTarget(base, source), cancel)
         # a fault is injected on the producer's own thread, where it lands before the request can end
         options = attrs.evolve(self.options, method=method, language=ask.language or self.options.language,
                                decode=decode, lookahead=self.options.lookahead and fault is None,
@@ -260,11 +277,22 @@ class TranscriptionService:
     def __init__(self, settings: ServeSettings):
         for kind in settings.faults:
             check_fault(kind)
+        if settings.slots > 1 and settings.decodes > 1:
+            raise ValueError("give --slots (requests at once on one copy of the models) or --decodes (a copy each), "
+                             "not both")
         self.settings = settings
         self.workers: queue.Queue[Worker] = queue.Queue()
         for _ in range(settings.decodes):
             self.workers.put(Worker(settings))
         first = self.workers.queue[0]
+        self.scheduler = None
+        if settings.slots > 1:
+            self.scheduler = scheduler_for(first.target, settings.slots, first.options.decode.target_threads,
+                                           settings.speculate_rows)
+            if self.scheduler is None:
+                raise ValueError(f"the target {first.target.name} cannot verify requests together (no windows graph "
+                                 "on this backend); use --decodes for requests at once")
+        self.concurrency = settings.decodes * settings.slots  # transcriptions at a time
         self.target_name = first.target.name
         self.default_source = first.default_source
         self.method = first.options.method
@@ -310,6 +338,11 @@ class TranscriptionService:
     def transcribe(self, ask: Ask, cancel: Cancel, on_text: Callable[[str], None] | None = None) -> Transcription:
         """Run on a decode thread: take a worker, transcribe, give it back (also when cancelled)."""
         start = time.perf_counter()
+        if self.scheduler is not None:  # the one copy of the models, shared by every slot
+            try:
+                return self._scheduled(ask, cancel, on_text, start)
+            finally:
+                return_free_memory()
         worker = self.workers.get()
         try:
             cancel.check()
@@ -319,5 +352,18 @@ class TranscriptionService:
         finally:
             return_free_memory()
             self.workers.put(worker)
+        outcome.total_s = time.perf_counter() - start
+        return outcome
+
+    def _scheduled(self, ask: Ask, cancel: Cancel, on_text: Callable[[str], None] | None,
+                   start: float) -> Transcription:
+        """One slot's transcription: drafting only if the scheduler's rule admits it beside the others."""
+        cancel.check()
+        with self.scheduler.admit() as admission:
+            drafts = admission.drafts and get_method(ask.method or self.method).proposer == "published"
+            fault = self.next_fault() if drafts else None
+            outcome = self.workers.queue[0].transcribe(ask, cancel, fault, on_text, self.scheduler, admission.drafts)
+        outcome.batch = {"beside": admission.beside, "drafted": any(r.source for r in outcome.results),
+                         "speculate_rows": self.scheduler.speculate_rows}
         outcome.total_s = time.perf_counter() - start
         return outcome

@@ -84,6 +84,8 @@ def build_profile(config, measurement: Measurement, models_dir: Path | None = No
             + ", ".join(map(str, measurement.niceness)) for n in names],
         "missing": [] if names else ["no source configured: no drafter or concurrent costs"],
     }
+    if "batch_s" in body:
+        header["measured"].append("batch_s: window-group calls by batch size, 1 and %d wide" % body["batch_s"]["width"])
     if "detect_missing" in body["prepare_s"]:
         header["missing"].append(f"language detection: {body['prepare_s']['detect_missing']}")
     if models_dir is not None:

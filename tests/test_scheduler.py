@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from as2d_core.contracts import Request, WindowBatching
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.request import run_request
-from as2d_core.decode.scheduler import Scheduler, scheduler_for
+from as2d_core.decode.scheduler import Scheduler, scheduler_for, speculate_rows_from
+from as2d_tuning.batching import batch_sweep
 from test_windows_together import TinyGroup
 from tiny_lm import ScriptedSource, TinyLM
 
@@ -127,3 +128,38 @@ def test_a_target_that_cannot_batch_has_no_scheduler_and_bad_rules_are_refused()
     assert scheduler_for(model, 4, 1) is None
     with pytest.raises(ValueError, match="speculate_rows"):
         Scheduler(TinyGroup(model, 2), -1)
+
+
+def _profile(ratios: dict[int, float], tokens_per_call: float, slowdown: float = 1.0) -> dict:
+    rows = {str(b): {"1": {"median": 0.01 * b}, "4": {"median": 0.01 * b * r}} for b, r in ratios.items()}
+    return {"batch_s": {"width": 4, "tokens_per_call": tokens_per_call, "rows": rows},
+            "slowdown": {"verify_shared_over_alone": {"4": slowdown}}}
+
+
+def test_the_rule_drafts_up_to_the_batch_where_a_wide_call_costs_what_it_commits():
+    ratios = {1: 1.2, 2: 1.5, 4: 2.4, 8: 3.6}  # a call 4 wide over a call 1 wide, as the batch fills
+    assert speculate_rows_from(_profile(ratios, 2.0)) == 2
+    assert speculate_rows_from(_profile(ratios, 3.0)) == 4
+    assert speculate_rows_from(_profile(ratios, 2.0, slowdown=1.5)) == 1  # the drafter slows the target's calls
+    assert speculate_rows_from(_profile(ratios, 1.1)) == 0  # drafting never pays: every decode target-only
+    assert speculate_rows_from({"verify_s": {}}) is None  # not measured: the caller's default
+
+
+class _Windowed:
+    """The tiny model offering the tiny window group, as a target with a windows graph does."""
+
+    def __init__(self, model: TinyLM):
+        self.model = model
+
+    def window_group(self, size, threads):
+        return TinyGroup(self.model, size)
+
+
+def test_the_profile_times_group_calls_by_batch_size():
+    model = TinyLM(seed=2)
+    request = _requests(1, 2)[0]
+    sequence = run_request(request, model, None, "target-only").tokens
+    swept = batch_sweep(_Windowed(model), request, 1, sequence, 3, rows=(1, 2), repeats=2, warmup=0)
+    assert set(swept["rows"]) == {"1", "2"}
+    assert all(swept["rows"][b][k]["n"] == 2 for b in ("1", "2") for k in ("1", "3"))
+    assert batch_sweep(model, request, 1, sequence, 3) is None  # no window group: nothing to time

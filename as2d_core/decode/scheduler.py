@@ -12,7 +12,7 @@ one call's time, and is taken at the next step. Every row gets the tokens its ow
 (the group's contract), so every method stays exact whatever shares a call.
 
 Speculation by what it is worth: a decode admitted while fewer than ``speculate_rows`` others are
-decoding uses its drafter; one admitted beside more runs target-only, and its drafter never starts
+decoding uses its drafter (the threshold from the device profile's batch costs, ``speculate_rows_from``); one admitted beside more runs target-only, and its drafter never starts
 (``admit``). Drafting pays while the target's calls are small; once many rows share a call, the call
 already carries them and the drafters' threads would only take the cores from it.
 """
@@ -28,8 +28,8 @@ import attrs
 from as2d_core.contracts import Request, Target, TargetSession, WindowBatching, WindowGroup
 from as2d_core.decode.wrappers import SessionWrapper, TargetWrapper
 
-# Decodes that draft beside others, where no device profile sets it: drafting only while a decode is
-# alone. Measured on 2 cores (BENCHMARKS.md section 14): windows side by side with their drafters
+# Decodes that draft beside others, where no device profile prices it (``speculate_rows_from``): drafting
+# only while a decode is alone. Measured on 2 cores (BENCHMARKS.md section 14): windows side by side with their drafters
 # (6.57 s) were no faster than the same windows target-only (6.51 s), while alone drafting pays.
 SPECULATE_ROWS = 1
 
@@ -178,6 +178,29 @@ class ScheduledTarget(TargetWrapper):
 
     def prepare(self, request: Request, threads: int) -> TargetSession:
         return _ScheduledSession(self.scheduler.join(request, threads), self.scheduler)
+
+
+def speculate_rows_from(profile: dict) -> int | None:
+    """The largest batch at which drafting pays, from a device profile (``as2d profile``'s ``batch_s``), or None
+    where the profile did not measure batches.
+
+    At a batch of B rows, all drafting, a call ``width`` wide per row beside the drafters commits
+    ``tokens_per_call`` tokens a row where a target-only call commits one: drafting pays while
+    ``cost(B, width) * slowdown(width) / cost(B, 1) < tokens_per_call``. A wider call costs more as the
+    batch fills (the cores, not the weights' reading, become the limit), so the rule holds up to some B.
+    """
+    batch = profile.get("batch_s")
+    if not batch or not batch.get("rows") or not batch.get("tokens_per_call"):
+        return None
+    width = str(batch["width"])
+    slowdown = (profile.get("slowdown") or {}).get("verify_shared_over_alone", {}).get(width, 1.0)
+    pays = 0
+    for rows in sorted(batch["rows"], key=int):
+        cost = batch["rows"][rows]
+        if cost[width]["median"] * slowdown / cost["1"]["median"] >= batch["tokens_per_call"]:
+            break
+        pays = int(rows)
+    return pays
 
 
 def scheduler_for(target: Target, rows: int, threads: int, speculate_rows: int = SPECULATE_ROWS) -> Scheduler | None:

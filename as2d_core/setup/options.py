@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from as2d_core.decode.options import DecodeOptions, check_budget
+from as2d_core.decode.scheduler import SPECULATE_ROWS
 
 
 def user_fields() -> list[attrs.Attribute]:
@@ -112,6 +113,10 @@ SERVE = _table(
             0, flag="--deadline"),
     Setting("grace_s", 20.0, "After SIGINT/SIGTERM, seconds that decodes under way may finish in; then 503 with "
             "Retry-After (Kubernetes allows 30 s in all).", 0),
+    Setting("slots", 1, "Requests decoded at once on one copy of the models, their target calls batched step by step "
+            "(as2d_core.decode.scheduler); 1: one at a time, each decode alone.", 1),
+    Setting("speculate_rows", SPECULATE_ROWS, "With --slots over 1: a request drafts only when fewer than this many "
+            "decode beside it; later ones run target-only (their drafters never start).", 0),
     Setting("fault_every", 1, "Inject a fault on every n-th request.", 1),
     Setting("stall_s", 20.0, "How long the 'stall' fault blocks.", 0),
 )

@@ -1,0 +1,75 @@
+"""Batch widths of the target's window group: what one call costs with B rows, one token or K each.
+
+The scheduler (``as2d_core.decode.scheduler``) verifies every decode of a process in one group call per
+step, and its rule drafts only while drafting pays at the batch's size (``speculate_rows_from``). That
+rule is priced here: the group filled with B rows of the calibration request (B in ``rows``), each call
+appending one token per row (target-only steps) or ``width`` per row (a drafted verification of the
+width the real as2d decodes made), cut back after each call, ``repeats`` times after ``warmup``, the two
+widths alternating so a drift touches both. ``tokens_per_call`` comes from the same real decodes.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from as2d_core.contracts import Request, Target, WindowBatching
+from as2d_core.decode.scheduler import speculate_rows_from
+
+from .stats import stat
+
+ROWS = (1, 2, 4, 8)
+
+
+def drafted_calls(results) -> tuple[float, int] | None:
+    """Tokens committed per target call, and the calls' mean width, over real as2d decodes (None: no call)."""
+    calls = sum(r.verify_calls + r.target_only_steps for r in results)
+    widths = [w for r in results for w in r.verify_widths]
+    if not calls or not widths:
+        return None
+    return sum(len(r.tokens) for r in results) / calls, max(2, round(sum(widths) / len(widths)))
+
+
+def batch_sweep(target: Target, request: Request, threads: int, sequence: Sequence[int], width: int,
+                rows: Sequence[int] = ROWS, repeats: int = 5, warmup: int = 1) -> dict | None:
+    """{"rows": {B: {"1": stat, str(width): stat}}}, or None for a target without a window group."""
+    group = target.window_group(max(rows), threads) if isinstance(target, WindowBatching) else None
+    if group is None:
+        return None
+    sessions = []
+    out: dict = {}
+    try:
+        for count in sorted(rows):
+            while len(sessions) < count:
+                sessions.append(group.prepare(request, threads))
+            samples: dict[int, list[float]] = {1: [], width: []}
+            for rep in range(warmup + repeats):
+                for k in ((1, width) if rep % 2 else (width, 1)):
+                    call = [(s, sequence[0], list(sequence[1:k])) for s in sessions]
+                    start = time.perf_counter()
+                    group.verify_rows(call)
+                    elapsed = time.perf_counter() - start
+                    for s in sessions:
+                        s.truncate(0)
+                    if rep >= warmup:
+                        samples[k].append(elapsed)
+            out[str(count)] = {str(k): stat(v, f"a window-group call of {count} rows, {k} wide")
+                               for k, v in samples.items()}
+    finally:
+        for s in sessions:
+            s.close()
+    return {"rows": out}
+
+
+def batch_section(target: Target, request: Request, threads: int, sequence: Sequence[int], drafted,
+                  slowdown: dict | None, repeats: int, warmup: int) -> dict | None:
+    """The profile's ``batch_s``: the sweep at the width real as2d calls had, and the rule's threshold from it."""
+    found = drafted_calls(drafted)
+    if found is None:
+        return None
+    tokens_per_call, width = found
+    swept = batch_sweep(target, request, threads, sequence, width, repeats=repeats, warmup=warmup)
+    if swept is None:
+        return None
+    section = {"width": width, "tokens_per_call": tokens_per_call, **swept}
+    section["speculate_rows"] = speculate_rows_from({"batch_s": section, "slowdown": slowdown or {}})
+    return section

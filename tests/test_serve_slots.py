@@ -1,0 +1,71 @@
+"""``as2d serve --slots 3``: requests decoded at once on one copy of whisper-base, their target calls batched by
+the scheduler (``as2d_core.decode.scheduler``), each answer exactly what the request gets alone."""
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+import soundfile
+
+from test_serve import EXAMPLE, WAIT_S, Server, _wav
+
+
+@pytest.fixture(scope="module")
+def slots_server():
+    s = Server("--slots", "3", "--queue-size", "4")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def clips():
+    """Three real clips of different lengths, cut from the bundled recording."""
+    samples, rate = soundfile.read(EXAMPLE, dtype="int16")
+    assert rate == 16_000
+    cuts = [(0, 9), (9, 15), (15, 26)]
+    return [_wav(samples[a * rate: b * rate]) for a, b in cuts]
+
+
+def test_a_client_that_disconnects_leaves_the_batch(slots_server, clips):
+    """A row stopped mid-decode leaves the scheduler's group; the slot is free again."""
+    before = slots_server.metric('as2d_requests_total{status="499"}')
+    body = b"".join([
+        b"--cut\r\nContent-Disposition: form-data; name=\"check\"\r\n\r\ntrue\r\n",
+        b"--cut\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n",
+        b"--cut\r\nContent-Disposition: form-data; name=\"file\"; filename=\"c.wav\"\r\n"
+        b"Content-Type: audio/wav\r\n\r\n", clips[2], b"\r\n--cut--\r\n"])
+    head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
+            "Content-Type: multipart/form-data; boundary=cut\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", slots_server.port)) as conn:
+        conn.sendall(head + body)
+        slots_server.wait_for(lambda s: s["active"] == 1, "the request is decoding")
+    slots_server.wait_for(lambda s: s["active"] == 0, "the slot is free again")
+    assert slots_server.metric('as2d_requests_total{status="499"}') == before + 1
+
+
+def test_three_requests_at_once_are_each_exact(slots_server, clips):
+    alone = [slots_server.post(clip, method="target-only", response_format="verbose_json").json()["as2d"]["tokens"]
+             for clip in clips]
+    answers: list = [None] * len(clips)
+
+    def ask(i):
+        answers[i] = slots_server.post(clips[i], response_format="verbose_json", check="true")
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(clips))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT_S)
+    bodies = [a.json() for a in answers]
+    assert all(a.status_code == 200 for a in answers), bodies
+    for body, tokens in zip(bodies, alone):
+        assert body["as2d"]["exact"] is True
+        assert body["as2d"]["tokens"] == tokens  # what the request gets alone, through the single-window graph
+    batches = [body["as2d"]["batch"] for body in bodies]
+    for batch in batches:  # the rule: a request drafts only when admitted beside fewer than speculate_rows
+        assert batch["drafted"] == (batch["beside"] < batch["speculate_rows"]), batches
+    # the calls carried several requests at once, and every call was counted
+    assert slots_server.metric("as2d_batch_rows_count") > slots_server.metric('as2d_batch_rows_bucket{le="1.0"}')
+    assert slots_server.metric("as2d_rows_speculating") == 0
+    assert slots_server.metric("as2d_queue_wait_seconds_count") >= len(clips) + len(alone)
