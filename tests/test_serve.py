@@ -297,13 +297,15 @@ def test_eight_concurrent_clients_are_all_answered_exactly(server, clips, target
         assert response.json()["as2d"]["tokens"] == target_only["ab"[i % 2] + "-segmented"][0]
 
 
-def test_a_client_that_disconnects_frees_its_slot(server, clips):
+def disconnect_while_decoding(server, data: bytes) -> None:
+    """Send ``data`` (checked, so it decodes twice) on a raw socket and close it once its decode runs; the
+    server must stop the decode, answer 499 and free the slot."""
     before = server.metric('as2d_requests_total{status="499"}')
     body = b"".join([
         b"--cut\r\nContent-Disposition: form-data; name=\"check\"\r\n\r\ntrue\r\n",
         b"--cut\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n",
         b"--cut\r\nContent-Disposition: form-data; name=\"file\"; filename=\"long.wav\"\r\n"
-        b"Content-Type: audio/wav\r\n\r\n", clips["long"], b"\r\n--cut--\r\n"])
+        b"Content-Type: audio/wav\r\n\r\n", data, b"\r\n--cut--\r\n"])
     head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
             "Content-Type: multipart/form-data; boundary=cut\r\n\r\n").encode()
     with socket.create_connection(("127.0.0.1", server.port)) as conn:
@@ -311,6 +313,10 @@ def test_a_client_that_disconnects_frees_its_slot(server, clips):
         server.wait_for(lambda s: s["active"] == 1, "the long request is decoding")
     server.wait_for(lambda s: s["active"] == 0, "the slot is free again")
     assert server.metric('as2d_requests_total{status="499"}') == before + 1  # stopped, not finished
+
+
+def test_a_client_that_disconnects_frees_its_slot(server, clips):
+    disconnect_while_decoding(server, clips["long"])
 
 
 @pytest.fixture(scope="module")

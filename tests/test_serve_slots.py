@@ -2,13 +2,12 @@
 the scheduler (``as2d_core.decode.scheduler``), each answer exactly what the request gets alone."""
 from __future__ import annotations
 
-import socket
 import threading
 
 import pytest
 import soundfile
 
-from test_serve import EXAMPLE, WAIT_S, Server, _wav
+from test_serve import EXAMPLE, WAIT_S, Server, _wav, disconnect_while_decoding
 
 
 @pytest.fixture(scope="module")
@@ -29,19 +28,7 @@ def clips():
 
 def test_a_client_that_disconnects_leaves_the_batch(slots_server, clips):
     """A row stopped mid-decode leaves the scheduler's group; the slot is free again."""
-    before = slots_server.metric('as2d_requests_total{status="499"}')
-    body = b"".join([
-        b"--cut\r\nContent-Disposition: form-data; name=\"check\"\r\n\r\ntrue\r\n",
-        b"--cut\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n",
-        b"--cut\r\nContent-Disposition: form-data; name=\"file\"; filename=\"c.wav\"\r\n"
-        b"Content-Type: audio/wav\r\n\r\n", clips[2], b"\r\n--cut--\r\n"])
-    head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
-            "Content-Type: multipart/form-data; boundary=cut\r\n\r\n").encode()
-    with socket.create_connection(("127.0.0.1", slots_server.port)) as conn:
-        conn.sendall(head + body)
-        slots_server.wait_for(lambda s: s["active"] == 1, "the request is decoding")
-    slots_server.wait_for(lambda s: s["active"] == 0, "the slot is free again")
-    assert slots_server.metric('as2d_requests_total{status="499"}') == before + 1
+    disconnect_while_decoding(slots_server, clips[2])
 
 
 def test_three_requests_at_once_are_each_exact(slots_server, clips):

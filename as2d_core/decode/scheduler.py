@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterator, Sequence
 import attrs
 
 from as2d_core.contracts import Request, Target, TargetSession, WindowBatching, WindowGroup
-from as2d_core.decode.wrappers import SessionWrapper, TargetWrapper
+from as2d_core.decode.together import GatheredSession
+from as2d_core.decode.wrappers import TargetWrapper
 
 # Decodes that draft beside others, where no device profile prices it (``speculate_rows_from``): drafting
 # only while a decode is alone. Measured on 2 cores (BENCHMARKS.md section 14): windows side by side with their drafters
@@ -150,23 +151,6 @@ class Scheduler:
             listener(len(rows))
 
 
-class _ScheduledSession(SessionWrapper):
-    """A row's session whose verifications go through the scheduler."""
-
-    def __init__(self, inner: TargetSession, scheduler: Scheduler) -> None:
-        super().__init__(inner)
-        self._scheduler = scheduler
-
-    def verify(self, root: int, candidates: Sequence[int]) -> list[int]:
-        return self._scheduler.verify(self.inner, root, candidates)
-
-    def close(self) -> None:
-        try:
-            self._scheduler.leave(self.inner)
-        finally:
-            self.inner.close()
-
-
 class ScheduledTarget(TargetWrapper):
     """``target`` whose every prepared request is a row of the scheduler; it offers no window group of its own
     (its windows already share the scheduler's calls)."""
@@ -177,7 +161,7 @@ class ScheduledTarget(TargetWrapper):
         self.scheduler = scheduler
 
     def prepare(self, request: Request, threads: int) -> TargetSession:
-        return _ScheduledSession(self.scheduler.join(request, threads), self.scheduler)
+        return GatheredSession(self.scheduler.join(request, threads), self.scheduler)
 
 
 def speculate_rows_from(profile: dict) -> int | None:

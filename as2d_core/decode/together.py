@@ -75,8 +75,9 @@ class Rendezvous:
         self._ready.notify_all()
 
 
-class _TogetherSession(SessionWrapper):
-    """A group's session whose verifications go through the rendezvous."""
+class GatheredSession(SessionWrapper):
+    """A group's session whose verifications go where the group's rows meet (a wave's rendezvous, or the
+    scheduler: anything with ``verify(session, root, candidates)`` and ``leave(session)``)."""
 
     def __init__(self, inner: TargetSession, rendezvous: Rendezvous) -> None:
         super().__init__(inner)
@@ -108,4 +109,4 @@ class WindowsTogether(TargetWrapper):
             self.rendezvous.abandon()
             raise
         self.rendezvous.join(session)
-        return _TogetherSession(session, self.rendezvous)
+        return GatheredSession(session, self.rendezvous)
