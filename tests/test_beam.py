@@ -175,7 +175,7 @@ def test_whisper_beams_in_one_call_equal_each_row_alone(whisper_target, timestam
     assert result.no_speech_prob == pytest.approx(greedy.no_speech_prob, abs=1e-6)
     assert -1.0 < result.avg_logprob < 0
     if timestamps == "segment":
-        begin = whisper_target._model.timestamp_begin
+        begin = whisper_target.model.timestamp_begin
         assert result.tokens[0] >= begin and result.segments
         assert "".join(s.text for s in result.segments) == result.text
     checks = [(SeparateRows, None)] + ([(WindowsRows, lambda h: greedy.tokens[len(h):])] if timestamps == "segment" else [])
@@ -200,7 +200,7 @@ def test_the_semantics_are_ctranslate2s():
     ctranslate2 = pytest.importorskip("ctranslate2")
     from as2d_core.setup.paths import models_dir
     from as2d_whisper.features import request_encoder_input
-    from as2d_whisper.runtime import WhisperTarget
+    from as2d_whisper.target import WhisperTarget
 
     target = WhisperTarget(models_dir() / "whisper-tiny.en")
     theirs = ctranslate2.models.Whisper(str(models_dir() / "whisper-tiny.en-ct2"), device="cpu",
@@ -217,7 +217,7 @@ def test_the_semantics_are_ctranslate2s():
                                     max_length=448, return_scores=True, suppress_blank=True, suppress_tokens=[-1],
                                     max_initial_timestamp_index=50)[0]
         tokens = reference.sequences_ids[0]
-        assert ours.tokens == tokens, f"{ours.text!r} != {target._model.decode_text(tokens)!r}"
+        assert ours.tokens == tokens, f"{ours.text!r} != {target.model.decode_text(tokens)!r}"
         average = reference.scores[0] * len(tokens) ** length_penalty / (len(tokens) + 1)
         assert ours.avg_logprob == pytest.approx(average, abs=0.01)
         found[length_penalty] = ours.tokens

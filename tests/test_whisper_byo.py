@@ -187,7 +187,7 @@ def test_an_imported_model_decodes_as_the_installed_one_and_serves_by_name(impor
     from as2d_core.setup.build import build_part, build_source
     from as2d_core.setup.catalog import resolve_bridge
     from as2d_core.setup.plugins import load_registry
-    from as2d_whisper.runtime import WhisperTarget
+    from as2d_whisper.target import WhisperTarget
     from as2d.models import resolve_target
 
     models, checkpoint = imported_tiny
@@ -294,7 +294,8 @@ def test_random_large_v3_and_turbo_convert_and_decode(tmp_path, shape, decoder_l
     from as2d_whisper.convert.imported import import_model
     from as2d_whisper.convert.tokenizers import standard_tokenizer
     from as2d_whisper.features import encoder_input
-    from as2d_whisper.runtime import WhisperSource, WhisperTarget
+    from as2d_whisper.drafter import WhisperSource
+    from as2d_whisper.target import WhisperTarget
 
     model, dims = _random_model(tmp_path, decoder_layers, seed=decoder_layers)
     if layout == "huggingface":

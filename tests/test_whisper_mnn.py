@@ -35,7 +35,8 @@ WINDOWS = ("librivox_sense_en_w01", "cmu_cards_en_w00") + (("fleurs_en_w02",) if
 def _mnn_part(kind: str):
     if importlib.util.find_spec("MNN") is None:
         pytest.fail("MNN is not installed: `pip install ./plugins/mnn` (brings the MNN wheel)")
-    from as2d_whisper.runtime import WhisperSource, WhisperTarget
+    from as2d_whisper.drafter import WhisperSource
+    from as2d_whisper.target import WhisperTarget
 
     try:
         if kind == "target":
@@ -80,14 +81,14 @@ def test_protocols_and_device(mnn_target, mnn_source):
 def test_opencl_refused_with_probe_reason(mnn_target):
     from as2d_mnn import probe
 
-    from as2d_whisper.runtime import WhisperTarget
+    from as2d_whisper.target import WhisperTarget
 
     reason = probe()["opencl"]
     if reason is None:  # an MNN built with OpenCL on a machine with a driver
-        assert WhisperTarget(mnn_target._model.dir, backend="mnn", backend_device="opencl").device == "opencl"
+        assert WhisperTarget(mnn_target.model.dir, backend="mnn", backend_device="opencl").device == "opencl"
     else:
         with pytest.raises(RuntimeError, match="opencl") as exc:
-            WhisperTarget(mnn_target._model.dir, backend="mnn", backend_device="opencl")
+            WhisperTarget(mnn_target.model.dir, backend="mnn", backend_device="opencl")
         assert reason in str(exc.value)
 
 
@@ -106,8 +107,8 @@ def test_as2d_equals_target_only_on_mnn(mnn_target, mnn_source, mnn_greedy, item
     result = run_request(request, mnn_target, mnn_source, "as2d", DecodeOptions(budget=budget),
                          bridge=resolve_bridge(mnn_source, mnn_target))
     assert result.tokens == mnn_greedy[item_id], (
-        f"{item_id} budget {budget}: as2d {mnn_target._model.decode_text(result.tokens)!r} vs target-only "
-        f"{mnn_target._model.decode_text(mnn_greedy[item_id])!r}")
+        f"{item_id} budget {budget}: as2d {mnn_target.model.decode_text(result.tokens)!r} vs target-only "
+        f"{mnn_target.model.decode_text(mnn_greedy[item_id])!r}")
     assert len(result.tokens) > 5
 
 
@@ -147,14 +148,14 @@ def test_mnn_versus_onnxruntime_recorded(mnn_target, mnn_greedy, whisper_target,
         report[item_id] = {"equal": ours == ort_tokens, "mnn_tokens": len(ours), "ort_tokens": len(ort_tokens),
                            "first_difference": first_diff}
         if ours != ort_tokens:
-            report[item_id]["mnn_text"] = mnn_target._model.decode_text(ours)
-            report[item_id]["ort_text"] = whisper_target._model.decode_text(ort_tokens)
+            report[item_id]["mnn_text"] = mnn_target.model.decode_text(ours)
+            report[item_id]["ort_text"] = whisper_target.model.decode_text(ort_tokens)
     record_property("mnn_vs_onnxruntime", json.dumps(report))
     print("MNN vs ONNX Runtime greedy tokens:", json.dumps(report, ensure_ascii=False))
 
 
 def test_missing_mnn_graphs_name_the_mnn_step(tmp_path):
-    from as2d_whisper.runtime import WhisperTarget
+    from as2d_whisper.target import WhisperTarget
 
     installed = models_dir() / "whisper-base"
     for name in ("model.json", "tokenizer.json", "encoder.onnx", "decoder.onnx"):

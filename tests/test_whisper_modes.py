@@ -34,7 +34,7 @@ def drafters(whisper_source, whisper_ct2_source):
 def test_timestamp_mode_is_exact_with_both_drafters(whisper_target, drafters, item_id):
     request = Request(item_id, speech_audio(item_id), language="en", timestamps="segment")
     reference = run_request(request, whisper_target, None, "target-only")
-    begin = whisper_target._model.timestamp_begin
+    begin = whisper_target.model.timestamp_begin
     stamps = [t for t in reference.tokens if t >= begin]
     assert reference.tokens[0] == begin or reference.tokens[0] - begin <= 50  # the first one at most 1 s in
     assert stamps == sorted(stamps) and len(stamps) >= 2
@@ -75,7 +75,7 @@ def test_prompt_hotwords_and_previous_text_reach_target_and_drafters_and_stay_ex
                       hotwords="spades hearts", previous_text="Five of spades.")
     session = whisper_target.prepare(request, 1)
     try:
-        model = whisper_target._model
+        model = whisper_target.model
         assert session.prompt[0] == model.special["sot_prev"] and session.prompt[-1] == model.no_timestamps
         said = _between_prev_and_start(session.prompt, model)
         assert said == " spades hearts Ten of clubs. Four queen. Five of spades."
@@ -84,7 +84,7 @@ def test_prompt_hotwords_and_previous_text_reach_target_and_drafters_and_stay_ex
     jobs = {name: source.prepare(request, "en", 1) for name, source in drafters.items()}
     for name, job in jobs.items():
         try:
-            vocabulary = drafters[name]._model if name == "onnx" else drafters[name]
+            vocabulary = drafters[name].model if name == "onnx" else drafters[name]
             assert _between_prev_and_start(job.prompt, vocabulary) == said, name  # the drafter's prompt is the same
         finally:
             job.close()
@@ -107,7 +107,7 @@ def test_a_prompt_over_whispers_limit_is_refused_and_earlier_text_is_cut_as_whis
     session = whisper_target.prepare(Request("kept", audio, language="en", prompt=" one" * 100,
                                              previous_text=" two" * 200 + " three"), 1)
     try:  # the earlier windows' text keeps its last 223 tokens, as Whisper keeps them
-        said = _between_prev_and_start(session.prompt, whisper_target._model).split()
+        said = _between_prev_and_start(session.prompt, whisper_target.model).split()
         assert len(said) == 223 and said[-1] == "three" and said[0] == "one" and said.count("one") == 22
     finally:
         session.close()

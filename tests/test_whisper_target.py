@@ -79,15 +79,15 @@ def test_greedy_equals_faster_whisper(target, faster_whisper_base, item_id):
 
 def test_language_detection(target, monkeypatch):
     """German detected from the encoder output the transcription uses: one encoder pass, not two."""
-    monkeypatch.setattr(target._model, "audio_cache_size", 0)  # other tests may have cached this audio's encoding
-    executor = target._model.executor
+    monkeypatch.setattr(target.model, "audio_cache_size", 0)  # other tests may have cached this audio's encoding
+    executor = target.model.executor
     encode, calls = executor.encode, []
     monkeypatch.setattr(executor, "encode", lambda *args: calls.append(args[0]) or encode(*args))
     audio = speech_audio("fleurs_de_w00")
     session = target.prepare(Request("de", audio), threads=2)
     try:
         assert session.language == "de"
-        assert calls == [target._model.encoder_file]
+        assert calls == [target.model.encoder_file]
     finally:
         session.close()
 
@@ -183,7 +183,7 @@ def test_every_method_gets_the_targets_scores(target, whisper_ct2_source):
 
 
 def test_missing_model_dir_names_install_command(tmp_path):
-    from as2d_whisper.runtime import WhisperTarget
+    from as2d_whisper.target import WhisperTarget
 
     with pytest.raises(FileNotFoundError, match="as2d models install whisper-base whisper-tiny.en") as exc:
         WhisperTarget(tmp_path / "nowhere")
@@ -193,13 +193,13 @@ def test_missing_model_dir_names_install_command(tmp_path):
 def test_nnapi_refused_without_provider(target):
     import onnxruntime as ort
 
-    from as2d_whisper.runtime import WhisperTarget
+    from as2d_whisper.target import WhisperTarget
 
     if "NnapiExecutionProvider" in ort.get_available_providers():  # ONNX Runtime's name for the NNAPI provider
-        assert WhisperTarget(target._model.dir, backend_device="nnapi").device == "nnapi"
+        assert WhisperTarget(target.model.dir, backend_device="nnapi").device == "nnapi"
     else:
         with pytest.raises(RuntimeError, match="NnapiExecutionProvider"):
-            WhisperTarget(target._model.dir, backend_device="nnapi")
+            WhisperTarget(target.model.dir, backend_device="nnapi")
 
 
 def test_decoder_binds_the_audio_in_place(target):
@@ -207,7 +207,7 @@ def test_decoder_binds_the_audio_in_place(target):
     array: a step copies no audio (slicing one stacked input made ONNX Runtime copy 36 MB a step)."""
     from as2d_whisper.graph_io import audio_feed, audio_input_names
 
-    model = target._model
+    model = target.model
     session = model.executor.session(model.decoder_file, 1)
     names = [i.name for i in session.get_inputs()]
     assert names == ["tokens", "past", *audio_input_names(model.n_layers)]
@@ -224,10 +224,10 @@ def test_an_older_model_format_is_refused_and_converted_again(target, tmp_path):
     """A folder converted by an earlier plugin is refused with the command that converts it again, and
     that command does not take the folder as installed."""
     from as2d_whisper.plugin import REQUIRED_FILES, _installed
-    from as2d_whisper.runtime import WhisperTarget
+    from as2d_whisper.target import WhisperTarget
 
     old = tmp_path / "whisper-base"
-    shutil.copytree(target._model.dir, old)
+    shutil.copytree(target.model.dir, old)
     assert _installed(old, REQUIRED_FILES)
     meta = json.loads((old / "model.json").read_text())
     (old / "model.json").write_text(json.dumps({**meta, "format_version": 1}))

@@ -196,9 +196,9 @@ def test_a_file_decoded_in_waves_equals_one_window_at_a_time(method, target_name
 
 def test_a_target_without_a_windows_graph_decodes_one_window_at_a_time(whisper_source, file_audio):
     """The drafter's folder has no windows graph (nor has an MNN target): the file is decoded as before."""
-    from as2d_whisper.runtime import WhisperTarget
+    from as2d_whisper.target import WhisperTarget
 
-    tiny = WhisperTarget(whisper_source._model.dir)
+    tiny = WhisperTarget(whisper_source.model.dir)
     assert tiny.window_group(2, 1) is None
     decode = DecodeOptions(route="windows", batch_windows=4, target_threads=1)
     transcript = Pipeline(tiny, None, PipelineOptions(method="target-only", language="en", decode=decode)).transcribe(

@@ -83,7 +83,7 @@ def test_punctuation_joins_its_neighbours():
 def test_words_split_at_spaces_and_at_characters(whisper_target):
     from as2d_whisper.alignment import split_words
 
-    model = whisper_target._model
+    model = whisper_target.model
     decode = model.decode_text
     english = model.encode_text(" Mr. Dashwood's ill-disposed, isn't he?")
     assert [w for w, _ in split_words(english, decode, spaced=True)] == [

@@ -1,5 +1,6 @@
 """Whisper for as2d: a CTranslate2 weight reader, an ONNX converter and ORT runtimes.
 
-The runtime (``as2d_whisper.runtime``) needs only numpy, onnxruntime and
-tokenizers; conversion additionally needs torch and onnx (the ``convert`` extra).
+The target (``target``) and drafters (``drafter``, ``ct2_drafter``), on the executors (``executors``) of a
+loaded folder (``model_files``, ``vocabulary``), need only numpy, onnxruntime and tokenizers; conversion
+additionally needs torch and onnx (the ``convert`` extra).
 """

@@ -281,7 +281,7 @@ class WordTimestamps:
     the encoder runs again.
     """
 
-    _model: "object"
+    model: "object"  # the loaded folder (``model_files.ModelFiles``)
 
     @property
     def _words(self) -> _WordState:
@@ -298,7 +298,7 @@ class WordTimestamps:
     def prepare_words(self, threads: int) -> None:
         """The aligner graph's session for ``threads``, run once on silence so that its first real pass
         costs what every later one does (a clear error if the folder lacks the graph); then nothing."""
-        model, aligner = self._model, self._aligner()
+        model, aligner = self.model, self._aligner()
         if threads in self._words.warm:
             return
         dims = model.meta["dims"]
@@ -308,7 +308,7 @@ class WordTimestamps:
 
     def align_words(self, request: Request, language: str, tokens: Sequence[int], threads: int) -> list[Word]:
         """The words of ``tokens`` (a response to ``request`` in ``language``), seconds from the request's start."""
-        model = self._model
+        model = self.model
         text = [int(t) for t in tokens if int(t) < model.eot]
         if not text:
             return []
@@ -316,9 +316,7 @@ class WordTimestamps:
         with self._words.lock:
             cross = self._words.kept.pop(request.request_id, None)
         if cross is None:
-            from .runtime import _audio_kv
-
-            cross = _audio_kv(model, request, threads)
+            cross = model.audio_kv(request, threads)
         plain = attrs.evolve(request, timestamps="none", prompt=None, previous_text=None, hotwords=None)
         start = model.decoder_prompt(plain, language)  # <|startoftranscript|> [language task] <|notimestamps|>
         n_frames = min(request.audio.size // 160, 2 * cross.shape[3])  # mel frames of audio (10 ms each)
@@ -331,7 +329,7 @@ class WordTimestamps:
     def _in_segments(self, request: Request, tokens: Sequence[int], words: list[_Timed], median: float,
                      longest: float) -> list[Word]:
         """Words shared out to the response's segments by their tokens, each fitted into its segment."""
-        model = self._model
+        model = self.model
         if request.timestamps == "none":
             bounds = [(0.0, request.duration_s, sum(1 for t in tokens if t < model.eot))]
         else:
@@ -359,6 +357,6 @@ class WordTimestamps:
         state = self._words
         with state.lock:
             if state.aligner is None:
-                model = self._model
+                model = self.model
                 state.aligner = WhisperAligner(model.dir, model.device if model.backend == "onnxruntime" else "cpu")
             return state.aligner

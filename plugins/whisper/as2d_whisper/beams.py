@@ -25,10 +25,10 @@ class _Rows:
     def __init__(self, session, width: int):
         if width < 1:
             raise ValueError(f"beam rows need a width of at least 1, got {width}")
-        if not hasattr(session._state, "cache"):
+        if not hasattr(session.state, "cache"):
             raise ValueError("beam rows start from a session prepared alone, not in a window group")
         self.width = width
-        self._model, self._rules, self._first = session._model, session._rules, session._first_row
+        self._model, self._rules, self._first = session.model, session.rules, session.first_row
         self._prompt = len(session.prompt)
         self._responses: list[list[int]] = [[] for _ in range(width)]
 
@@ -69,11 +69,11 @@ class WindowsRows(_Rows):
 
     def __init__(self, session, width: int):
         super().__init__(session, width)
-        model, alone = self._model, session._state
+        model, alone = self._model, session.state
         self._graph = model.executor.session(WINDOWS_FILE, alone.threads)
         # one window's audio K/V for every row: the graph's attention broadcasts it (the same logits as a copy per
         # row, measured bit for bit; a fifth less CPU a step for 5 rows, and 36 MB a row not copied)
-        self._audio = {name: block[None] for name, block in audio_feed(alone._cross).items()}
+        self._audio = {name: block[None] for name, block in audio_feed(alone.audio).items()}
         self._cache = np.empty((model.max_length, width, *alone.cache.shape[1:]), np.float32)
         self._cache[: self._prompt] = alone.cache[: self._prompt, None]
 
@@ -110,10 +110,10 @@ class SeparateRows(_Rows):
 
     def __init__(self, session, width: int):
         super().__init__(session, width)
-        alone = session._state
+        alone = session.state
         self._states = [copy.copy(alone) for _ in range(width)]  # the audio input as the executor holds it, shared
         for state in self._states:
-            state.cache, state._logits = alone.cache.copy(), alone._logits.copy()
+            state.cache, state.logits = alone.cache.copy(), alone.logits.copy()
             state.bind(alone.threads)
 
     def _reorder(self, parents: list[int], kept: int) -> None:
@@ -137,7 +137,7 @@ class SeparateRows(_Rows):
 
 def beam_rows(session, width: int) -> _Rows:
     """The faster layout this session's model offers: the windows graph's one call where it is installed."""
-    model = session._model
+    model = session.model
     if model.backend == "onnxruntime" and (model.dir / WINDOWS_FILE).is_file():
         return WindowsRows(session, width)
     return SeparateRows(session, width)

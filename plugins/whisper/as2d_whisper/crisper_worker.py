@@ -41,8 +41,6 @@ def _load(setup: dict):
 
 
 def _decode(ct2, main, draft, setup: dict, request: dict, features) -> dict:
-    import numpy as np
-
     mel = ct2.StorageView.from_array(features)
     prompt = [int(t) for t in request["prompt"]]
     eot, new = int(setup["eot"]), int(request["max_new_tokens"])

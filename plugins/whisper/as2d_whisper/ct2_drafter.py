@@ -30,7 +30,7 @@ from as2d_core.workers.priority import run_at_lower_priority, thread_niceness
 from .convert.ct2_folder import CT2_FILES
 from .features import (HOP_LENGTH, N_FRAMES, SAMPLE_RATE, pad_or_trim, quiet_cuts, request_encoder_input,
                        request_log_mel)
-from .runtime import LAST_TIMESTAMP, WhisperVocabulary, read_model_folder
+from .vocabulary import LAST_TIMESTAMP, WhisperVocabulary, read_model_folder
 
 NAME = "whisper-tiny.en-ct2"
 _DEFAULTS = DecodeOptions()

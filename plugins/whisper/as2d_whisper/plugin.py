@@ -48,7 +48,7 @@ def _backend(options: dict) -> str:
 
 def _target_factory(name: str, install: str | None = None):
     def target(options: dict):
-        from .runtime import WhisperTarget
+        from .target import WhisperTarget
 
         return WhisperTarget(
             _model_dir(options, name),
@@ -64,7 +64,7 @@ def _target_factory(name: str, install: str | None = None):
 
 def _whisper_source(name: str):
     def source(options: dict):
-        from .runtime import WhisperSource
+        from .drafter import WhisperSource
 
         folder = _model_dir(options, name)
         return WhisperSource(

@@ -23,7 +23,7 @@ import numpy as np
 from as2d_core.contracts import Request
 
 from .graph_io import WINDOWS_FILE, audio_feed, audio_input_names
-from .runtime import WhisperTargetSession
+from .target import WhisperTargetSession
 
 __all__ = ["WINDOWS_FILE", "WhisperWindowGroup"]
 
@@ -68,7 +68,7 @@ class WhisperWindowGroup:
     def __init__(self, target, size: int, threads: int):
         if size < 1:
             raise ValueError(f"a window group needs at least one row, got {size}")
-        model = self._model = target._model
+        model = self._model = target.model
         self._target, self.size, self._threads = target, size, threads
         self._session = model.executor.session(WINDOWS_FILE, threads)
         self._names = audio_input_names(model.n_layers)
@@ -90,19 +90,19 @@ class WhisperWindowGroup:
         """The request's session, prepared as alone, its cache and audio K/V moved into the group's next row."""
         with self._preparing:  # one encoder at a time, on all the threads
             session = self._target.prepare(request, threads)
-        alone = session._state
+        alone = session.state
         with self.lock:
             if len(self._rows) == self.size:
                 session.close()
                 raise RuntimeError(f"all {self.size} rows of the window group are taken")
             row = _Row(self, len(self._rows))
-            for block, column in zip(audio_feed(alone._cross).values(), self._audio):
+            for block, column in zip(audio_feed(alone.audio).values(), self._audio):
                 column[row.row] = block
             self.lengths[row.row] = alone.length
             self._lay_out(list(range(len(self._rows))), joining=alone)
             self._rows.append(row)
         alone.close()
-        session._state = row
+        session.state = row
         return session
 
     def leave(self, row: _Row) -> None:
@@ -131,8 +131,8 @@ class WhisperWindowGroup:
     def verify_rows(self, rows: Sequence[tuple[WhisperTargetSession, int, Sequence[int]]]) -> list[list[int]]:
         """Each session's chosen tokens after its root and candidates (its own mode), all sessions in one call."""
         appended = [[int(root), *(int(c) for c in candidates)] for _, root, candidates in rows]
-        logits = self.append({session._state: tokens for (session, _, _), tokens in zip(rows, appended)})
-        return [session.chosen(tokens, logits[session._state]) for (session, _, _), tokens in zip(rows, appended)]
+        logits = self.append({session.state: tokens for (session, _, _), tokens in zip(rows, appended)})
+        return [session.chosen(tokens, logits[session.state]) for (session, _, _), tokens in zip(rows, appended)]
 
     def append(self, rows: dict[_Row, list[int]]) -> dict[_Row, np.ndarray]:
         """Append each row's tokens in one call; each row's logits [K, vocab]."""

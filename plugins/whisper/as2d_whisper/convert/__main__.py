@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mnn", action="store_true",
                         help="only add the MNN graphs to already converted (ONNX) folders (needs MNN, not torch)")
     args = parser.parse_args(argv)
-    from ..runtime import default_models_dir
+    from as2d_core.setup.paths import models_dir as default_models_dir
 
     root = Path(args.out) if args.out else default_models_dir()
     for name in args.names:
