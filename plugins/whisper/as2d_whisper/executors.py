@@ -88,11 +88,12 @@ class OrtDecoder:
         self.session.run_with_iobinding(b)
 
 
-def make_executor(backend: str, model_dir: Path, device: str):
+def executor_kind(backend: str) -> type:
+    """The executor class of ``backend`` (its ``suffix`` names its graphs' files); the one check of the name."""
     if backend == "onnxruntime":
-        return OrtExecutor(model_dir, device)
+        return OrtExecutor
     if backend == "mnn":
         from .mnn_backend import MnnExecutor
 
-        return MnnExecutor(model_dir, device)
+        return MnnExecutor
     raise ValueError(f"unknown Whisper backend {backend!r}; choose one of {', '.join(BACKENDS)}")

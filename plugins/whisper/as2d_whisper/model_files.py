@@ -17,7 +17,7 @@ import numpy as np
 from as2d_core.contracts import Request
 from as2d_core.setup.paths import absent_files
 
-from .executors import BACKENDS, make_executor
+from .executors import executor_kind
 from .features import request_encoder_input
 from .vocabulary import INSTALL_HINT, WhisperVocabulary, read_model_folder
 
@@ -34,10 +34,8 @@ class ModelFiles(WhisperVocabulary):
 
     def __init__(self, model_dir: str | Path, decoder: str, device: str, backend: str = "onnxruntime",
                  install_hint: str = INSTALL_HINT):
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown Whisper backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-        suffix = ".mnn" if backend == "mnn" else ".onnx"
-        self.encoder_file, self.decoder_file = "encoder" + suffix, decoder + suffix
+        kind = executor_kind(backend)
+        self.encoder_file, self.decoder_file = "encoder" + kind.suffix, decoder + kind.suffix
         hint = install_hint
         model_dir = Path(model_dir).expanduser()
         if backend == "mnn" and not absent_files(model_dir, ("model.json", "tokenizer.json")):
@@ -45,7 +43,7 @@ class ModelFiles(WhisperVocabulary):
         self.dir, self.meta, self.tokenizer = read_model_folder(model_dir, [self.encoder_file, self.decoder_file], hint)
         self.backend = backend
         self.device = device
-        self.executor = make_executor(backend, self.dir, device)
+        self.executor = kind(self.dir, device)
         dims = self.meta["dims"]
         self.n_layers, self.n_heads = dims["decoder_layers"], dims["decoder_heads"]
         self.head_dim = dims["d_model"] // dims["decoder_heads"]
