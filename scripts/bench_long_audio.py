@@ -192,6 +192,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--temperature", default=",".join(map(str, DecodeOptions().temperature)),
                         help="our rows' temperatures, comma-separated (0 alone: no fallback)")
     parser.add_argument("--condition-on-previous-text", action="store_true")
+    parser.add_argument("--label", default=None, help="the setting's name in every row (scripts/results.py groups "
+                        "rows by it; default: route, beams, temperatures and conditioning)")
     parser.add_argument("--reference", type=Path, default=None,
                         help="clip texts for word error rates (default: the audio's .json beside it, if any)")
     parser.add_argument("--batch-windows", default="1",
@@ -211,6 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     decode = DecodeOptions(target_threads=args.threads, drafter_nice=args.drafter_nice, guess_nice=args.guess_nice,
                            route=args.route, beam_size=args.beam_size, temperature=args.temperature,
                            condition_on_previous_text=args.condition_on_previous_text)
+    label = args.label or (f"{args.route} beam {args.beam_size} T {args.temperature}"
+                           + (" conditioned" if args.condition_on_previous_text else ""))
     sidecar = args.reference or args.audio.with_suffix(".json")
     truth = " ".join(c["text"] for c in json.loads(sidecar.read_text())) if sidecar.is_file() else None
     options = PipelineOptions(language=args.language, decode=decode)
@@ -251,6 +255,7 @@ def main(argv: list[str] | None = None) -> None:
             if truth is not None:
                 row.update(word_errors(row["text"], truth))
             row.update(round=round_, audio_s=decoded.duration_s, rtf=row["wall_s"] / decoded.duration_s,
+                       target=args.target, setting=label,
                        source=args.source if method in ours and get_method(ours[method][0]).needs_source else None)
             rows.append(row)
             _write(row, args.out)
