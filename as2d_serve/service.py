@@ -24,7 +24,8 @@ import numpy as np
 
 from as2d_core.setup.build import build_parts, build_source, pipeline_options, source_spec
 from as2d_core.setup.config import Config, Report
-from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Closable, Request, Target, TargetSession
+from as2d_core.contracts import (SAMPLE_RATE, BeamRows, BeamScoring, BridgeFactory, Closable, Request, Target,
+                                 TargetSession)
 from as2d_core.decode.methods import get_method, method_names
 from as2d_core.setup.options import SERVE
 from as2d_core.decode.options import DecodeOptions
@@ -71,12 +72,32 @@ class Cancel:
             raise Cancelled(self.reason or "cancelled")
 
 
+class _CancellableRows:
+    """Beam rows whose every step first checks the request's cancel flag."""
+
+    def __init__(self, rows: BeamRows, cancel: Cancel):
+        self.inner, self._cancel, self.width = rows, cancel, rows.width
+
+    def first_logits(self):
+        self._cancel.check()
+        return self.inner.first_logits()
+
+    def advance(self, rows):
+        self._cancel.check()
+        return self.inner.advance(rows)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 class _CancellableSession(SessionWrapper):
     """A target session whose every call first checks the request's cancel flag."""
 
     def __init__(self, session: TargetSession, cancel: Cancel):
         super().__init__(session)
         self._cancel = cancel
+        if isinstance(session, BeamScoring):  # beam search steps through its rows, not through verify
+            self.beam_rows = lambda width: _CancellableRows(session.beam_rows(width), cancel)
 
     def first_token(self) -> int:
         self._cancel.check()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from as2d_core.contracts import (Closable, FeatureList, KnownVocabulary, LanguageDetector, PrefixDrafting,
+from as2d_core.contracts import (BeamScoring, Closable, FeatureList, KnownVocabulary, LanguageDetector, PrefixDrafting,
                                  ResponseScores, ScoredSession, Source, Target, TargetSession, TaskList,
                                  TimestampVocabulary, WordAligner)
 from as2d_core.decode.faults import FaultLandingTarget, FaultySource
@@ -20,7 +20,8 @@ from tiny_lm import ScriptedSource, TinyLM
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE_CAPABILITIES = (Source, Closable, TaskList, TimestampVocabulary, PrefixDrafting)
 TARGET_CAPABILITIES = (Target, FeatureList, WordAligner, LanguageDetector)
-SESSION_CAPABILITIES = (TargetSession, KnownVocabulary, TimestampVocabulary, ScoredSession, ResponseScores)
+SESSION_CAPABILITIES = (TargetSession, KnownVocabulary, TimestampVocabulary, ScoredSession, ResponseScores,
+                        BeamScoring)
 
 
 class FullSource(ScriptedSource):
@@ -101,6 +102,9 @@ class FullSession(ContractSession):
     def no_speech_prob(self):
         return 0.25
 
+    def beam_rows(self, width):
+        return ("rows", width)
+
 
 def public(part) -> set[str]:
     return {name for name in dir(part) if not name.startswith("_")}
@@ -161,7 +165,7 @@ def test_a_wrapped_session_exposes_exactly_what_its_session_does(inner):
     contract = {"language", "eos_token", "max_new_tokens", "cache_length", "first_token", "verify", "truncate",
                 "use_threads", "decode_text", "encode_text", "close"}
     optional = {"vocab_size", "timestamp_begin", "time_precision_s", "first_token_confidence",
-                "verify_with_confidence", "token_logprobs", "no_speech_prob"}
+                "verify_with_confidence", "token_logprobs", "no_speech_prob", "beam_rows"}
     assert public(wrapped) == {"inner"} | contract | (optional & public(inner))
     assert wrapped.verify(4, [6, 7]) == [4, 6, 7] and wrapped.first_token() == 5
     wrapped.truncate(1)
@@ -169,6 +173,7 @@ def test_a_wrapped_session_exposes_exactly_what_its_session_does(inner):
     if isinstance(inner, KnownVocabulary):
         assert wrapped.vocab_size == 40 and wrapped.verify_with_confidence(3, []) == ([3], [0.9])
         assert wrapped.token_logprobs() == [-0.1, -0.1] and wrapped.no_speech_prob() == 0.25
+        assert wrapped.beam_rows(3) == ("rows", 3)
 
 
 def test_the_servers_cancellable_session_checks_the_flag_and_forwards_the_rest(tiny_request):
@@ -182,6 +187,8 @@ def test_the_servers_cancellable_session_checks_the_flag_and_forwards_the_rest(t
     with pytest.raises(Cancelled, match="client gone"):
         session.verify(first, [])
     assert session.decode_text([first]) == session.inner.decode_text([first])  # no model call: not cancelled
+    with pytest.raises(Cancelled, match="client gone"):  # beam search's steps are stopped the same way
+        session.beam_rows(2).advance([(0, 0, [first]), (1, 0, [first])])
 
 
 def _defines_getattr(path: Path) -> bool:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from as2d_core.contracts import (Closable, DraftJob, FeatureList, KnownVocabulary, LanguageDetector, PrefixDrafting,
-                                 Request, ResponseScores, ScoredSession, Source, Target, TargetSession, TaskList,
-                                 TimestampVocabulary, WindowBatching, WordAligner)
+from as2d_core.contracts import (BeamScoring, Closable, DraftJob, FeatureList, KnownVocabulary, LanguageDetector,
+                                 PrefixDrafting, Request, ResponseScores, ScoredSession, Source, Target,
+                                 TargetSession, TaskList, TimestampVocabulary, WindowBatching, WordAligner)
 
 
 class SourceWrapper:
@@ -76,6 +76,8 @@ class SessionWrapper:
             self.verify_with_confidence = inner.verify_with_confidence
         if isinstance(inner, ResponseScores):
             self.token_logprobs, self.no_speech_prob = inner.token_logprobs, inner.no_speech_prob
+        if isinstance(inner, BeamScoring):
+            self.beam_rows = inner.beam_rows
 
     @property
     def cache_length(self) -> int:
