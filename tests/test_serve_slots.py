@@ -2,6 +2,7 @@
 the scheduler (``as2d_core.decode.scheduler``), each answer exactly what the request gets alone."""
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -56,3 +57,15 @@ def test_three_requests_at_once_are_each_exact(slots_server, clips):
     assert slots_server.metric("as2d_batch_rows_count") > slots_server.metric('as2d_batch_rows_bucket{le="1.0"}')
     assert slots_server.metric("as2d_rows_speculating") == 0
     assert slots_server.metric("as2d_queue_wait_seconds_count") >= len(clips) + len(alone)
+
+
+def test_a_profile_without_batch_costs_is_refused_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from as2d_serve.plugin import serve
+
+    profile = tmp_path / "old.json"
+    profile.write_text(json.dumps({"verify_s": {}}))
+    result = CliRunner().invoke(serve, ["--slots", "2", "--profile", str(profile)])
+    assert result.exit_code == 2
+    assert "has no batch costs (batch_s)" in result.output and len(result.output.strip().splitlines()) == 1
