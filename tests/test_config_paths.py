@@ -56,8 +56,12 @@ def _other_values() -> dict[str, object]:
             value = next(c for c in choices if c != field.default)
         elif field.metadata["kind"] is bool:
             value = not field.default
+        elif "config_kinds" in field.metadata:  # temperatures: a list in a file
+            value = [0.0, 0.3]
         elif field.metadata["kind"] is str:
             value = f"the {field.name} of this file"
+        elif field.metadata["kind"] is float and high is not None:  # a fraction: between its bounds
+            value = next(x for x in (0.25, 0.5, 0.75) if x != field.default and low <= x <= high)
         else:
             value = next(x for x in itertools.count(low or 0) if x != field.default and x not in used)
             assert high is None or value <= high, field.name

@@ -127,7 +127,7 @@ def test_a_request_cut_short_is_decoded_again_from_its_last_timestamp():
             last = tokens[pairs[-1] - 1] - BEGIN
             assert following.window.start == step.window.start + last * 2 * HOP
             moved += 1
-    assert moved > 0 and steps[-1].window.end == audio.size // HOP * HOP
+    assert moved > 0 and steps[-1].window.end == audio.size
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,8 @@ def needs_fallback(attempt: Attempt, mode: DecodeOptions) -> bool:
     """faster-whisper's rule: too repetitive or too unsure, unless it is silence (then no hotter try helps)."""
     too_repetitive = (mode.compression_ratio_threshold is not None
                       and attempt.compression_ratio > mode.compression_ratio_threshold)
-    unsure = mode.log_prob_threshold is not None and attempt.avg_logprob < mode.log_prob_threshold
+    scored = attempt.result.avg_logprob is not None  # a target that keeps no scores is judged by its text alone
+    unsure = scored and mode.log_prob_threshold is not None and attempt.avg_logprob < mode.log_prob_threshold
     silence = (mode.no_speech_threshold is not None and attempt.no_speech_prob > mode.no_speech_threshold
                and unsure)
     return (too_repetitive or unsure) and not silence

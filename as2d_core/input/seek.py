@@ -75,7 +75,8 @@ def seek_steps(samples: np.ndarray, make_request: Callable[[int, np.ndarray, str
     prompt_on = initial_prompt
     while seek < content_frames:
         size = min(SEGMENT_FRAMES, content_frames - seek)
-        window = Window(index, seek * HOP, (seek + size) * HOP)
+        last = seek + size >= content_frames  # the last request also takes the samples after the last whole frame
+        window = Window(index, seek * HOP, samples.size if last else (seek + size) * HOP)
         previous = "".join(history) if history and mode.condition_on_previous_text else None
         request = make_request(index, samples[window.start : window.end], previous, prompt_on)
         attempt, attempts = decode_with_fallback(request, decode, mode, key=seek)

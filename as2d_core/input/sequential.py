@@ -12,7 +12,7 @@ from typing import Protocol
 import attrs
 import numpy as np
 
-from as2d_core.contracts import Request
+from as2d_core.contracts import FeatureList, Request, Target
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.result import DecodeResult
 from as2d_core.input.seek import SeekStep, SpeechMap, seek_steps
@@ -21,7 +21,9 @@ from as2d_core.input.windows import SpeechDetector
 
 
 class Decoding(Protocol):
-    """What the loop needs of a pipeline (``Pipeline``): its requests and its two ways of decoding one."""
+    """What the loop needs of a pipeline (``Pipeline``): its target, its requests and its two ways of decoding one."""
+
+    target: Target
 
     def request(self, request_id: str, samples: np.ndarray, first: bool = True,
                 previous_text: str | None = None) -> Request: ...
@@ -39,9 +41,25 @@ def speech_only(samples: np.ndarray, detector: SpeechDetector | None) -> tuple[n
     return speech.joined(samples), speech
 
 
+def fitted_mode(target: Target, mode: DecodeOptions) -> tuple[DecodeOptions, list[str]]:
+    """The mode as ``target`` can run it, and what was left out: a target without timestamps seeks by whole
+    requests (as faster-whisper's ``without_timestamps``), one that cannot sample has no temperature fallback."""
+    offered = target.features if isinstance(target, FeatureList) else frozenset()
+    notes = []
+    if mode.timestamps != "none" and "timestamps" not in offered:
+        mode = attrs.evolve(mode, timestamps="none")
+        notes.append(f"target {target.name} decodes no timestamps: each long-form request moves the seek 30 s on")
+    if len(mode.temperature) > 1 and "sampling" not in offered:
+        mode = attrs.evolve(mode, temperature=mode.temperature[:1])
+        notes.append(f"target {target.name} does not sample: no temperature fallback")
+    return mode, notes
+
+
 def long_form_steps(pipeline: Decoding, audio: np.ndarray, request_id: str, mode: DecodeOptions,
                     decode: Callable[[Request], DecodeResult] | None = None) -> Iterator[SeekStep]:
     """The loop's requests on ``audio``, each decoded (by ``decode``, default the pipeline's method) when reached."""
+
+    mode, _notes = fitted_mode(pipeline.target, mode)
 
     def make(index: int, chunk: np.ndarray, previous: str | None, first: bool) -> Request:
         request = pipeline.request(f"{request_id}-s{index:03d}", chunk, first=first, previous_text=previous)
@@ -67,7 +85,7 @@ def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str,
     kept text when the request is done, pieces that spell the transcript's text; ``on_progress`` the file's time
     each request ends at (the next one may start before it)."""
     audio, speech = speech_only(samples, detector)
-    notes: list[str] = []
+    notes = fitted_mode(pipeline.target, mode)[1]
     if audio.size == 0:
         return [], speech, ["the voice-activity detector found no speech"]
     steps: list[SeekStep] = []
