@@ -22,6 +22,7 @@ from collections.abc import Callable
 import attrs
 import numpy as np
 
+from as2d_core.workers.cleanup import reported
 from as2d_core.setup.build import build_parts, build_source, pipeline_options, source_spec
 from as2d_core.setup.config import Config, Report
 from as2d_core.contracts import (SAMPLE_RATE, BeamRows, BeamScoring, BridgeFactory, Closable, Request, Target,
@@ -213,10 +214,7 @@ class Worker:
             source = self.sources.pop(name, None)
             self.bridges.pop(name, None)
         if isinstance(source, Closable):
-            try:
-                source.close()
-            except Exception:
-                pass
+            reported(source.close, f"closing the drafter {name}")
 
     def transcribe(self, ask: Ask, cancel: Cancel, fault: str | None,
                    on_text: Callable[[str], None] | None = None, scheduler: Scheduler | None = None,

@@ -11,12 +11,12 @@ does not know it happens. A failure in the background surfaces in ``pieces``
 """
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
 from collections.abc import Iterator
 
 from as2d_core.workers import drafter_threads
+from as2d_core.workers.cleanup import reported
 from as2d_core.workers.priority import lower_thread_priority, thread_niceness
 from as2d_core.contracts import CancellableJob, DraftJob, DraftPiece, Request, Source
 from as2d_core.decode.wrappers import SourceWrapper
@@ -78,8 +78,7 @@ class _AheadJob:
         finally:
             self._running = None
             if job is not None:
-                with contextlib.suppress(Exception):
-                    job.close()
+                reported(job.close, "the lookahead drafter: closing the drafted job")
             on_end, self._on_end, self._prepared = self._on_end, None, None  # no cycle back to the source
             on_end(self)
 
@@ -104,8 +103,7 @@ class _AheadJob:
         self._stop.set()
         running = self._running
         if isinstance(running, CancellableJob):
-            with contextlib.suppress(Exception):
-                running.cancel()
+            reported(running.cancel, "the lookahead drafter: cancelling the drafted job")
 
     def close(self) -> None:
         self.cancel()
@@ -115,8 +113,7 @@ class _AheadJob:
                 self._started = True
                 prepared, self._prepared, self._on_end, self._run_args = self._prepared, None, None, None
         if prepared is not None:
-            with contextlib.suppress(Exception):
-                prepared.close()
+            reported(prepared.close, "the lookahead drafter: closing a job prepared ahead")
 
 
 class LookaheadSource(SourceWrapper):

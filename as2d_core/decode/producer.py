@@ -5,6 +5,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from as2d_core.workers.cleanup import reported
 from as2d_core.contracts import Bridge, CancellableJob, DraftJob, DraftPiece
 from as2d_core.decode.buffer import CandidateBuffer
 from as2d_core.decode.events import EventLog
@@ -118,11 +119,8 @@ class Producer(threading.Thread):
         finally:
             if not deferred:
                 self.buffer.close("stopped")
-            try:
-                if self.job is not None:
-                    self.job.close()
-            except Exception:
-                pass
+            if self.job is not None:
+                reported(self.job.close, f"closing the draft job of {self.buffer.request_id}")
 
     def _bridge_and_publish(self, piece: DraftPiece, start: float) -> None:
         ready, ready_conf = self.bridge.push(piece.tokens, piece.confidences)

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from as2d_core.workers.cleanup import reported
 from as2d_core.contracts import DraftPiece, Request, TaskList
 from as2d_core.workers.priority import lower_thread_priority
 
@@ -156,10 +157,7 @@ def _draft(source, job, number: int, control: _Channel) -> None:
 
 def _close(job) -> None:
     if job is not None:
-        try:
-            job.close()
-        except Exception:
-            pass
+        reported(job.close, "closing a drafter process's job")
 
 
 class _Child:
