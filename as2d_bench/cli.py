@@ -25,7 +25,8 @@ from as2d_core.setup.options import config_keys, option_flags
 from as2d_core.decode.methods import BUILTIN
 
 from .folder import says_how_to_resume
-from .runner import SD, bench_methods
+from .runner import bench_methods
+from .summary import SD
 from .summary import SD_PARTS
 from .spec import SERIAL_SOURCE
 

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from as2d_core.input.audio import load_audio
-from .runner import Window, _NoBar, _progress, error_row, timelines_of, write_outputs
+from .rows import error_row
+from .runner import Window, _NoBar, _progress, timelines_of, write_outputs
 from .spec import BenchSpec
 
 SLOT_LOCKS = Path(os.environ.get("AS2D_SLOT_DIR", "/tmp"))

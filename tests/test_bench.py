@@ -378,7 +378,7 @@ def test_bench_command_worker_options_need_ray(manifest, tmp_path):
 
 
 def test_median_round_keeps_the_middle_run_and_hides_no_mismatch_or_failure():
-    from as2d_bench.runner import median_round
+    from as2d_bench.rows import median_round
 
     runs = [(_row("a", "as2d", 10, 1.0, e2e_s=e2e, exact=exact), {"round": i})
             for i, (e2e, exact) in enumerate([(3.0, True), (1.0, False), (2.0, True), (4.0, True)])]
