@@ -22,7 +22,8 @@ import numpy as np
 
 from as2d_core.cli.progress import AudioProgress
 from as2d_core.cli.subtitles import words_by_segment
-from as2d_core.contracts import SAMPLE_RATE, LanguageDetector, Request
+from as2d_core.capabilities import LanguageDetector
+from as2d_core.contracts import SAMPLE_RATE, Request
 from as2d_core.decode.options import DEFAULT_TEMPERATURES, DecodeOptions
 from as2d_core.decode.scores import compression_ratio, is_silent
 from as2d_core.input.pipeline import Pipeline, PipelineOptions

@@ -18,7 +18,7 @@ single-source run looks as before); ``target-only`` and the peers run once.
 Every row carries ``source``: the source the method was run with (null for
 target-only and peers). A window whose language the source does not serve
 runs target-only, as the engine does, and its row's ``note`` says so. Serial
-methods need ``contracts.PrefixDrafting``; on a source without one each window
+methods need ``capabilities.PrefixDrafting``; on a source without one each window
 gets an error row instead of a run (``as2d bench`` refuses such a source before it starts).
 
 Every row also carries ``first_publish_s`` (seconds from the start of the
@@ -45,7 +45,8 @@ from pathlib import Path
 import attrs
 
 from as2d_core.input.audio import load_audio
-from as2d_core.contracts import PrefixDrafting, Request
+from as2d_core.capabilities import PrefixDrafting
+from as2d_core.contracts import Request
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.request import run_request
 from as2d_core.decode.methods import registered
@@ -315,7 +316,7 @@ class Bench:
                 return error_row(window, label, "peer not configured for this run")
             if kind.proposer == "serial" and run.source is not None and not isinstance(run.source, PrefixDrafting):
                 return error_row(window, label, f"source {source} offers no prefix-conditioned session "
-                                                f"(contracts.PrefixDrafting); serial method {method} cannot run on it",
+                                                f"(PrefixDrafting); serial method {method} cannot run on it",
                                  source)
             result = run_request(request, self.target, run.source, method, self.options,
                                  bridge=self.bridges.get(source))

@@ -15,7 +15,7 @@ from as2d_core.decode.faults import check_fault
 from .folder import ResultsFolder
 from .runner import Bench, drafters, methods_of_kind, run_config, run_labels
 
-# The serial methods' default drafter: the first that can score a prefix (contracts.PrefixDrafting), which
+# The serial methods' default drafter: the first that can score a prefix (capabilities.PrefixDrafting), which
 # ``as2d run``'s default (build.DEFAULT_SOURCE, on CTranslate2) cannot.
 SERIAL_SOURCE = "whisper-tiny.en"
 
@@ -97,7 +97,7 @@ class BenchSpec:
         A serial method's source that cannot score a prefix fails here, before any window runs.
         """
         from as2d_core.setup.build import build_part, build_source
-        from as2d_core.contracts import PrefixDrafting
+        from as2d_core.capabilities import PrefixDrafting
         from as2d_core.decode.faults import FaultySource
         from .peers import make_peers
 
@@ -109,7 +109,7 @@ class BenchSpec:
         unable = [s.name for s in serial if not isinstance(s, PrefixDrafting)]
         if unable:
             methods = ", ".join(m for m in self.methods if m in methods_of_kind("serial"))
-            raise ValueError(f"{', '.join(unable)} cannot score a prefix (contracts.PrefixDrafting), which the serial "
+            raise ValueError(f"{', '.join(unable)} cannot score a prefix (PrefixDrafting), which the serial "
                              f"methods {methods} need: drop them from --methods, or name no drafter (no --source, "
                              f"--sources or [source] in --config) and they draft with {SERIAL_SOURCE}")
         peers = make_peers(list(self.methods), self.options.target_threads)

@@ -10,6 +10,9 @@ Vocabulary of the paper (Appendix C):
   publishes immutable batches;
 - a *target* is prepared before the request (audio encoded, prompt prefilled)
   and then verifies a known root plus up to ``b`` candidates per call.
+
+What a part may offer beyond these (timestamps, scores, beams, several windows in one call, ...) is in
+``as2d_core.capabilities``.
 """
 from __future__ import annotations
 
@@ -176,7 +179,8 @@ class TargetSession(Protocol):
     eos_token: int
     max_new_tokens: int
     cache_length: int
-    # A session may also say its vocabulary's size (KnownVocabulary below): drafted ids outside it end the drafts.
+    # A session may also say its vocabulary's size (``capabilities.KnownVocabulary``): drafted ids outside it
+    # end the drafts.
 
     def first_token(self) -> int:
         """The target's greedy first response token, from the prefilled prompt."""
@@ -215,28 +219,6 @@ class Target(Protocol):
 
 
 @runtime_checkable
-class WindowGroup(Protocol):
-    """Rows for several windows of one target, whose verifications can share one call (``WindowBatching``)."""
-
-    size: int
-
-    def prepare(self, request: Request, threads: int) -> TargetSession:
-        """The request prepared as ``Target.prepare`` does, in a row of the group until its session is closed."""
-
-    def verify_rows(self, rows: Sequence[tuple[TargetSession, int, Sequence[int]]]) -> list[list[int]]:
-        """``session.verify(root, candidates)`` of every row, in one call: each row gets the tokens it gets alone."""
-
-
-@runtime_checkable
-class WindowBatching(Protocol):
-    """A target that verifies several windows in one call (a decoder step reads all its weights however few
-    tokens it appends, so windows side by side share that cost)."""
-
-    def window_group(self, size: int, threads: int) -> WindowGroup | None:
-        """A group of up to ``size`` rows, or None where this target (its backend, its model files) cannot."""
-
-
-@runtime_checkable
 class DraftJob(Protocol):
     """A drafter's work for one request, prepared before the request.
 
@@ -254,27 +236,6 @@ class DraftJob(Protocol):
 
 
 @runtime_checkable
-class CancellableJob(Protocol):
-    """Optional for a draft job: stop drafting soon, from another thread, while ``pieces`` runs.
-
-    The engine calls it when the target is done (or failed), so a job that waits or loops between
-    runtime calls ends at once; a runtime call already under way still finishes first.
-    """
-
-    def cancel(self) -> None:
-        """Make ``pieces`` end as soon as it can; never raises."""
-
-
-@runtime_checkable
-class Closable(Protocol):
-    """Optional for a source (or a chunked source's per-request transcriber): release what it holds (a drafter
-    process, native threads) when it is dropped; one without ``close`` holds nothing that needs it."""
-
-    def close(self) -> None:
-        """Release resources; never called while a job of it runs."""
-
-
-@runtime_checkable
 class Source(Protocol):
     name: str
     vocabulary: str
@@ -286,156 +247,6 @@ class Source(Protocol):
 
     def prepare(self, request: Request, language: str, threads: int) -> DraftJob:
         """Encode audio for the drafter (background preparation)."""
-
-
-@runtime_checkable
-class TaskList(Protocol):
-    """Optional for a source: the tasks it drafts (``serves_task``); a source without the list drafts any."""
-
-    tasks: frozenset[str] | None  # None: any, as without the list
-
-
-@runtime_checkable
-class FeatureList(Protocol):
-    """Optional for a target: what a request may ask of it beyond audio and task (``Request.features``:
-    timestamps, prompt, hotwords, word_timestamps, sampling); a target without the list offers none of them."""
-
-    features: frozenset[str]
-
-
-@runtime_checkable
-class KnownVocabulary(Protocol):
-    """Optional for a target session: the size of its vocabulary, so the engine can end a drafter that
-    publishes ids the target cannot even embed, instead of letting a verification fail."""
-
-    vocab_size: int
-
-
-@runtime_checkable
-class TimestampVocabulary(Protocol):
-    """Optional for a source or a target session: Whisper-style timestamp tokens, ``timestamp_begin + i`` meaning
-    ``i * time_precision_s`` seconds into the request (a target's segments, and bridges carrying a drafter's)."""
-
-    timestamp_begin: int
-    time_precision_s: float
-
-
-@runtime_checkable
-class LanguageDetector(Protocol):
-    """Optional for a target: how likely each language is in a request's audio, by the detection its
-    ``prepare`` runs when the request names none (which takes the likeliest)."""
-
-    def language_probabilities(self, request: Request, threads: int) -> dict[str, float]:
-        """Language code -> probability, likeliest first."""
-
-
-@attrs.frozen
-class Word:
-    """One word of a response: seconds from the request's start (``shifted`` moves them) and the mean
-    probability of its tokens; ``word`` keeps its leading space, as Whisper's words do."""
-
-    word: str
-    start_s: float
-    end_s: float
-    probability: float
-
-    def shifted(self, offset_s: float) -> "Word":
-        return attrs.evolve(self, start_s=self.start_s + offset_s, end_s=self.end_s + offset_s)
-
-    def as_dict(self) -> dict:
-        return {"word": self.word, "start_s": self.start_s, "end_s": self.end_s, "probability": self.probability}
-
-
-@runtime_checkable
-class WordAligner(Protocol):
-    """Optional for a target: word timestamps for a committed response, in one pass after decoding.
-
-    They depend only on the request and the tokens, so every method that commits the same tokens gets
-    the same words at the same cost. A request that wants them says so (``Request.word_timestamps``),
-    so its session can keep what the pass needs (the audio's encoding); the target lists
-    ``"word_timestamps"`` in its ``features``.
-    """
-
-    def prepare_words(self, threads: int) -> None:
-        """Load what aligning needs (once), or raise saying what to install."""
-
-    def align_words(self, request: Request, language: str, tokens: Sequence[int], threads: int) -> list[Word]:
-        """The words of ``tokens`` (response tokens, timestamp tokens included) in order, inside their segments."""
-
-
-@runtime_checkable
-class ScoredSession(TargetSession, Protocol):
-    """A drafter session that also says how sure it is (SpecASR's confidence rule needs it)."""
-
-    def first_token_confidence(self) -> float:
-        """Probability of ``first_token()``."""
-
-    def verify_with_confidence(self, root: int, candidates: Sequence[int]) -> tuple[list[int], list[float]]:
-        """``verify`` plus the probability of each returned greedy token."""
-
-
-@runtime_checkable
-class ResponseScores(Protocol):
-    """Optional for a target session: how sure the target was of its own greedy tokens, as Whisper's decoders
-    report it (faster-whisper's ``avg_logprob`` and ``no_speech_prob`` come from these).
-
-    A session keeps them only for a request that asks (``Request.scores``), so decoding without them costs
-    nothing; for another request both raise. The values are the target's, so every method that commits the same
-    tokens gets the same scores (up to the rounding of a batched verification).
-    """
-
-    def token_logprobs(self) -> list[float]:
-        """The log-probability of the first token, then of the greedy token after each response position in the
-        cache (``cache_length + 1`` values), each under the distribution the greedy choice was made from (with the
-        target's suppressions and timestamp rules); kept in step with ``truncate``."""
-
-    def no_speech_prob(self) -> float:
-        """The probability of the no-speech token at the start-of-transcript position (raw logits, as Whisper)."""
-
-
-@runtime_checkable
-class BeamRows(Protocol):
-    """Hypotheses of one prepared request side by side, each in a row with its own cache (beam search).
-
-    A row holds the prompt and some response tokens. Hypotheses fork and die between steps, so ``advance``
-    rebuilds every row from a prefix of a parent row, then appends tokens to all rows in as few decoder calls
-    as the target can (``as2d_core.decode.beam``).
-    """
-
-    width: int
-
-    def first_logits(self) -> np.ndarray:
-        """``[vocab]``: the first response token's logits after the prompt, suppressions and rules applied."""
-
-    def advance(self, rows: Sequence[tuple[int, int, Sequence[int]]]) -> list[np.ndarray]:
-        """``rows[i] == (parent, kept, appended)``: row ``i`` becomes the first ``kept`` response tokens of row
-        ``parent`` (as it was before the call), then ``appended``. Returns each row's logits
-        ``[len(appended), vocab]`` after each appended token, with the target's suppressions and rules for that
-        row's response up to the token (exactly what the same row would get alone, one token at a time)."""
-
-    def close(self) -> None:
-        """Release the rows' caches."""
-
-
-@runtime_checkable
-class BeamScoring(Protocol):
-    """Optional for a target session: beam search over its prepared request."""
-
-    def beam_rows(self, width: int) -> BeamRows:
-        """``width`` rows holding the prompt alone (the session's own cache is left as it is)."""
-
-
-@runtime_checkable
-class PrefixDrafting(Protocol):
-    """Optional for a source: drafting from a given prefix, as serial speculative decoding needs.
-
-    The session speaks the drafter's vocabulary with the target's session API, so the serial
-    baselines can bring it in step with the target's committed prefix before each round. A
-    session that is also a :class:`ScoredSession` gives confidences (for SpecASR's stop rule).
-    """
-
-    def prefix_session(self, request: Request, language: str, threads: int) -> TargetSession:
-        """A prepared, prefix-conditioned drafter session for one request."""
 
 
 @runtime_checkable
@@ -464,14 +275,3 @@ class BridgeFactory(Protocol):
 
 def serves_language(source: Source, language: str) -> bool:
     return source.languages is None or language in source.languages
-
-
-def serves_task(source: Source, task: str) -> bool:
-    """Whether ``source`` drafts ``task``; a source may list its ``tasks`` (one that lists none drafts any)."""
-    return not isinstance(source, TaskList) or source.tasks is None or task in source.tasks
-
-
-def unsupported_features(target: Target, request: Request) -> list[str]:
-    """What ``request`` asks that ``target`` does not list in its optional ``features`` (none listed: none offered)."""
-    offered = target.features if isinstance(target, FeatureList) else ()
-    return sorted(request.features - frozenset(offered))

@@ -25,8 +25,8 @@ import numpy as np
 from as2d_core.workers.cleanup import reported
 from as2d_core.setup.build import build_parts, build_source, pipeline_options, source_spec
 from as2d_core.setup.config import Config, Report
-from as2d_core.contracts import (SAMPLE_RATE, BeamRows, BeamScoring, BridgeFactory, Closable, Request, Target,
-                                 TargetSession)
+from as2d_core.capabilities import BeamRows, BeamScoring, Closable
+from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Request, Target, TargetSession
 from as2d_core.decode.methods import get_method, method_names
 from as2d_core.setup.options import SERVE
 from as2d_core.decode.options import DecodeOptions

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from as2d_core.contracts import Request, Target, WindowBatching
+from as2d_core.capabilities import WindowBatching
+from as2d_core.contracts import Request, Target
 from as2d_core.decode.scheduler import speculate_rows_from
 
 from .stats import stat

@@ -3,7 +3,7 @@
 The core never imports a plugin, a model runtime or its own clients (bench, tuning); the clients and
 scripts/ import no plugin and no model runtime (peers come through a hook); bridges import no plugin;
 plugins never import the clients nor the core's command line; tuning sits above bench, bench above the
-core. Inside the core the layers hold: contracts < workers < decode < input < setup < cli. Run here as well
+core. Inside the core the layers hold: contracts < capabilities < workers < decode < input < setup < cli. Run here as well
 as in CI so that the README's test command checks them too. The package root stays light: a plugin or a
 drafter process that imports the contracts loads no audio library, no plugin manager and no other core module.
 """
@@ -31,7 +31,7 @@ HEAVY = ("as2d_core.decode", "as2d_core.input", "as2d_core.setup", "as2d_core.wo
 
 
 def test_importing_the_contracts_loads_nothing_heavy():
-    code = "import sys, as2d_core.contracts; print(' '.join(sorted(sys.modules)))"
+    code = "import sys, as2d_core.contracts, as2d_core.capabilities; print(' '.join(sorted(sys.modules)))"
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
     loaded = set(run.stdout.split())
     assert "as2d_core.contracts" in loaded

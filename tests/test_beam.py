@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from as2d_core.contracts import BeamScoring, Request
+from as2d_core.capabilities import BeamScoring
+from as2d_core.contracts import Request
 from as2d_core.decode.beam import BeamOptions, beam_search, run_beam_request
 from as2d_core.decode.events import EventLog
 from as2d_core.decode.loop import Counters

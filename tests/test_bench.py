@@ -155,7 +155,7 @@ def test_summary_per_source_by_hand():
 def test_bench_with_two_sources(tmp_path, manifest):
     from tiny_lm import ScriptedSource
 
-    first = PrefixSource(tokens=[3, 4, 5, 6], every=4, positional=True)  # offers prefix_session (contracts.PrefixDrafting)
+    first = PrefixSource(tokens=[3, 4, 5, 6], every=4, positional=True)  # offers prefix_session (capabilities.PrefixDrafting)
     second = ScriptedSource([5, 6, 7, 8, 9, 10], boundaries={1}, name="scripted")  # does not
     german = ScriptedSource([5, 6], name="german")
     german.languages = frozenset({"de"})
@@ -184,7 +184,7 @@ def test_bench_with_two_sources(tmp_path, manifest):
     for r in by["as2d@german"]:
         assert r["exact"] is True and r["proposed"] == 0 and "does not draft 'en'" in r["note"]
         assert r["first_publish_s"] is None and r["source"] == "german"
-    # a serial method on a source without prefix_session (contracts.PrefixDrafting): an error row per window, not a crash
+    # a serial method on a source without prefix_session (capabilities.PrefixDrafting): an error row per window, not a crash
     for r in by["sd-k5@scripted"]:
         assert "PrefixDrafting" in r["error"] and r["source"] == "scripted"
     m = summary["methods"]
@@ -256,7 +256,7 @@ def test_bench_default_drafters(manifest, tmp_path, built):
     assert run["methods"] == ["target-only", "as2d", "sd-k5"]
     result = CliRunner().invoke(bench, [*args, "--source", SOURCE])
     assert result.exit_code == 2 and result.output == (
-        f"Error: {SOURCE} cannot score a prefix (contracts.PrefixDrafting), which the serial methods sd-k5 need: "
+        f"Error: {SOURCE} cannot score a prefix (PrefixDrafting), which the serial methods sd-k5 need: "
         f"drop them from --methods, or name no drafter (no --source, --sources or [source] in --config) and they "
         f"draft with {SERIAL_SOURCE}\n")
 

@@ -32,7 +32,7 @@ class Arrived(Exception):
 
 
 class WordsTarget(TinyLM):
-    """The test target, with word timestamps (``contracts.WordAligner``): records the threads it prepared them on."""
+    """The test target, with word timestamps (``capabilities.WordAligner``): records the threads it prepared them on."""
 
     def __init__(self):
         super().__init__()

@@ -107,7 +107,7 @@ def test_bench_with_a_fault_stays_exact(tmp_path):
 
 def test_a_fault_landing_target_keeps_the_targets_optional_parts(whisper_target):
     """Word timestamps and language probabilities still reach the real target behind the fault harness."""
-    from as2d_core.contracts import LanguageDetector, WordAligner
+    from as2d_core.capabilities import LanguageDetector, WordAligner
     from as2d_core.decode.faults import FaultLandingTarget
 
     assert isinstance(whisper_target, WordAligner) and isinstance(whisper_target, LanguageDetector)

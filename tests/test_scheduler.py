@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from as2d_core.contracts import Request, WindowBatching
+from as2d_core.capabilities import WindowBatching
+from as2d_core.contracts import Request
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.request import run_request
 from as2d_core.decode.scheduler import Scheduler, scheduler_for, speculate_rows_from

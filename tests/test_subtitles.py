@@ -12,7 +12,7 @@ import pytest
 import srt
 
 from as2d_core.cli.subtitles import MAX_CHARS, MAX_LINES, split_cue, to_srt, transcript_cues, wrap
-from as2d_core.contracts import Word
+from as2d_core.capabilities import Word
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from as2d_core.decode.options import DecodeOptions
 

@@ -128,7 +128,7 @@ def check_batched_verify_and_truncate(target, audio):
 def test_scores_stay_in_step_with_the_cache(target):
     """With ``Request.scores``: one log-probability per cached position plus one, cut back with the cache, each the
     log-softmax of the greedy token's logits as one step at a time gives it (up to a batched call's rounding)."""
-    from as2d_core.contracts import ResponseScores
+    from as2d_core.capabilities import ResponseScores
     from as2d_core.decode.loop import greedy_reference
 
     audio = speech_audio("librivox_sense_en_w01")

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from as2d_core.contracts import (BeamScoring, Closable, FeatureList, KnownVocabulary, LanguageDetector, PrefixDrafting,
-                                 ResponseScores, ScoredSession, Source, Target, TargetSession, TaskList,
-                                 TimestampVocabulary, WordAligner)
+from as2d_core.capabilities import (BeamScoring, Closable, FeatureList, KnownVocabulary, LanguageDetector,
+                                    PrefixDrafting, ResponseScores, ScoredSession, TaskList, TimestampVocabulary,
+                                    WordAligner)
+from as2d_core.contracts import Source, Target, TargetSession
 from as2d_core.decode.faults import FaultLandingTarget, FaultySource
 from as2d_core.decode.lookahead import LookaheadSource
 from as2d_core.decode.wrappers import SessionWrapper, SourceWrapper, TargetWrapper

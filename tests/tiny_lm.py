@@ -169,7 +169,7 @@ class TinySession:
 
 
 class TinyBeamRows:
-    """Hypotheses of one TinySession for beam search (``contracts.BeamRows``): each row a copy of the session
+    """Hypotheses of one TinySession for beam search (``capabilities.BeamRows``): each row a copy of the session
     (its cache arrays are replaced on every append, never edited, so copies share nothing that changes)."""
 
     def __init__(self, session: TinySession, width: int):

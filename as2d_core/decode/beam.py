@@ -1,5 +1,5 @@
 """Beam search with faster-whisper's semantics (CTranslate2's beam search), on any target whose sessions score
-several hypotheses side by side (``contracts.BeamScoring``).
+several hypotheses side by side (``capabilities.BeamScoring``).
 
 Each step takes the ``2 * beam_size`` best continuations of the live hypotheses by cumulative log-probability
 (the target's suppressions and timestamp rules applied per hypothesis, then a log-softmax). Of the first
@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 import attrs
 import numpy as np
 
-from as2d_core.contracts import (BeamRows, BeamScoring, BridgeFactory, KnownVocabulary, Request, ResponseScores,
-                                 Source, Target, unsupported_features)
+from as2d_core.capabilities import BeamRows, BeamScoring, KnownVocabulary, ResponseScores, unsupported_features
+from as2d_core.contracts import BridgeFactory, Request, Source, Target
 from as2d_core.decode.events import EventLog
 from as2d_core.decode.loop import Counters
 from as2d_core.decode.options import DecodeOptions

@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterator, Sequence
 import attrs
 import numpy as np
 
-from as2d_core.contracts import SAMPLE_RATE, Closable, DraftPiece, Request
+from as2d_core.capabilities import Closable
+from as2d_core.contracts import SAMPLE_RATE, DraftPiece, Request
 
 DEFAULT_CHUNK_S = 2.56
 

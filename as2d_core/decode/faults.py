@@ -28,8 +28,8 @@ from collections.abc import Iterator
 
 from tokenizer_bridges import IdentityBridge
 
-from as2d_core.contracts import (BridgeFactory, CancellableJob, DraftJob, DraftPiece, Request, Source, Target,
-                                 TargetSession)
+from as2d_core.capabilities import CancellableJob
+from as2d_core.contracts import BridgeFactory, DraftJob, DraftPiece, Request, Source, Target, TargetSession
 from as2d_core.decode.wrappers import SessionWrapper, SourceWrapper, TargetWrapper
 
 FAULTS = ("raise", "stall", "slow", "garbage-in", "garbage-out", "flood")

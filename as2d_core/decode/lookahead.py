@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from as2d_core.workers import drafter_threads
 from as2d_core.workers.cleanup import reported
 from as2d_core.workers.priority import lower_thread_priority, thread_niceness
-from as2d_core.contracts import CancellableJob, DraftJob, DraftPiece, Request, Source
+from as2d_core.capabilities import CancellableJob
+from as2d_core.contracts import DraftJob, DraftPiece, Request, Source
 from as2d_core.decode.wrappers import SourceWrapper
 
 _POLL_S = 0.05

@@ -6,7 +6,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from as2d_core.workers.cleanup import reported
-from as2d_core.contracts import Bridge, CancellableJob, DraftJob, DraftPiece
+from as2d_core.capabilities import CancellableJob
+from as2d_core.contracts import Bridge, DraftJob, DraftPiece
 from as2d_core.decode.buffer import CandidateBuffer
 from as2d_core.decode.events import EventLog
 from as2d_core.workers import drafter_threads

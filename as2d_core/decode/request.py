@@ -17,8 +17,8 @@ import time
 
 from tokenizer_bridges import IdentityBridge
 
-from as2d_core.contracts import (BridgeFactory, KnownVocabulary, Request, Source, Target, TargetSession,
-                                 TimestampVocabulary, serves_language, serves_task, unsupported_features)
+from as2d_core.capabilities import KnownVocabulary, TimestampVocabulary, serves_task, unsupported_features
+from as2d_core.contracts import BridgeFactory, Request, Source, Target, TargetSession, serves_language
 from as2d_core.decode.buffer import CandidateBuffer
 from as2d_core.decode.events import EventLog
 from as2d_core.decode.loop import Counters, OnCommit, TargetOnly, target_loop

@@ -5,7 +5,8 @@ from typing import Any
 
 import attrs
 
-from as2d_core.contracts import Request, TargetSession, Word
+from as2d_core.capabilities import Word
+from as2d_core.contracts import Request, TargetSession
 from as2d_core.decode.events import Decomposition, EventLog, decompose
 from as2d_core.decode.loop import Counters
 from as2d_core.decode.timestamps import Segment, response_segments

@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import attrs
 
-from as2d_core.contracts import Request, Target, TargetSession, WindowBatching, WindowGroup
+from as2d_core.capabilities import WindowBatching, WindowGroup
+from as2d_core.contracts import Request, Target, TargetSession
 from as2d_core.decode.together import GatheredSession
 from as2d_core.decode.wrappers import TargetWrapper
 

@@ -6,7 +6,7 @@ chosen from (suppressions and timestamp rules applied before the log-softmax), a
 without the end token; faster-whisper multiplies that length back and divides by ``len(tokens) + 1``. An empty
 response thus has no average (CTranslate2 divides by zero; faster-whisper's value is NaN). ``no_speech_prob``:
 the no-speech token's probability at the start-of-transcript position. A target session that keeps them
-(``contracts.ResponseScores``) does so only for a request that asks (``Request.scores``).
+(``capabilities.ResponseScores``) does so only for a request that asks (``Request.scores``).
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import math
 import zlib
 from collections.abc import Sequence
 
-from as2d_core.contracts import ResponseScores, TargetSession
+from as2d_core.capabilities import ResponseScores
+from as2d_core.contracts import TargetSession
 
 
 def response_scores(session: TargetSession, tokens: Sequence[int]) -> tuple[float | None, float | None]:

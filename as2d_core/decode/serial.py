@@ -1,7 +1,7 @@
 """Serial drafting on the engine's contracts: standard SD, SpecASR's ASP, as2d-no-td.
 
 Drafting and verification take turns on one thread, each on all the cores.
-The drafter is a prefix-conditioned session (``contracts.PrefixDrafting``), a
+The drafter is a prefix-conditioned session (``capabilities.PrefixDrafting``), a
 TargetSession in the drafter's vocabulary. Before each round it is brought in
 step with the target's committed prefix: for another vocabulary the committed
 text is re-encoded into drafter ids and only the part of its cache that
@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from as2d_core.contracts import PrefixDrafting, Request, ScoredSession, Source, TargetSession
+from as2d_core.capabilities import PrefixDrafting, ScoredSession
+from as2d_core.contracts import Request, Source, TargetSession
 
 if TYPE_CHECKING:
     from as2d_core.decode.events import EventLog
@@ -48,7 +49,7 @@ def check_prefix_drafting(source: Source) -> None:
     """Refuse a source that cannot be brought in step with the target's prefix, before any work."""
     if not isinstance(source, PrefixDrafting):
         raise BaselineUnavailable(
-            f"source {source.name} offers no prefix-conditioned session (contracts.PrefixDrafting); "
+            f"source {source.name} offers no prefix-conditioned session (capabilities.PrefixDrafting); "
             "serial methods need one")
 
 

@@ -27,7 +27,8 @@ import attrs
 import numpy as np
 
 from as2d_core.decode.align import Aligner, Proposal
-from as2d_core.contracts import Request, TimestampVocabulary
+from as2d_core.capabilities import TimestampVocabulary
+from as2d_core.contracts import Request
 
 TIME_PRECISION_S = 0.02
 MAX_INITIAL_TIMESTAMP_S = 1.0

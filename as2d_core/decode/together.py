@@ -14,7 +14,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from as2d_core.contracts import Request, Target, TargetSession, WindowGroup
+from as2d_core.capabilities import WindowGroup
+from as2d_core.contracts import Request, Target, TargetSession
 from as2d_core.decode.wrappers import SessionWrapper, TargetWrapper
 
 

@@ -1,6 +1,6 @@
 """Word timestamps: a decode result's words, from its target after decoding (``--word-timestamps``).
 
-A target that offers them implements :class:`~as2d_core.contracts.WordAligner`: one pass over the
+A target that offers them implements :class:`~as2d_core.capabilities.WordAligner`: one pass over the
 committed tokens, so they cost every method the same and as2d's words are target-only's (its tokens
 are). Whatever drafted the tokens plays no part. The pipeline asks for them per window and shifts them
 by the window's start.
@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import time
 
-from as2d_core.contracts import Request, Target, WordAligner
+from as2d_core.capabilities import WordAligner
+from as2d_core.contracts import Request, Target
 
 
 def check_word_aligner(target: Target) -> WordAligner:
     """``target`` as a word aligner, or a ValueError that says it has none."""
     if not isinstance(target, WordAligner):
-        raise ValueError(f"word timestamps need a target that aligns words (as2d_core.contracts.WordAligner, "
+        raise ValueError(f"word timestamps need a target that aligns words (as2d_core.capabilities.WordAligner, "
                          f"the Whisper targets do); target {target.name} does not")
     return target
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from as2d_core.contracts import (BeamScoring, Closable, DraftJob, FeatureList, KnownVocabulary, LanguageDetector,
-                                 PrefixDrafting, Request, ResponseScores, ScoredSession, Source, Target,
-                                 TargetSession, TaskList, TimestampVocabulary, WindowBatching, WordAligner)
+from as2d_core.capabilities import (BeamScoring, Closable, FeatureList, KnownVocabulary, LanguageDetector,
+                                    PrefixDrafting, ResponseScores, ScoredSession, TaskList, TimestampVocabulary,
+                                    WindowBatching, WordAligner)
+from as2d_core.contracts import DraftJob, Request, Source, Target, TargetSession
 
 
 class SourceWrapper:

@@ -35,7 +35,8 @@ import attrs
 import numpy as np
 
 from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
-from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Request, Source, Target, WindowBatching, WindowGroup
+from as2d_core.capabilities import WindowBatching, WindowGroup
+from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Request, Source, Target
 from as2d_core.decode.deltas import TextDeltas
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.loop import OnCommit

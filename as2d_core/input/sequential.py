@@ -12,7 +12,8 @@ from typing import Protocol
 import attrs
 import numpy as np
 
-from as2d_core.contracts import FeatureList, Request, Target
+from as2d_core.capabilities import FeatureList
+from as2d_core.contracts import Request, Target
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.result import DecodeResult
 from as2d_core.input.seek import SeekStep, SpeechMap, seek_steps

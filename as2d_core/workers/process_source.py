@@ -34,7 +34,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from as2d_core.workers.cleanup import reported
-from as2d_core.contracts import DraftPiece, Request, TaskList
+from as2d_core.capabilities import TaskList
+from as2d_core.contracts import DraftPiece, Request
 from as2d_core.workers.priority import lower_thread_priority
 
 STOP_TIMEOUT_S = 2.0

@@ -27,7 +27,8 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from as2d_core.contracts import Request, Word
+from as2d_core.capabilities import Word
+from as2d_core.contracts import Request
 from as2d_core.setup.paths import ModelFilesMissing
 from as2d_core.decode.timestamps import split_segments
 
@@ -274,7 +275,7 @@ class _WordState:
 
 
 class WordTimestamps:
-    """What the Whisper target adds for ``--word-timestamps`` (``contracts.WordAligner``).
+    """What the Whisper target adds for ``--word-timestamps`` (``capabilities.WordAligner``).
 
     The session hands over its request's encoder output (``keep_audio``) when the request asks for words,
     so ``align_words`` costs the aligner pass only; without it (words asked of a request decoded before)

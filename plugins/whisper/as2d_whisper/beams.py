@@ -1,4 +1,4 @@
-"""A Whisper session's hypotheses for beam search (``contracts.BeamRows``): one row per hypothesis.
+"""A Whisper session's hypotheses for beam search (``capabilities.BeamRows``): one row per hypothesis.
 
 Every row starts from the session's prompt cache. On ONNX Runtime with the windows graph
 (``decoder.windows.onnx``, see ``window_group``) all rows append in one call: its cache is

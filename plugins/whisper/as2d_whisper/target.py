@@ -29,7 +29,7 @@ class WhisperTargetSession:
     temperature above 0 is sampled with noise drawn from its seed and each token's position
     (``as2d_core.decode.sampling``), so a batched verification draws what one step at a time would. For a
     request that asks (``Request.scores``) it also keeps each chosen token's log-probability and the
-    no-speech probability (``contracts.ResponseScores``), as CTranslate2 computes them for faster-whisper.
+    no-speech probability (``capabilities.ResponseScores``), as CTranslate2 computes them for faster-whisper.
     """
 
     def __init__(self, target: "WhisperTarget", request: Request, threads: int):
@@ -126,7 +126,7 @@ class WhisperTargetSession:
         return self._no_speech
 
     def beam_rows(self, width: int):
-        """``width`` hypotheses from this session's prompt, for beam search (``contracts.BeamRows``; ``beams``)."""
+        """``width`` hypotheses from this session's prompt, for beam search (``capabilities.BeamRows``; ``beams``)."""
         from .beams import beam_rows
 
         return beam_rows(self, width)
