@@ -23,7 +23,7 @@ import numpy as np
 from as2d_core.cli.progress import AudioProgress
 from as2d_core.cli.subtitles import words_by_segment
 from as2d_core.capabilities import LanguageDetector
-from as2d_core.contracts import SAMPLE_RATE, Request
+from as2d_core.contracts import SAMPLE_RATE, Recording, Request
 from as2d_core.decode.options import DEFAULT_TEMPERATURES, DecodeOptions
 from as2d_core.decode.scores import compression_ratio, is_silent
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
@@ -162,20 +162,26 @@ class WhisperModel:
         if decode.route == "seek":
             detector = pipeline.detector if vad is not None else None
             audio, _speech = speech_only(samples, detector)
-            windows = lambda: pipeline.decode_long_form(samples, "whisper-model", detector)  # noqa: E731
+            recording = Recording(audio)  # the language is read from its first 30 s, as the first request
+            windows = lambda: pipeline.decode_long_form(samples, "whisper-model", detector, recording)  # noqa: E731
             notes = [f"Whisper's long-form rules: 30 s requests from a seek offset, temperatures "
                      f"{', '.join(map(str, decode.temperature))}, beam_size {decode.beam_size}"]
-            return windows, audio.size / SAMPLE_RATE, audio[: 30 * SAMPLE_RATE], notes
+            first = Request("language", audio[: 30 * SAMPLE_RATE], recording=recording) if audio.size else None
+            return windows, audio.size / SAMPLE_RATE, first, notes
         plan = pipeline.plan(samples)
         silent = lambda result: _silent(result, decode.no_speech_threshold, decode.log_prob_threshold)  # noqa: E731
         windows = lambda: pipeline.decode_windows(samples, plan, "whisper-model", silent)  # noqa: E731
-        first = samples[plan.windows[0].start : plan.windows[0].end] if plan.windows else samples[: 30 * SAMPLE_RATE]
+        first = Request("language", samples[plan.windows[0].start : plan.windows[0].end] if plan.windows
+                        else samples[: 30 * SAMPLE_RATE])
         return windows, sum(w.end - w.start for w in plan.windows) / SAMPLE_RATE, first, _window_notes(plan, vad)
 
-    def _language_probabilities(self, samples: np.ndarray, options: PipelineOptions) -> dict[str, float]:
+    def _language_probabilities(self, first: Request | None, options: PipelineOptions) -> dict[str, float]:
+        """The languages' probabilities on ``first`` (the first 30 s, as the first request will see them)."""
         if not isinstance(self.target, LanguageDetector):
             raise ValueError(f"target {self.target.name} does not detect languages; give language=")
-        request = Request("language", samples, task=options.task)
+        if first is None:
+            raise ValueError("no speech was found to detect the language from; give language=")
+        request = attrs.evolve(first, task=options.task)
         return self.target.language_probabilities(request, self.decode_options.target_threads)
 
     def _detector(self, vad: VadOptions | None):

@@ -79,6 +79,27 @@ def _readonly_audio(audio: np.ndarray) -> np.ndarray:
     return view
 
 
+class Recording:
+    """The whole recording long-form requests are cut from, for a model whose features depend on all of it:
+    Whisper's log-mel is normalised by the recording's loudest frame, and faster-whisper computes it once per
+    file and slices each 30 s request out of it. What a model computes from it is kept for the next request."""
+
+    def __init__(self, audio: np.ndarray) -> None:
+        self.audio = _readonly_audio(audio)
+        self._lock = threading.Lock()
+        self._kept: dict[Hashable, object] = {}
+
+    def shared(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()`` once per ``key`` for the whole recording (the first caller computes, the others wait)."""
+        with self._lock:
+            if key not in self._kept:
+                self._kept[key] = compute()
+            return self._kept[key]
+
+    def __reduce__(self):  # a drafter process gets the samples and computes its own
+        return (Recording, (self.audio,))
+
+
 @attrs.frozen
 class Request:
     """The fixed input z = (audio view, instruction) of one response (Appendix A.1).
@@ -112,6 +133,10 @@ class Request:
     seed: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     # what the request's target and drafter compute from its audio once for both; not a field of the request
     # (not compared, not in ``fields``), so a copy made with ``attrs.evolve`` or in a drafter process starts empty
+    # a long-form request: the recording it is cut from and its first sample there (``audio`` is
+    # ``recording.audio[offset : offset + audio.size]``), for features computed over the whole recording
+    recording: Recording | None = attrs.field(default=None, eq=False, repr=False)
+    offset: int = 0
     feature_cache: FeatureCache = attrs.field(factory=FeatureCache, init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:

@@ -114,8 +114,9 @@ def test_a_request_cut_short_is_decoded_again_from_its_last_timestamp():
     mode = DecodeOptions(temperature=0.0)
     audio = _audio(3, 12.0)
 
-    def make(index, chunk, previous, first):
-        return Request(f"s{index}", chunk, timestamps="segment", previous_text=previous)
+    def make(window, previous, first):
+        return Request(f"s{window.index}", audio[window.start : window.end], timestamps="segment",
+                       previous_text=previous)
 
     steps = list(seek_steps(audio, make, lambda r: run_request(r, MODEL, None, "target-only"), mode))
     moved = 0
@@ -143,7 +144,8 @@ def bundled_recording():
     {"temperature": "0"},  # greedy with seek
     {"temperature": "0,0.6", "log_prob_threshold": 0.0, "best_of": 2},  # every request falls back: seeded sampling
     {"condition_on_previous_text": True},  # conditioning on the text before, with the default fallback
-], ids=["greedy", "sampling", "conditioned"])
+    {"temperature": "0", "beam_size": 3},  # beam search, its seek following its timestamps too
+], ids=["greedy", "sampling", "conditioned", "beams"])
 def test_real_speech_long_form_is_exact_in_every_mode(whisper_target, whisper_source, bundled_recording, fields):
     pipeline = Pipeline(whisper_target, whisper_source,
                         PipelineOptions(language="en", decode=options_that_draft(**fields)))

@@ -28,7 +28,7 @@ from as2d_core.contracts import BridgeFactory, Request, Source, Target
 from as2d_core.decode.events import EventLog
 from as2d_core.decode.loop import Counters
 from as2d_core.decode.options import DecodeOptions
-from as2d_core.decode.result import DecodeResult, build_result
+from as2d_core.decode.result import DecodeResult, build_result, timestamp_ids
 
 
 def _at_least_two(instance, attribute, value):
@@ -217,4 +217,5 @@ def run_beam_request(request: Request, target: Target, beam: BeamOptions, option
         session.close()
     note = f"beam search runs target-only; source {source.name} not used" if source is not None else None
     return build_result(request, "beam", session, tokens, text, (clock_start, clock_end), prepare_s, counters,
-                        events, [], avg_logprob=scores[0], no_speech_prob=scores[1], note=note)
+                        events, [], avg_logprob=scores[0], no_speech_prob=scores[1], note=note,
+                        timestamp_ids=timestamp_ids(request, session))

@@ -17,7 +17,7 @@ import time
 
 from tokenizer_bridges import IdentityBridge
 
-from as2d_core.capabilities import KnownVocabulary, TimestampVocabulary, serves_task, unsupported_features
+from as2d_core.capabilities import KnownVocabulary, serves_task, unsupported_features
 from as2d_core.contracts import BridgeFactory, Request, Source, Target, TargetSession, serves_language
 from as2d_core.decode.buffer import CandidateBuffer
 from as2d_core.decode.events import EventLog
@@ -25,7 +25,7 @@ from as2d_core.decode.loop import Counters, OnCommit, TargetOnly, target_loop
 from as2d_core.decode.methods import Method, get_method
 from as2d_core.decode.producer import Producer, stop_and_join
 from as2d_core.decode.proposers import PublishedProposer
-from as2d_core.decode.result import DecodeResult, build_result
+from as2d_core.decode.result import DecodeResult, build_result, timestamp_ids
 from as2d_core.decode.scores import response_scores
 from as2d_core.decode.serial import PrefixDrafter, SerialProposer, check_prefix_drafting, open_prefix_session
 from as2d_core.decode.options import DecodeOptions
@@ -163,8 +163,7 @@ def run_request(
         clock_start = time.perf_counter()
         if producer is not None and producer.ident is None:
             producer.start()
-        timestamps = ((session.timestamp_begin, session.eos_token)
-                      if request.timestamps != "none" and isinstance(session, TimestampVocabulary) else None)
+        timestamps = timestamp_ids(request, session)
         if buffer is not None:
             proposer = PublishedProposer(buffer, session, options, events, timestamps)
         elif drafter is not None:

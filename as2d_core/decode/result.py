@@ -5,7 +5,7 @@ from typing import Any
 
 import attrs
 
-from as2d_core.capabilities import Word
+from as2d_core.capabilities import TimestampVocabulary, Word
 from as2d_core.contracts import Request, TargetSession
 from as2d_core.decode.events import Decomposition, EventLog, decompose
 from as2d_core.decode.loop import Counters
@@ -95,6 +95,14 @@ class DecodeResult:
             out["exact"] = self.exact
         return out
 
+
+
+def timestamp_ids(request: Request, session: TargetSession) -> tuple[int, int] | None:
+    """(first timestamp id, end token) when ``session`` decodes ``request`` in timestamp mode, else None: what a
+    result records so its segments, replay's proposals and the long-form seek can read its timestamps."""
+    if request.timestamps == "none" or not isinstance(session, TimestampVocabulary):
+        return None
+    return session.timestamp_begin, session.eos_token
 
 
 def build_result(

@@ -36,7 +36,7 @@ import numpy as np
 
 from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
 from as2d_core.capabilities import WindowBatching, WindowGroup
-from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Request, Source, Target
+from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Recording, Request, Source, Target
 from as2d_core.decode.deltas import TextDeltas
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.loop import OnCommit
@@ -227,14 +227,15 @@ class Pipeline:
         return Transcript(windows, skipped, samples.size / SAMPLE_RATE, wall_s, detector.name if detector else None,
                           info, notes)
 
-    def decode_long_form(self, samples: np.ndarray, request_id: str = "audio",
-                         detector: SpeechDetector | None = None) -> Iterator[WindowResult]:
+    def decode_long_form(self, samples: np.ndarray, request_id: str = "audio", detector: SpeechDetector | None = None,
+                         recording: Recording | None = None) -> Iterator[WindowResult]:
         """Whisper's long-form requests on ``samples`` (with ``detector``: its speech joined, ``vad_filter``), each
-        decoded only when the caller asks for it, as ``decode_windows`` hands out windows."""
+        decoded only when the caller asks for it, as ``decode_windows`` hands out windows. ``recording``: the
+        audio they walk, as a caller that already read its features (the language) made it."""
         audio, speech = speech_only(samples, detector)
         with self._lock:
             self._prepare_words()
-            steps = long_form_steps(self, audio, request_id, self.options.decode)
+            steps = long_form_steps(self, audio, request_id, self.options.decode, recording=recording)
             try:
                 for step in steps if audio.size else ():
                     yield window_result(step, speech)

@@ -62,11 +62,12 @@ def kept_segments(result: DecodeResult, segment_frames: int) -> tuple[list[Segme
     return segments, (tokens[pairs[-1] - 1] - begin) * FRAMES_PER_TIMESTAMP
 
 
-def seek_steps(samples: np.ndarray, make_request: Callable[[int, np.ndarray, str | None, bool], Request],
+def seek_steps(samples: np.ndarray, make_request: Callable[[Window, str | None, bool], Request],
                decode: Callable[[Request], DecodeResult], mode: DecodeOptions, initial_prompt: bool = False):
     """Walk ``samples`` as faster-whisper's sequential transcription does, yielding each :class:`SeekStep`.
 
-    ``make_request(index, audio, previous_text, first)`` builds a request (``first``: the user's prompt, if
+    ``make_request(window, previous_text, first)`` builds the request on ``samples[window.start : window.end]``
+    (``first``: the user's prompt, if
     any, still applies); ``decode`` decodes one request in its mode (greedy, sampled or beam search).
     """
     content_frames = samples.size // HOP
@@ -78,7 +79,7 @@ def seek_steps(samples: np.ndarray, make_request: Callable[[int, np.ndarray, str
         last = seek + size >= content_frames  # the last request also takes the samples after the last whole frame
         window = Window(index, seek * HOP, samples.size if last else (seek + size) * HOP)
         previous = "".join(history) if history and mode.condition_on_previous_text else None
-        request = make_request(index, samples[window.start : window.end], previous, prompt_on)
+        request = make_request(window, previous, prompt_on)
         attempt, attempts = decode_with_fallback(request, decode, mode, key=seek)
         result = attempt.result
         if is_silence(attempt, mode):

@@ -13,12 +13,12 @@ import attrs
 import numpy as np
 
 from as2d_core.capabilities import FeatureList
-from as2d_core.contracts import Request, Target
+from as2d_core.contracts import Recording, Request, Target
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.result import DecodeResult
 from as2d_core.input.seek import SeekStep, SpeechMap, seek_steps
 from as2d_core.input.transcript import WindowResult
-from as2d_core.input.windows import SpeechDetector
+from as2d_core.input.windows import SpeechDetector, Window
 
 
 class Decoding(Protocol):
@@ -57,17 +57,23 @@ def fitted_mode(target: Target, mode: DecodeOptions) -> tuple[DecodeOptions, lis
 
 
 def long_form_steps(pipeline: Decoding, audio: np.ndarray, request_id: str, mode: DecodeOptions,
-                    decode: Callable[[Request], DecodeResult] | None = None) -> Iterator[SeekStep]:
-    """The loop's requests on ``audio``, each decoded (by ``decode``, default the pipeline's method) when reached."""
+                    decode: Callable[[Request], DecodeResult] | None = None,
+                    recording: Recording | None = None) -> Iterator[SeekStep]:
+    """The loop's requests on ``audio``, each decoded (by ``decode``, default the pipeline's method) when reached;
+    ``recording``: ``audio`` as a ``Recording`` another request already used (its features are kept there)."""
 
     mode, _notes = fitted_mode(pipeline.target, mode)
 
-    def make(index: int, chunk: np.ndarray, previous: str | None, first: bool) -> Request:
-        request = pipeline.request(f"{request_id}-s{index:03d}", chunk, first=first, previous_text=previous)
+    recording = recording or Recording(audio)  # features over the whole recording, as faster-whisper's
+
+    def make(window: Window, previous: str | None, first: bool) -> Request:
+        request = pipeline.request(f"{request_id}-s{window.index:03d}", audio[window.start : window.end],
+                                   first=first, previous_text=previous)
         if not first:
             request = attrs.evolve(request, prompt=None)
         # timestamps unless turned off (faster-whisper's without_timestamps): they are what the seek follows
-        return attrs.evolve(request, timestamps="none" if mode.timestamps == "none" else "segment")
+        return attrs.evolve(request, timestamps="none" if mode.timestamps == "none" else "segment",
+                            recording=recording, offset=window.start)
 
     return seek_steps(audio, make, decode or pipeline.decode, mode, initial_prompt=True)
 

@@ -80,18 +80,25 @@ def log_mel(audio: np.ndarray, n_mels: int = 80, keep_last_frame: bool = False) 
 
 
 def request_log_mel(request: Request, n_mels: int = 80) -> np.ndarray:
-    """The request's ``log_mel`` (read-only), shared through its ``feature_cache``.
+    """The request's ``log_mel`` (read-only), shared through its ``feature_cache``; for a long-form request, its
+    frames of its recording's log-mel, as faster-whisper slices each 30 s out of the whole file's features.
 
     The target and a drafter started with the request both want its log-mel at arrival;
     the later caller waits for the first one's result instead of repeating it (in a niced
     drafter, that numpy work also held the GIL the target needed: BENCHMARKS.md section 6).
     """
-    def compute() -> np.ndarray:
-        features = log_mel(request.audio, n_mels)
-        features.flags.writeable = False
-        return features
+    if request.recording is not None:  # a long-form request: its frames of the recording's log-mel
+        whole = request.recording.shared(("whisper-log-mel", n_mels), lambda: _read_only(log_mel(
+            request.recording.audio, n_mels)))
+        start = request.offset // HOP_LENGTH
+        return whole[:, start : start + request.audio.size // HOP_LENGTH]
+    return request.feature_cache.shared(("whisper-log-mel", n_mels),
+                                        lambda: _read_only(log_mel(request.audio, n_mels)))
 
-    return request.feature_cache.shared(("whisper-log-mel", n_mels), compute)
+
+def _read_only(features: np.ndarray) -> np.ndarray:
+    features.flags.writeable = False
+    return features
 
 
 def pad_or_trim(features: np.ndarray, frames: int = N_FRAMES) -> np.ndarray:
