@@ -40,7 +40,7 @@ def long_rows(paths: list[Path], count_tokens) -> list[dict]:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for path in paths:
         for row in _rows(path):
-            groups[(_system(row["method"]), _precision(row), row.get("setting", path.stem))].append(row)
+            groups[(_system(row["method"]), _precision(row), _setting(row, path))].append(row)
     out = []
     for (system, precision, setting), runs in groups.items():
         base = [r for r in _rows_of(groups, "target-only", precision, setting)]
@@ -49,8 +49,20 @@ def long_rows(paths: list[Path], count_tokens) -> list[dict]:
         out.append({"job": "whole file", "system": system, "precision": precision, "setting": setting,
                     "wall_s": wall, "tps": tokens / wall, "rtf": wall / runs[0]["audio_s"],
                     "vs_target_only": statistics.median(r["wall_s"] for r in base) / wall if base else None,
-                    "wer": runs[0].get("wer"), "exact": all(r.get("exact") is not False for r in runs)})
+                    "wer": runs[0].get("wer"), "exact": _exact(r.get("exact") for r in runs)})
     return out
+
+
+def _exact(checks) -> bool | None:
+    """True if every round was checked and equal, False if any differed, None if none was checked."""
+    checks = [c for c in checks if c is not None]
+    return (all(checks) if checks else None)
+
+
+def _setting(row: dict, path: Path) -> str:
+    if _system(row["method"]) == "faster-whisper-call":  # every option at faster-whisper's default
+        return "its default call"
+    return row.get("setting", path.stem)
 
 
 def _rows_of(groups: dict, system: str, precision: str, setting: str) -> list[dict]:
@@ -75,7 +87,7 @@ def short_rows(folders: list[Path], manifest: Path, count_tokens) -> list[dict]:
                         "precision": _precision({"method": method, "target": folder.name}), "setting": folder.name,
                         "wall_s": e2e, "tps": sum(count_tokens(r["text"]) for r in runs) / e2e, "rtf": None,
                         "vs_target_only": base / e2e if base else None,
-                        "wer": word_errors(hypothesis, reference)["wer"], "exact": all(r["exact"] for r in runs)})
+                        "wer": word_errors(hypothesis, reference)["wer"], "exact": _exact(r["exact"] for r in runs)})
     return out
 
 
@@ -85,31 +97,48 @@ def table(rows: list[dict]) -> str:
     for r in sorted(rows, key=lambda r: (r["job"], r["setting"], r["precision"], -r["tps"])):
         ratio = f"{r['vs_target_only']:.2f}x" if r["vs_target_only"] else "-"
         wer = f"{100 * r['wer']:.2f}%" if r["wer"] is not None else "-"
-        exact = "yes" if r["exact"] and r["system"] in ("as2d", "target-only") else "-"
+        exact = {True: "yes", False: "**NO**", None: "-"}[r["exact"]]
         lines.append(f"| {r['job']} | {r['system']} | {r['precision']} | {r['setting']} | {r['wall_s']:.2f} | "
                      f"{r['tps']:.1f} | {ratio} | {wer} | {exact} |")
     return "\n".join(lines)
 
 
+def _family(system: str) -> tuple[str, str]:
+    """A system's colour: as2d's methods, our target alone, or a peer."""
+    if system.startswith("as2d"):
+        return "as2d", "C0"
+    return ("target-only", "C2") if system.startswith("target-only") else ("peers", "C1")
+
+
 def plot(rows: list[dict], path: Path) -> None:
+    """One panel per precision; colour by family, marker by setting, each point named by its system."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axis = plt.subplots(figsize=(8, 5))
-    for r in (r for r in rows if r["wer"] is not None):
-        ours = r["system"] in ("as2d", "target-only")
-        axis.scatter(r["tps"], 100 * r["wer"], marker="o" if ours else "s", color="C0" if r["system"] == "as2d"
-                     else ("C2" if ours else "C1"))
-        axis.annotate(f"{r['system']} {r['precision']} {r['setting']}", (r["tps"], 100 * r["wer"]), fontsize=7,
-                      xytext=(4, 2), textcoords="offset points")
-    axis.set_xlabel("tokens per second (higher is faster)")
-    axis.set_ylabel("word error rate, % (lower is better)")
-    axis.set_title("as2d (blue), target-only (green) and peers (orange) on 2 CPU cores")
-    axis.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    rows = [r for r in rows if r["wer"] is not None]
+    precisions = sorted({r["precision"] for r in rows})
+    settings = sorted({r["setting"] for r in rows})
+    markers = dict(zip(settings, "os^Dvx*P"))
+    figure, axes = plt.subplots(1, len(precisions), figsize=(6 * len(precisions), 5), sharey=True, squeeze=False)
+    for axis, precision in zip(axes[0], precisions):
+        for r in (r for r in rows if r["precision"] == precision):
+            _, colour = _family(r["system"])
+            axis.scatter(r["tps"], 100 * r["wer"], marker=markers[r["setting"]], color=colour, s=45)
+            axis.annotate(r["system"].replace("faster-whisper", "fw"), (r["tps"], 100 * r["wer"]), fontsize=7,
+                          xytext=(4, 3), textcoords="offset points")
+        axis.set_title(f"{precision}")
+        axis.set_xlabel("tokens per second (higher is faster)")
+        axis.grid(alpha=0.3)
+    axes[0][0].set_ylabel("word error rate, % (lower is better)")
+    handles = [plt.Line2D([], [], color=c, marker="o", linestyle="", label=f)
+               for f, c in (("as2d", "C0"), ("target-only", "C2"), ("peers", "C1"))]
+    handles += [plt.Line2D([], [], color="grey", marker=m, linestyle="", label=s) for s, m in markers.items()]
+    figure.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    figure.suptitle("Whole-file transcription on 2 CPU cores, whisper-base")
+    figure.tight_layout(rect=(0, 0.07, 1, 1))
+    figure.savefig(path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -317,7 +317,7 @@ def test_random_large_v3_and_turbo_convert_and_decode(tmp_path, shape, decoder_l
     state_session = target.prepare(Request("p", audio, language="en", timestamps="none"), threads=1)
     try:
         assert state_session.prompt == prompt[:4]
-        ours = state_session._state.append(prompt[4:]).copy()  # after the prompt, in the decoder's own cache
+        ours = state_session.state.append(prompt[4:]).copy()  # after the prompt, in the decoder's own cache
     finally:
         state_session.close()
     with torch.no_grad():
