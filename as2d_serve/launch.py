@@ -5,7 +5,9 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -21,6 +23,17 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def run_clients(clients: int, client: Callable[[], None]) -> float:
+    """``client`` run by ``clients`` threads at once, as that many users would; the seconds until all are done."""
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - start
 
 
 class ServerProcess:

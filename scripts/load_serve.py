@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from as2d_serve.launch import ServerProcess
+from as2d_serve.launch import ServerProcess, run_clients
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = (ROOT / "tests" / "data" / "windows.jsonl", ROOT / "tests" / "data" / "clips.jsonl",
@@ -73,13 +73,7 @@ def level(server: ServerProcess, clips: list[dict], clients: int, requests: int,
                                 "drafted": (body.get("as2d", {}).get("batch") or {}).get("drafted",
                                                                                          bool(body.get("as2d", {}).get("source")))})
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - start
+    elapsed = run_clients(clients, client)
     done = [a for a in answers if a["status"] == 200]
     latencies = [a["latency_s"] for a in done]
     return {"clients": clients, "answers": len(done), "failures": len(answers) - len(done), "elapsed_s": elapsed,

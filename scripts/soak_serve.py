@@ -36,7 +36,7 @@ import psutil
 import soundfile
 
 from as2d_core.decode.faults import FAULTS
-from as2d_serve.launch import ServerProcess
+from as2d_serve.launch import ServerProcess, run_clients
 
 
 class Server(ServerProcess):
@@ -163,13 +163,7 @@ def throughput(args, windows: list[tuple[str, bytes]], clients: int) -> dict:
                     latencies.append(time.perf_counter() - start)
                     failures += response.status_code != 200
 
-        threads = [threading.Thread(target=client) for _ in range(clients)]
-        start = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - start
+        elapsed = run_clients(clients, client)
     finally:
         server.stop()
     return {"clients": clients, "requests": len(latencies), "failures": failures,

@@ -350,13 +350,9 @@ def _on_stop_signals(handler) -> None:
         signal.signal(number, handler)
 
 
-def _leave_at_once(signum, frame) -> None:
-    os._exit(128 + signum)
-
-
 def _stop(signum, frame) -> None:
     _signalled.append(signum)
-    _on_stop_signals(_leave_at_once)  # a second signal while the first unwinds
+    _on_stop_signals(signal.SIG_DFL)  # a second signal ends the process at once, by the system's default
     raise Stopped(signum)
 
 
@@ -379,7 +375,7 @@ def main() -> None:
     if _signalled:
         click.echo(f"as2d: stopped by {signal.Signals(_signalled[0]).name}", err=True)
         status = 128 + _signalled[0]
-    _on_stop_signals(_leave_at_once)  # a signal while the drafters are joined
+    _on_stop_signals(signal.SIG_DFL)  # a signal while the drafters are joined ends the process at once
     status = drafter_threads.exit_status(status)
     if _signalled:
         # Stopped: the drafters are joined and what the command writes is whole. The interpreter's teardown
