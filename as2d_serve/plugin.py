@@ -1,10 +1,8 @@
 """``as2d serve``, attached to the ``as2d`` command through the plugin hook (the core never imports it)."""
 from __future__ import annotations
 
-import json
 import os
 import sys
-from pathlib import Path
 
 import click
 
@@ -26,8 +24,6 @@ API_KEY_ENV = "AS2D_API_KEY"
               help="Transcriptions at a time, each with its own copy of the models [default: one per two cores].")
 @SERVE["slots"].option
 @SERVE["speculate_rows"].option
-@click.option("--profile", "profile_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="A device profile (as2d profile) whose batch costs set --speculate-rows, unless it is given.")
 @SERVE["queue_size"].option
 @SERVE["max_upload_mb"].option
 @SERVE["deadline_s"].option
@@ -39,7 +35,7 @@ API_KEY_ENV = "AS2D_API_KEY"
 @SERVE["stall_s"].option
 @click.option("--log-level", default="warning", show_default=True)
 @click.pass_context
-def serve(ctx, host, port, method, decodes, slots, speculate_rows, profile_path, queue_size, max_upload_mb, deadline_s, grace_s, api_key, faults,
+def serve(ctx, host, port, method, decodes, slots, speculate_rows, queue_size, max_upload_mb, deadline_s, grace_s, api_key, faults,
           fault_every, stall_s, log_level, **model_options):
     """Serve OpenAI-compatible transcriptions (POST /v1/audio/transcriptions) with the models kept loaded.
 
@@ -53,13 +49,13 @@ def serve(ctx, host, port, method, decodes, slots, speculate_rows, profile_path,
     from .server import serve as serve_app
     from .service import ServeSettings, TranscriptionService
 
-    if profile_path is not None and not given(ctx, "speculate_rows"):
-        speculate_rows = _profiled_rows(profile_path)
     if decodes is None:  # with --slots the requests share one copy of the models
         decodes = 1 if slots > 1 else max(1, (os.cpu_count() or 2) // 2)
     if decodes < 1:
         _fail("--decodes must be at least 1")
     config, report = command_config(ctx, MODEL_KEYS, method if given(ctx, "method") else None)
+    if config.decode.profile is not None and not given(ctx, "speculate_rows"):  # --profile, or the file's profile
+        speculate_rows = _profiled_rows(config.decode.profile)
     try:
         settings = ServeSettings(config, report, decodes=decodes, slots=slots, speculate_rows=speculate_rows,
                                  faults=tuple(faults), fault_every=fault_every, stall_s=stall_s)
@@ -74,14 +70,17 @@ def serve(ctx, host, port, method, decodes, slots, speculate_rows, profile_path,
     serve_app(create_app(service, limits), host, port, log_level)
 
 
-def _profiled_rows(path: Path) -> int:
-    """The batch size up to which drafting pays, by the profile's measured batch costs."""
+def _profiled_rows(path: str) -> int:
+    """The batch size up to which drafting pays, by the profile's measured batch costs (the core's one loader)."""
+    from as2d_core.decode.profile import NotAProfile, read_profile
     from as2d_core.decode.scheduler import speculate_rows_from
 
     try:
-        rows = speculate_rows_from(json.loads(path.read_text()))
+        rows = speculate_rows_from(read_profile(path))
+    except NotAProfile as exc:
+        _fail(str(exc))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        _fail(f"{path} is not a readable device profile: {exc}")
+        _fail(f"{path}: its batch costs (batch_s) cannot be read: {exc!r}")
     if rows is None:
         _fail(f"{path} has no batch costs (batch_s): measure them with `as2d profile` on this target")
     return rows

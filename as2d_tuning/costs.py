@@ -31,15 +31,13 @@ a missing width is an error, never a zero cost (Appendix D.2.1).
 from __future__ import annotations
 
 import bisect
-import json
 import statistics
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-FORMAT = "as2d-profile/1"
+from as2d_core.decode.profile import read_profile
 
 
 class MissingCost(ValueError):
@@ -305,12 +303,9 @@ def costs_of(profile: dict) -> Costs:
 
 
 def load_profile(path: str | Path) -> dict:
-    """Read a profile file (``.json`` or ``.toml``) and check its format tag."""
-    path = Path(path)
-    text = path.read_text()
-    data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    if data.get("format") != FORMAT:
-        raise ValueError(f"{path}: not an as2d profile (format {data.get('format')!r}, expected {FORMAT!r})")
+    """Read a profile file (``.json`` or ``.toml``: the core's one loader, which checks its format tag) and check
+    that it has what the tuning commands price with."""
+    data = read_profile(path)
     if not _widths(data.get("verify_s", {}).get("alone")):
         raise ValueError(f"{path}: the profile has no verification cost (verify_s.alone)")
     return data

@@ -44,7 +44,7 @@ import attrs
 
 from as2d_bench.machine import bench_machine, package_versions
 
-from .costs import FORMAT
+from as2d_core.decode.profile import FORMAT
 from .measurement import Measurement
 from .versions import code_version, model_version, part_packages
 

@@ -69,7 +69,7 @@ def test_a_profile_without_batch_costs_is_refused_in_one_line(tmp_path):
     from as2d_serve.plugin import serve
 
     profile = tmp_path / "old.json"
-    profile.write_text(json.dumps({"verify_s": {}}))
+    profile.write_text(json.dumps({"format": "as2d-profile/1", "verify_s": {}}))
     result = CliRunner().invoke(serve, ["--slots", "2", "--profile", str(profile)])
     assert result.exit_code == 2
     assert "has no batch costs (batch_s)" in result.output and len(result.output.strip().splitlines()) == 1

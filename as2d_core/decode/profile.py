@@ -1,0 +1,36 @@
+"""Reading a device profile (``as2d profile``'s file): the one loader of every command that takes ``--profile``.
+
+``as2d run`` prices ``batch_windows = "auto"`` from it (``scheduler.wave_prices``), ``as2d serve`` its
+``--speculate-rows`` (``scheduler.speculate_rows_from``), and the tuning commands (``as2d replay``, ``as2d
+select``) their costs; each checks here that the file is a profile, then reads the sections it needs.
+"""
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+FORMAT = "as2d-profile/1"
+
+
+class NotAProfile(ValueError):
+    """A file that is missing, unreadable or not an as2d device profile; the message says which, in one line."""
+
+
+def read_profile(path: str | Path) -> dict:
+    """The profile at ``path`` (``.json``, or ``.toml``), its format tag checked; :class:`NotAProfile` otherwise."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise NotAProfile(f"{path}: cannot read the device profile ({exc.strerror or exc})") from None
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:  # json's and tomllib's decode errors are ValueErrors
+        raise NotAProfile(f"{path}: not an as2d device profile (not {path.suffix.lstrip('.') or 'JSON'}: "
+                          f"{exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise NotAProfile(f"{path}: not an as2d device profile (format {found!r}, expected {FORMAT!r}; "
+                          "made by `as2d profile`)")
+    return data
