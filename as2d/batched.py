@@ -5,6 +5,9 @@ each chunk on its own (no previous text, no temperature fallback). as2d's batche
 its windows: ``DecodeOptions.batch_windows`` windows decoded in waves, each window in a thread of its own,
 their verifications made in one call of the target's windows graph, and each window's tokens still exactly
 its own greedy output. The segments and the info are ``WhisperModel.transcribe``'s, which this runs.
+``batch_size="auto"`` (as2d's default; faster-whisper's is 8) prices the wave size and whether the windows draft
+from a device profile (``profile=``), else takes waves of 4 drafting (``as2d_core.input.waves``); ``info.route``
+says what was taken and why.
 """
 from __future__ import annotations
 
@@ -15,9 +18,8 @@ from typing import Any, BinaryIO
 import attrs
 import numpy as np
 
-from as2d_core.setup.options import bounds
-
-from as2d_core.decode.options import DEFAULT_TEMPERATURES
+from as2d_core.decode.options import AUTO, DEFAULT_TEMPERATURES, MAX_BATCH_WINDOWS, wave_size
+from as2d_core.decode.profile import read_profile
 
 from .objects import Segment, TranscriptionInfo
 from .transcribe import WhisperModel
@@ -26,10 +28,13 @@ from .transcribe import WhisperModel
 class BatchedInferencePipeline:
     """Windows of one file decoded side by side over a loaded ``WhisperModel`` (which keeps serving alone)."""
 
-    def __init__(self, model: WhisperModel):
+    def __init__(self, model: WhisperModel, profile: str | None = None):
+        """``profile`` (as2d's own): a device profile (``as2d profile``) whose batch costs price ``batch_size="auto"``."""
         if not isinstance(model, WhisperModel):
             raise TypeError(f"BatchedInferencePipeline takes an as2d WhisperModel, not {type(model).__name__}")
-        self.model = model
+        if profile is not None:
+            read_profile(profile)  # a file that is no profile fails here
+        self.model, self.profile = model, None if profile is None else str(profile)
 
     def transcribe(
         self,
@@ -44,10 +49,11 @@ class BatchedInferencePipeline:
         without_timestamps: bool = True,
         vad_filter: bool = True,
         clip_timestamps: list[dict] | None = None,
-        batch_size: int = 8,
+        batch_size: int | str = AUTO,
         **options: Any,
     ) -> tuple[Iterator[Segment], TranscriptionInfo]:
-        """faster-whisper's batched ``transcribe``: up to ``batch_size`` windows decoded at once.
+        """faster-whisper's batched ``transcribe``: up to ``batch_size`` windows decoded at once (``"auto"``: the
+        size and whether the windows draft priced from the profile, else waves of 4 drafting; ``info.route``).
 
         As in faster-whisper's batched pipeline, no window is conditioned on the text before it
         (``condition_on_previous_text`` is taken and set off), only the first temperature is used (no
@@ -56,14 +62,14 @@ class BatchedInferencePipeline:
         option is ``WhisperModel.transcribe``'s, with its defaults and its refusals; greedy decoding
         (``beam_size=1``, the default here).
         """
-        low, high = bounds("batch_windows")
-        if not isinstance(batch_size, int) or not low <= batch_size <= high:
-            raise ValueError(f"batch_size must be a whole number from {low} to {high} (windows decoded side by "
-                             f"side), got {batch_size!r}")
+        if batch_size != AUTO and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
+                                   or not 1 <= batch_size <= MAX_BATCH_WINDOWS):
+            raise ValueError(f"batch_size must be a whole number from 1 to {MAX_BATCH_WINDOWS} (windows decoded side "
+                             f"by side) or {AUTO!r}, got {batch_size!r}")
         first_temperature = temperature[0] if isinstance(temperature, (list, tuple)) else temperature
         side_by_side = copy.copy(self.model)  # the same loaded parts, lock and detectors; its own decoding options
-        side_by_side.decode_options = attrs.evolve(self.model.decode_options, batch_windows=batch_size,
-                                                   route="windows")
+        side_by_side.decode_options = attrs.evolve(self.model.decode_options, batch_windows=wave_size(batch_size),
+                                                   route="windows", profile=self.profile)
         return side_by_side.transcribe(
             audio, language, task, log_progress, beam_size, temperature=first_temperature,
             condition_on_previous_text=False, without_timestamps=without_timestamps, vad_filter=vad_filter,

@@ -82,6 +82,8 @@ class TranscriptionInfo:
     # from faster-whisper, in words
     temperature_fallback: bool = False
     notes: list[str] = field(default_factory=list)
+    # as2d's own: how the file is decoded (route, wave_size, drafts, why: as2d run --json's ``route``)
+    route: dict | None = None
 
 
 def format_timestamp(seconds: float, always_include_hours: bool = False, decimal_marker: str = ".") -> str:

@@ -135,7 +135,7 @@ class WhisperModel:
                                   task="translate" if task == "translate" else "asr", decode=decode, scores=True)
         with self._lock:
             pipeline = Pipeline(self.target, self.source, options, detector=self._detector(vad), bridge=self.bridge)
-            windows, speech_s, first, notes = self._plan(pipeline, samples, vad)
+            windows, speech_s, first, notes, route = self._plan(pipeline, samples, vad)
             probabilities = None
             if language is None:
                 probabilities = self._language_probabilities(first, options)
@@ -152,12 +152,13 @@ class WhisperModel:
             vad_options=vad,
             temperature_fallback=decode.route == "seek" and len(decode.temperature) > 1,
             notes=notes,
+            route=route.as_dict(),
         )
         return self._segments(windows(), samples.size / SAMPLE_RATE, word_timestamps, log_progress), info
 
     def _plan(self, pipeline: Pipeline, samples: np.ndarray, vad: VadOptions | None):
         """The requests to come (lazily), the seconds of audio they cover, the first 30 s of it (the language's),
-        and notes on how the audio is cut."""
+        notes on how the audio is cut, and the route they take (``Pipeline.route``)."""
         decode = pipeline.options.decode
         if decode.route == "seek":
             detector = pipeline.detector if vad is not None else None
@@ -167,13 +168,14 @@ class WhisperModel:
             notes = [f"Whisper's long-form rules: 30 s requests from a seek offset, temperatures "
                      f"{', '.join(map(str, decode.temperature))}, beam_size {decode.beam_size}"]
             first = Request("language", audio[: 30 * SAMPLE_RATE], recording=recording) if audio.size else None
-            return windows, audio.size / SAMPLE_RATE, first, notes
+            return windows, audio.size / SAMPLE_RATE, first, notes, pipeline.route(0)
         plan = pipeline.plan(samples)
         silent = lambda result: _silent(result, decode.no_speech_threshold, decode.log_prob_threshold)  # noqa: E731
         windows = lambda: pipeline.decode_windows(samples, plan, "whisper-model", silent)  # noqa: E731
         first = Request("language", samples[plan.windows[0].start : plan.windows[0].end] if plan.windows
                         else samples[: 30 * SAMPLE_RATE])
-        return windows, sum(w.end - w.start for w in plan.windows) / SAMPLE_RATE, first, _window_notes(plan, vad)
+        return (windows, sum(w.end - w.start for w in plan.windows) / SAMPLE_RATE, first, _window_notes(plan, vad),
+                pipeline.route(len(plan.windows)))
 
     def _language_probabilities(self, first: Request | None, options: PipelineOptions) -> dict[str, float]:
         """The languages' probabilities on ``first`` (the first 30 s, as the first request will see them)."""

@@ -24,8 +24,13 @@ benchmark. Matched settings, each ours beside faster-whisper's sequential ``tran
         --methods target-only,as2d,faster-whisper-greedy-fallback          # greedy with the fallback
     .venv/bin/python scripts/bench_long_audio.py /tmp/long_once.wav --beam-size 5 \\
         --methods target-only,as2d,faster-whisper-beam5-fallback           # beam 5 with the fallback
-    .venv/bin/python scripts/bench_long_audio.py /tmp/long_once.wav --route windows --batch-windows 4 \\
-        --methods target-only,as2d,faster-whisper-batched8                 # VAD windows, batched
+    .venv/bin/python scripts/bench_long_audio.py /tmp/long_once.wav --route windows --batch-windows 1,4,auto \\
+        --profile profiles/this-machine.json --methods target-only,as2d,faster-whisper-batched8   # VAD windows, batched
+
+``--batch-windows`` lists the wave sizes our methods run with: 1 (one window at a time, the row METHOD), N (waves
+of N, METHOD-batchedN) and ``auto`` (METHOD-auto: the wave size and whether the windows draft, priced from
+``--profile``'s batch costs, else the default rule, as ``as2d run --route windows`` chooses; ``as2d_core.input.waves``).
+Each row records the route it took (``route``: wave size, drafting, why), and the table is followed by them.
 
 ``--rounds N`` (default 3) runs every method once per round, in the same order each round, so a slow
 drift of a shared machine touches all methods alike; the table quotes medians and the ratios of medians.
@@ -62,7 +67,7 @@ import numpy as np
 from as2d_core.decode.methods import get_method
 from as2d_core.input.audio import read_audio
 from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source
-from as2d_core.decode.options import ROUTES, DecodeOptions
+from as2d_core.decode.options import AUTO, ROUTES, DecodeOptions, wave_size
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.peers import FilePeer
 from as2d_core.setup.plugins import load_registry
@@ -103,7 +108,7 @@ def run_pipeline(method: str, pipeline: Pipeline, samples: np.ndarray, reference
     return {"method": method, "wall_s": wall, "windows": len(tokens), "tokens": totals["tokens"],
             "decode_s": totals["decode_s"], "accepted": totals["accepted"], "proposed": totals["proposed"],
             "exact": None if reference is None else tokens == reference, "text": transcript.text, "_tokens": tokens,
-            "segment_texts": [s.text.strip() for s in transcript.segments], **load}
+            "segment_texts": [s.text.strip() for s in transcript.segments], "route": transcript.route, **load}
 
 
 def run_stream(method: str, pipeline: Pipeline, samples: np.ndarray, args) -> dict:
@@ -198,7 +203,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="clip texts for word error rates (default: the audio's .json beside it, if any)")
     parser.add_argument("--batch-windows", default="1",
                         help="comma-separated: our methods also run with that many windows side by side "
-                             "(a row METHOD-batchedN for each N above 1; DecodeOptions.batch_windows)")
+                             "(a row METHOD-batchedN for each N above 1; DecodeOptions.batch_windows), or auto "
+                             "(a row METHOD-auto: chosen as as2d run --route windows chooses)")
+    parser.add_argument("--profile", default=None,
+                        help="a device profile (as2d profile) whose batch costs price --batch-windows auto")
     args = parser.parse_args(argv)
     peers = load_registry().names("peer")
     if args.methods is None:
@@ -212,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     samples = decoded.samples
     decode = DecodeOptions(target_threads=args.threads, drafter_nice=args.drafter_nice, guess_nice=args.guess_nice,
                            route=args.route, beam_size=args.beam_size, temperature=args.temperature,
-                           condition_on_previous_text=args.condition_on_previous_text)
+                           condition_on_previous_text=args.condition_on_previous_text, profile=args.profile)
     label = args.label or (f"{args.route} beam {args.beam_size} T {args.temperature}"
                            + (" conditioned" if args.condition_on_previous_text else ""))
     sidecar = args.reference or args.audio.with_suffix(".json")
@@ -222,8 +230,12 @@ def main(argv: list[str] | None = None) -> None:
     drafting = any(m not in peers and get_method(m).needs_source for m in methods)
     source = build_source(args.source) if drafting else None
     rows, reference = [], None
-    batches = [int(b) for b in args.batch_windows.split(",")]
-    ours = {m if b == 1 else f"{m}-batched{b}": (m, b) for m in methods if m not in peers for b in batches}
+    try:
+        batches = [wave_size(b) for b in args.batch_windows.split(",")]
+    except ValueError as exc:
+        parser.error(str(exc))
+    ours = {m if b == 1 else f"{m}-{b}" if b == AUTO else f"{m}-batched{b}": (m, b)
+            for m in methods if m not in peers for b in batches}
     order = sorted([*ours, *(m for m in methods if m in peers)],
                    key=lambda m: m != "target-only")  # target-only first: the others are checked against it
     if args.stream:
@@ -296,6 +308,11 @@ def print_table(rows: list[dict], order: list[str], peers: list[str], audio_s: f
               f"{_median_of(runs, 'wer')} | {_median_of(runs, 'deleted')} | {busy}{' (busy!)' if busy else ''} |")
     print("\nCTranslate2 and whisper.cpp peers spin on their threads: their rows are fair only with the other cores idle "
           "(a round marked busy was timed while other processes kept cores busy).")
+    for m in order:  # how each of our rows decoded the file (the first round's: the choice does not change)
+        route = by_method[m][0].get("route")
+        if route and route.get("route") == "windows":
+            print(f"{m}: waves of {route['wave_size']}, {'drafting' if route['drafts'] else 'target-only'} "
+                  f"({route['why']})")
     ours = [m for m in order if m not in peers and by_method[m][0].get("segment_texts")]
     theirs = [m for m in peers if by_method[m][0].get("segment_texts")]
     for mine in ours:  # the same words, segment by segment (first round's: the words do not change between rounds)

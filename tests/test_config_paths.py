@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import wave
+from pathlib import Path
 
 import attrs
 import numpy as np
@@ -25,6 +26,7 @@ from tiny_lm import ScriptedSource, TinyLM
 
 TARGET, SOURCE = "config-test-target", "config-test-source"
 LANGUAGE, TASK, INSTRUCTION = "de", "qa", "Answer the question the passage ends with."
+PROFILE = Path(__file__).resolve().parent / "fixtures" / "profile-no-drafting.json"  # absolute: read as written
 
 
 class Arrived(Exception):
@@ -56,6 +58,10 @@ def _other_values() -> dict[str, object]:
             value = next(c for c in choices if c != field.default)
         elif field.metadata["kind"] is bool:
             value = not field.default
+        elif field.name == "batch_windows":  # auto, or a wave size
+            value = 3
+        elif field.name == "profile":  # a file that must be a device profile
+            value = str(PROFILE)
         elif "config_kinds" in field.metadata:  # temperatures: a list in a file
             value = [0.0, 0.3]
         elif field.metadata["kind"] is str:

@@ -29,6 +29,24 @@ def temperatures(value) -> tuple[float, ...]:
     return values
 
 
+AUTO = "auto"  # batch_windows: the wave size and drafting priced from the device profile (``input.waves``)
+MAX_BATCH_WINDOWS = 16
+
+
+def wave_size(value) -> int | str:
+    """``batch_windows`` from a flag's text, a file's value or code: ``"auto"``, or a whole number 1..16."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    try:
+        size = int(value) if not isinstance(value, (bool, float)) else None
+    except ValueError:
+        size = None
+    if size is None or not 1 <= size <= MAX_BATCH_WINDOWS:
+        raise ValueError(f"batch_windows must be {AUTO} or a whole number from 1 to {MAX_BATCH_WINDOWS} (windows "
+                         f"decoded side by side), got {value!r}")
+    return size
+
+
 def check_budget(value: int) -> int:
     if not 1 <= value <= MAX_BUDGET:
         raise ValueError(f"budget must be between 1 and {MAX_BUDGET} proposals per verification, got {value}")
@@ -51,15 +69,16 @@ def _in_range(instance, attribute, value):
 
 def _option(default, config: str, help: str, low: int | None = None, high: int | None = None,
             choices: tuple[str, ...] | None = None, kind: type | None = None, optional: bool = False,
-            converter=None):
+            converter=None, config_kinds: tuple[type, ...] = (str, list, int, float)):
     """A field that users set: ``config`` is its dotted key in a task configuration; ``low``/``high``
     bound a number, ``choices`` a word; ``kind`` is the value's type where the default (None) does not say it;
-    ``optional``: None turns it off (faster-whisper's thresholds); ``converter`` reads a flag's text."""
+    ``optional``: None turns it off (faster-whisper's thresholds); ``converter`` reads a flag's text, and a
+    configuration may write the value as any of ``config_kinds``."""
     kind = kind or type(default)
     if converter is not None:
         return attrs.field(default=default, converter=converter, metadata={  # a flag's text, or a list in a file
             "config": config, "help": help, "choices": None, "low": None, "high": None, "kind": str,
-            "config_kinds": (str, list, int, float)})
+            "config_kinds": config_kinds})
     if choices:
         validator = attrs.validators.in_(choices)
     elif kind in (str, bool):
@@ -110,11 +129,17 @@ class DecodeOptions:
         False, "condition_on_previous_text", "Prompt each window of a file with the text before it (after --prompt), "
         "as Whisper's long-form transcription does; the drafter then drafts a window only once the one before it is "
         "done. Files only: bench windows and stream blocks are each decoded alone.")
-    batch_windows: int = _option(
-        1, "batch_windows", "Windows of a file decoded side by side, their verifications made in one call of a "
-        "target that can (whisper-base and whisper-base-int8 on ONNX Runtime); each window's tokens are the ones it "
-        "gets alone. 1: one window at a time. Files only, and not with --condition-on-previous-text (a window "
-        "waits for the text before it) nor while text is streamed as it is committed.", 1, 16)
+    batch_windows: int | str = _option(
+        AUTO, "batch_windows", "Windows of a file decoded side by side (--route windows), their verifications made in "
+        "one call of a target that can (whisper-base and whisper-base-int8 on ONNX Runtime); each window's tokens are "
+        "the ones it gets alone. auto: the wave size (1, 2, 4 or 8) and whether the windows draft, priced from "
+        "--profile's batch costs, else waves of 4 drafting (measured on 2 cores); 1: one window at a time. Files "
+        "only, and not with --condition-on-previous-text (a window waits for the text before it) nor while text is "
+        "streamed as it is committed.", converter=wave_size, config_kinds=(str, int))
+    profile: str | None = _option(
+        None, "profile", "A device profile (as2d profile's JSON) whose batch costs (batch_s) price --batch-windows "
+        "auto, and as2d serve's --speculate-rows; in a configuration, a relative path is read from the "
+        "configuration's folder.", kind=str)
     word_timestamps: bool = _option(
         False, "word_timestamps", "Time every word (start, end, probability) by the target's cross-attention after "
         "decoding, as openai-whisper does: one pass over the committed tokens, so it costs every method the same "

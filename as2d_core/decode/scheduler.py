@@ -35,6 +35,12 @@ from as2d_core.decode.wrappers import TargetWrapper
 # (6.57 s) were no faster than the same windows target-only (6.51 s), while alone drafting pays.
 SPECULATE_ROWS = 1
 
+# A file's windows where no device profile prices them (``wave_prices``): waves of this many (fewer for a shorter
+# file), drafting. Measured on this repository's machine (2 cores; BENCHMARKS.md section 15, the 330 s recording,
+# whisper-base with whisper-tiny.en drafting): target-only one window at a time 14.33 s, target-only in waves of 4
+# 10.83 s, as2d one at a time 10.50 s, as2d in waves of 4 9.68 s; int8: 10.17, 7.81, 7.72 and 7.49 s.
+DEFAULT_WAVE_SIZE = 4
+
 
 @attrs.define
 class Admission:
@@ -165,6 +171,23 @@ class ScheduledTarget(TargetWrapper):
         return GatheredSession(self.scheduler.join(request, threads), self.scheduler)
 
 
+def _batch_costs(profile: dict) -> tuple[dict[int, tuple[float, float]], float] | None:
+    """The profile's ``batch_s`` as rows -> (a call 1 wide, a call ``width`` wide times the drafters' slowdown of
+    the target's calls), in seconds, and ``tokens_per_call`` (a drafting row's tokens per call); None where the
+    profile did not measure batches. Both rules below price from this one reading."""
+    batch = profile.get("batch_s")
+    if not batch or not batch.get("rows") or not batch.get("tokens_per_call"):
+        return None
+    try:
+        width = str(batch["width"])
+        slowdown = (profile.get("slowdown") or {}).get("verify_shared_over_alone", {}).get(width, 1.0)
+        costs = {int(rows): (float(cost["1"]["median"]), float(cost[width]["median"]) * slowdown)
+                 for rows, cost in batch["rows"].items()}
+        return costs, float(batch["tokens_per_call"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"the profile's batch costs (batch_s) are not as `as2d profile` writes them: {exc!r}") from None
+
+
 def speculate_rows_from(profile: dict) -> int | None:
     """The largest batch at which drafting pays, from a device profile (``as2d profile``'s ``batch_s``), or None
     where the profile did not measure batches.
@@ -174,18 +197,59 @@ def speculate_rows_from(profile: dict) -> int | None:
     ``cost(B, width) * slowdown(width) / cost(B, 1) < tokens_per_call``. A wider call costs more as the
     batch fills (the cores, not the weights' reading, become the limit), so the rule holds up to some B.
     """
-    batch = profile.get("batch_s")
-    if not batch or not batch.get("rows") or not batch.get("tokens_per_call"):
+    measured = _batch_costs(profile)
+    if measured is None:
         return None
-    width = str(batch["width"])
-    slowdown = (profile.get("slowdown") or {}).get("verify_shared_over_alone", {}).get(width, 1.0)
+    costs, tokens_per_call = measured
     pays = 0
-    for rows in sorted(batch["rows"], key=int):
-        cost = batch["rows"][rows]
-        if cost[width]["median"] * slowdown / cost["1"]["median"] >= batch["tokens_per_call"]:
+    for rows in sorted(costs):
+        one, wide = costs[rows]
+        if wide / one >= tokens_per_call:
             break
-        pays = int(rows)
+        pays = rows
     return pays
+
+
+WAVE_SIZES = (1, 2, 4, 8)  # the wave sizes ``batch_windows = "auto"`` chooses from (as2d profile's rows)
+
+
+@attrs.frozen
+class WavePrice:
+    """One way to decode a file's windows: waves of ``size``, drafting or not, and its price per committed token."""
+
+    size: int
+    drafts: bool
+    seconds_per_token: float
+
+
+def wave_prices(profile: dict, windows: int, can_draft: bool = True) -> list[WavePrice] | None:
+    """Every way to decode ``windows`` windows in waves, priced by the profile's batch costs, cheapest first (None
+    where the profile did not measure batches; ``can_draft``: False prices target-only waves alone).
+
+    A wave of B rows target-only commits B tokens per call of cost(B, 1); drafting, about ``tokens_per_call`` a row
+    per call of cost(B, width) * slowdown(width) (``_batch_costs``, which ``speculate_rows_from`` reads too: at a
+    given B, drafting is the cheaper of the two exactly where that rule says it pays). Each size of ``WAVE_SIZES`` the
+    profile measured is capped by ``windows``; the file is priced whole, as if every window had as many tokens: full
+    waves, then the last, smaller one. A size the profile did not measure (a wave of 3) is priced at the next one
+    it did (4): an upper bound. Ties go to the smaller wave, then to target-only.
+    """
+    measured = _batch_costs(profile)
+    if measured is None:
+        return None
+    costs, tokens_per_call = measured
+    windows = max(1, windows)
+
+    def cost(rows: int, drafts: bool) -> float:  # one call of ``rows`` rows
+        one, wide = costs[min(r for r in costs if r >= rows)]
+        return wide if drafts else one
+
+    prices = []
+    for size in sorted({min(size, windows) for size in WAVE_SIZES if size in costs}):
+        waves = [size] * (windows // size) + ([windows % size] if windows % size else [])
+        for drafts in (False, True) if can_draft else (False,):
+            per_row = tokens_per_call if drafts else 1.0  # tokens a row commits per call
+            prices.append(WavePrice(size, drafts, sum(cost(rows, drafts) for rows in waves) / (windows * per_row)))
+    return sorted(prices, key=lambda p: (p.seconds_per_token, p.size, p.drafts)) or None
 
 
 def scheduler_for(target: Target, rows: int, threads: int, speculate_rows: int = SPECULATE_ROWS) -> Scheduler | None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
@@ -36,6 +35,8 @@ import numpy as np
 
 from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
 from as2d_core.capabilities import WindowBatching, WindowGroup
+from as2d_core.decode.profile import read_profile
+from as2d_core.decode.scheduler import wave_prices
 from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Recording, Request, Source, Target
 from as2d_core.decode.deltas import TextDeltas
 from as2d_core.decode.result import DecodeResult
@@ -47,13 +48,13 @@ from as2d_core.setup.options import STREAM
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.lookahead import LookaheadSource
 from as2d_core.decode.timestamps import marked_up
-from as2d_core.decode.together import WindowsTogether
 from as2d_core.setup.catalog import resolve_bridge
 from as2d_core.setup.plugins import load_registry
 from as2d_core.workers.process_source import ProcessSource
 from as2d_core.decode.words import add_words, prepare_words
 from as2d_core.input.sequential import long_form_steps, sequential_windows, speech_only, window_result
 from as2d_core.input.transcript import Transcript, WindowResult
+from as2d_core.input.waves import WaveRoute, choose_waves, decoded_in_waves
 from as2d_core.input.windows import MAX_WINDOW_S, SpeechDetector, Window, WindowPlan, plan_windows
 
 AUTO = "auto"
@@ -126,6 +127,8 @@ class Pipeline:
         self._detector = detector
         self._decode = decode
         self._lock = threading.Lock()
+        self._profiles: dict[str, dict] = {}
+        self.device_profile()  # a file that is no device profile fails here, before any audio is read
 
     @classmethod
     def from_config(cls, path: str | Path, overrides: dict | None = None, **fields) -> "Pipeline":
@@ -141,6 +144,31 @@ class Pipeline:
             self._detector = default_detector()
         return self._detector
 
+    def device_profile(self) -> dict | None:
+        """The device profile ``decode.profile`` names (read once), or None; ``decode.profile.NotAProfile`` (a
+        ValueError) where the file is missing or is not one."""
+        path = self.options.decode.profile
+        if path is not None and path not in self._profiles:
+            profile = read_profile(path)
+            wave_prices(profile, 1)  # its batch costs, if any, are readable
+            self._profiles[path] = profile
+        return None if path is None else self._profiles[path]
+
+    def route(self, windows: int, streamed: bool = False) -> WaveRoute:
+        """How a file of ``windows`` windows is decoded (``input.waves``): on the windows route, in waves of how
+        many, drafting or not, and why; ``streamed``: its text is heard as it is committed (``on_text``)."""
+        o = self.options.decode
+        drafts = self.source is not None and get_method(self.options.method).needs_source
+        if o.route == "seek":
+            return WaveRoute("seek", 1, drafts, "Whisper's long form: each request starts where the one before ended")
+        alone = ("text is streamed as it is committed" if streamed else
+                 "each window is conditioned on the text before it" if o.condition_on_previous_text else
+                 "beams decode their hypotheses side by side instead" if o.beam_size > 1 else
+                 "a decoder of the caller's" if self._decode is not None else
+                 f"{self.target.name} cannot verify windows together" if not isinstance(self.target, WindowBatching)
+                 else None)
+        return choose_waves(o, self.options.method, self.source is not None, windows, self.device_profile(), alone)
+
     def request(self, request_id: str, samples: np.ndarray, first: bool = True,
                 previous_text: str | None = None) -> Request:
         """A request on ``samples`` with the options' fields; the prompt only on a file's ``first`` window
@@ -153,13 +181,16 @@ class Pipeline:
                        instruction=o.instruction, previous_text=previous_text, scores=o.scores, **fields)
 
     def decode(self, request: Request, options: DecodeOptions | None = None,
-               on_commit: OnCommit | None = None) -> DecodeResult:
-        """One request; ``on_commit`` hears its tokens as they are committed (not with a ``decode`` of its own)."""
+               on_commit: OnCommit | None = None, method: str | None = None) -> DecodeResult:
+        """One request; ``on_commit`` hears its tokens as they are committed (not with a ``decode`` of its own);
+        ``method``: another than the options' (target-only, where a file's route does not draft)."""
         options = options or self.options.decode
         if self._decode is not None:
             return add_words(self.target, request, self._decode(request), options.target_threads)
-        return add_words(self.target, request, self._in_mode(request, self.options.method, options, on_commit,
-                                                             self.source), options.target_threads)
+        method = method or self.options.method
+        source = self.source if get_method(method).needs_source else None
+        return add_words(self.target, request, self._in_mode(request, method, options, on_commit, source),
+                         options.target_threads)
 
     def reference(self, request: Request) -> DecodeResult:
         """Target-only decoding of the same request in the same mode: what every method must reproduce."""
@@ -196,7 +227,9 @@ class Pipeline:
             start = time.perf_counter()
             plan = self.plan(samples)
             decoded = []
-            for window, item in zip(plan.windows, self._decoded(samples, plan.windows, request_id, on_text)):
+            route, group = self._waves(len(plan.windows), on_text is not None)
+            for window, item in zip(plan.windows, self._decoded(samples, plan.windows, request_id, on_text,
+                                                                route=route, group=group)):
                 decoded.append(item)
                 if on_progress is not None:
                     on_progress(window.end_s)
@@ -205,7 +238,8 @@ class Pipeline:
             references = [self.reference(r) for r in requests] if check else [None] * len(requests)
         notes = ([plan.note] if plan.note else []) + (list(info.warnings) if info else [])
         windows = [WindowResult(w, r, ref) for w, r, ref in zip(plan.windows, results, references)]
-        return Transcript(windows, plan.skipped, samples.size / SAMPLE_RATE, wall_s, plan.detector, info, notes)
+        return Transcript(windows, plan.skipped, samples.size / SAMPLE_RATE, wall_s, plan.detector, info, notes,
+                          route.as_dict())
 
     def _transcribe_long_form(self, samples: np.ndarray, request_id: str, check: bool,
                               on_text: Callable[[str], None] | None, on_progress: Callable[[float], None] | None,
@@ -225,7 +259,7 @@ class Pipeline:
         skipped = speech.skipped(samples.size) if speech is not None else ()
         notes += list(info.warnings) if info else []
         return Transcript(windows, skipped, samples.size / SAMPLE_RATE, wall_s, detector.name if detector else None,
-                          info, notes)
+                          info, notes, self.route(len(windows)).as_dict())
 
     def decode_long_form(self, samples: np.ndarray, request_id: str = "audio", detector: SpeechDetector | None = None,
                          recording: Recording | None = None) -> Iterator[WindowResult]:
@@ -257,18 +291,32 @@ class Pipeline:
         """
         with self._lock:
             self._prepare_words()
-            decoded = self._decoded(samples, plan.windows, request_id, None, silent)
+            route, group = self._waves(len(plan.windows))
+            decoded = self._decoded(samples, plan.windows, request_id, None, silent, route, group)
             try:
                 for window, (_request, result, dropped) in zip(plan.windows, decoded):
                     yield WindowResult(window, result, silent=dropped)
             finally:  # a caller that stops early stops the lookahead before the lock is free
                 decoded.close()
 
+    def _waves(self, windows: int, streamed: bool = False) -> tuple[WaveRoute, WindowGroup | None]:
+        """The file's route (``route``) and, for waves, the target's group of that size; a target whose group
+        cannot be made (no windows graph) decodes one window at a time, and the route says so."""
+        route = self.route(windows, streamed)
+        if route.size < 2:
+            return route, None
+        group = self.target.window_group(route.size, self.options.decode.target_threads)
+        if group is None:
+            return choose_waves(self.options.decode, self.options.method, self.source is not None, windows,
+                                self.device_profile(), f"{self.target.name} has no windows graph"), None
+        return route, group
+
     def _decoded(self, samples: np.ndarray, windows: tuple[Window, ...], request_id: str,
-                 on_text: Callable[[str], None] | None,
-                 silent: Callable[[DecodeResult], bool] | None = None) -> Iterator[tuple[Request, DecodeResult, bool]]:
-        """Each window's request, result and whether ``silent`` dropped it, one window at a time (the caller holds
-        the lock); a dropped window's text is not fed to the next one."""
+                 on_text: Callable[[str], None] | None, silent: Callable[[DecodeResult], bool] | None = None,
+                 route: WaveRoute | None = None, group: WindowGroup | None = None
+                 ) -> Iterator[tuple[Request, DecodeResult, bool]]:
+        """Each window's request, result and whether ``silent`` dropped it, by ``route`` (in waves with ``group``,
+        else one window at a time; the caller holds the lock); a dropped window's text is not fed to the next one."""
 
         def make(w: Window, previous: str | None) -> Request:  # previous: the text before it, when conditioning
             return self.request(f"{request_id}-w{w.index:03d}", samples[w.start : w.end], first=w.index == 0,
@@ -277,11 +325,15 @@ class Pipeline:
         deltas = TextDeltas(on_text) if on_text is not None else None
         options = self.options.decode
         conditioned = options.condition_on_previous_text
-        group = self._window_group(options, len(windows)) if deltas is None and not conditioned else None
+        route = route or self.route(len(windows), deltas is not None)
+        method = route.method(self.options.method)
         if group is not None:
-            yield from self._decoded_together([make(w, None) for w in windows], group, options, silent)
+            yield from decoded_in_waves([make(w, None) for w in windows], self.target, group,
+                                        partial(self._in_wave, options, method), silent)
             return
         ahead = self.source if isinstance(self.source, LookaheadSource) and self._decode is None else None
+        if not route.drafts:
+            ahead = None
         if conditioned:  # the next window's prompt is this window's text: nothing to draft it from before that
             ahead = None
         if ahead is not None and len(windows) > 1:
@@ -300,7 +352,7 @@ class Pipeline:
                     # while the target encodes this one (BENCHMARKS.md section 14)
                     on_commit = _first_commit_then(partial(ahead.queue_next, requests[i + 1], options.drafter_threads),
                                                    on_commit)
-                result = self.decode(requests[i], options, on_commit)
+                result = self.decode(requests[i], options, on_commit, method)
                 if deltas is not None:
                     deltas.end_window(result.text)
                 dropped = silent is not None and silent(result)
@@ -312,35 +364,12 @@ class Pipeline:
             if ahead is not None:
                 ahead.cancel()
 
-    def _window_group(self, options: DecodeOptions, windows: int) -> WindowGroup | None:
-        """A group for ``options.batch_windows`` windows side by side, or None: one window at a time (asked for,
-        a single window, beams (they batch their hypotheses), a decoder of the caller's, or a target that cannot
-        verify windows together)."""
-        size = min(options.batch_windows, windows)
-        if size < 2 or options.beam_size > 1 or self._decode is not None or not isinstance(self.target,
-                                                                                            WindowBatching):
-            return None
-        return self.target.window_group(size, options.target_threads)
-
-    def _decoded_together(self, requests: list[Request], group: WindowGroup, options: DecodeOptions,
-                          silent: Callable[[DecodeResult], bool] | None
-                          ) -> Iterator[tuple[Request, DecodeResult, bool]]:
-        """The windows decoded in waves of ``group.size``, each window in a thread of its own with its own drafter
-        job, a wave's verifications made together (``decode.together``); results in window order."""
+    def _in_wave(self, options: DecodeOptions, method: str, request: Request, target: Target) -> DecodeResult:
+        """One window of a wave on the wave's ``target`` (``decode.together``), with a drafter job of its own."""
         source = self.source.inner if isinstance(self.source, LookaheadSource) else self.source
-
-        def one(target: WindowsTogether, request: Request) -> DecodeResult:
-            return add_words(self.target, request, run_request(request, target, source, self.options.method, options,
-                                                              None, self.bridge), options.target_threads)
-
-        with ThreadPoolExecutor(group.size, thread_name_prefix="as2d-window") as pool:
-            for first in range(0, len(requests), group.size):
-                wave = requests[first : first + group.size]
-                target = WindowsTogether(self.target, group, len(wave))
-                futures = [pool.submit(one, target, request) for request in wave]
-                results = [future.result() for future in futures]  # the wave's windows all end before the next starts
-                for request, result in zip(wave, results):
-                    yield request, result, silent is not None and silent(result)
+        source = source if get_method(method).needs_source else None
+        return add_words(self.target, request, run_request(request, target, source, method, options, None,
+                                                           self.bridge), options.target_threads)
 
     def stream(self, block_s: float = STREAM["block_s"].default, context_s: float = STREAM["context_s"].default,
                check: bool = False):

@@ -76,6 +76,8 @@ class Transcript:
     detector: str | None
     audio: AudioInfo | None = None
     notes: list[str] = attrs.Factory(list)
+    # how the file was decoded: route, wave_size, drafts and why (``input.waves.WaveRoute.as_dict``)
+    route: dict | None = None
 
     @property
     def text(self) -> str:
@@ -132,4 +134,5 @@ class Transcript:
             "skipped_silence": [{"start_s": a, "end_s": b} for a, b in self.skipped],
             "totals": self.totals(),
             "notes": self.notes,
+            "route": self.route,
         }

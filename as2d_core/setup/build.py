@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from as2d_core.decode.methods import get_method
 from as2d_core.setup.config import Config, Report, check_file, parse, set_values
 from as2d_core.setup.paths import models_dir
@@ -59,7 +61,11 @@ def resolve_config(path: Path | None, given: dict[str, Any], defaults: dict[str,
         if not report.runnable:
             problems = report.errors + [f"cannot run here: {m}" for m in report.missing]
             raise ConfigProblem("\n".join(f"{path}: {p}" for p in problems))
-        return report.config, report
+        config, profile = report.config, report.config.decode.profile
+        if profile is not None and "profile" not in given and not Path(profile).is_absolute():
+            # the file's own device profile is read from the file's folder (a flag's, from the current one)
+            config = attrs.evolve(config, decode=attrs.evolve(config.decode, profile=str(Path(path).parent / profile)))
+        return config, report
     values = {key: value for key, value in {**defaults, **given}.items() if value is not None}
     config, errors = parse(set_values({}, values), Path("<command line>"))
     if config is None:

@@ -171,7 +171,7 @@ class ConfigError(ValueError):
 
 def _type_name(kind: type | tuple) -> str:
     if isinstance(kind, tuple):
-        return "a number, a list of numbers or a string"
+        return "a number, a list of numbers or a string" if list in kind else "a string or an integer"
     return {str: "a string", int: "an integer", bool: "true or false", float: "a number"}[kind]
 
 

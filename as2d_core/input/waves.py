@@ -1,0 +1,88 @@
+"""How a file's windows are decoded on the windows route: in waves of how many, drafting or not, and why.
+
+``batch_windows`` is a whole number (the user's wave size; the windows draft as the method does) or ``"auto"``,
+the default. Auto takes the cheapest way per committed token that the device profile prices
+(``--profile``, a configuration's ``profile``: ``decode.scheduler.wave_prices`` over its ``batch_s``): waves of 1,
+2, 4 or 8 windows (no more than the file has), each window drafting (as2d) or target-only. Without a profile
+that measured batches it takes the default rule, ``decode.scheduler.DEFAULT_WAVE_SIZE``: waves of 4 drafting, the
+fastest exact setting measured on this repository's 2 cores (BENCHMARKS.md section 15). A serial baseline
+(``sd-kN``) drafts on demand, taking turns with the target: auto leaves it one window at a time.
+
+Whatever is chosen, each window's tokens are exactly its target-only tokens (``decode.together``); what is
+chosen, and why, is ``Transcript.route`` (``as2d run --json``'s ``route``).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import attrs
+
+from as2d_core.capabilities import WindowGroup
+from as2d_core.contracts import Request, Target
+from as2d_core.decode.methods import get_method
+from as2d_core.decode.options import AUTO, DecodeOptions
+from as2d_core.decode.result import DecodeResult
+from as2d_core.decode.scheduler import DEFAULT_WAVE_SIZE, wave_prices
+from as2d_core.decode.together import WindowsTogether
+
+
+@attrs.frozen
+class WaveRoute:
+    """The route a file took: ``size`` windows side by side (1: one at a time), drafting or not, and why."""
+
+    route: str  # "windows" or "seek"
+    size: int = 1
+    drafts: bool = False
+    why: str = ""  # "profile PATH", "default rule", "batch_windows N", and what kept the windows apart
+    seconds_per_token: float | None = None  # the profile's price of the choice
+
+    def method(self, asked: str) -> str:
+        """The method each window runs: the one ``asked`` for, or target-only where the route does not draft."""
+        return asked if self.drafts else "target-only"
+
+    def as_dict(self) -> dict:
+        out = {"route": self.route, "wave_size": self.size, "drafts": self.drafts, "why": self.why}
+        if self.seconds_per_token is not None:
+            out["priced_s_per_token"] = self.seconds_per_token
+        return out
+
+
+def choose_waves(options: DecodeOptions, method: str, has_source: bool, windows: int, profile: dict | None,
+                 alone_because: str | None = None) -> WaveRoute:
+    """The route of ``windows`` windows decoded by ``method`` (``has_source``: a drafter is loaded), priced from
+    ``profile`` (the file ``options.profile`` names, read) when ``batch_windows`` is auto. ``alone_because``:
+    why these windows cannot share calls (conditioning, a target without a windows graph, ...): one at a time."""
+    drafting = get_method(method).needs_source and has_source
+    most = 1 if alone_because else max(1, windows)
+    apart = f"; one window at a time: {alone_because}" if alone_because else ""
+    if options.batch_windows != AUTO:
+        return WaveRoute("windows", min(options.batch_windows, most), drafting, f"batch_windows {options.batch_windows}"
+                         + apart)
+    if drafting and get_method(method).proposer == "serial":
+        return WaveRoute("windows", 1, True, "auto: a serial method drafts in turns with the target, one window at "
+                         "a time")
+    prices = wave_prices(profile, windows, can_draft=drafting) if profile is not None else None
+    fitting = [p for p in prices or () if p.size <= most]
+    if fitting:
+        best = fitting[0]
+        return WaveRoute("windows", best.size, best.drafts, f"profile {options.profile}" + apart,
+                         best.seconds_per_token)
+    unpriced = f" ({options.profile} has no batch costs, batch_s)" if profile is not None else ""
+    return WaveRoute("windows", min(DEFAULT_WAVE_SIZE, most), drafting, "default rule" + unpriced + apart)
+
+
+def decoded_in_waves(requests: list[Request], target: Target, group: WindowGroup,
+                     decode_one: Callable[[Request, Target], DecodeResult],
+                     silent: Callable[[DecodeResult], bool] | None) -> Iterator[tuple[Request, DecodeResult, bool]]:
+    """The windows decoded in waves of ``group.size`` (a group of ``target``'s), each window in a thread of its own
+    (``decode_one``: its request on the wave's target, with its own drafter job), a wave's verifications made together
+    (``decode.together``); results in window order, with whether ``silent`` dropped each."""
+    with ThreadPoolExecutor(group.size, thread_name_prefix="as2d-window") as pool:
+        for first in range(0, len(requests), group.size):
+            wave = requests[first : first + group.size]
+            together = WindowsTogether(target, group, len(wave))
+            futures = [pool.submit(decode_one, request, together) for request in wave]
+            results = [future.result() for future in futures]  # the wave's windows all end before the next starts
+            for request, result in zip(wave, results):
+                yield request, result, silent is not None and silent(result)

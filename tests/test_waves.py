@@ -1,0 +1,176 @@
+"""Whole files pick their route (``batch_windows = "auto"``): the wave size and whether the windows draft, priced
+from the device profile's batch costs (``scheduler.wave_prices``), else the default rule (waves of 4, drafting).
+
+The pricing is a pure function, checked on costs made up for the purpose (one window, a profile without batch
+costs, drafting that never pays and that always pays, a wave the profile did not measure); the choice around it
+on the options; ``as2d run --route windows --json --check`` on 39 s of the bundled clip reports the route it took
+and stays exact, by the default rule and by a profile where drafting never pays.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from as2d_core.cli.main import cli
+from as2d_core.decode.options import DecodeOptions
+from as2d_core.decode.profile import FORMAT, NotAProfile, read_profile
+from as2d_core.decode.scheduler import DEFAULT_WAVE_SIZE, WavePrice, speculate_rows_from, wave_prices
+from as2d_core.input.waves import choose_waves
+from as2d_core.setup.build import resolve_config
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED = REPO / "examples" / "ljspeech_en_w00.wav"
+NO_DRAFTING = REPO / "tests" / "fixtures" / "profile-no-drafting.json"
+COSTS = {1: (0.010, 0.012), 2: (0.012, 0.015), 4: (0.016, 0.022), 8: (0.024, 0.040)}  # rows -> (1 wide, 4 wide) s
+
+
+def _profile(costs: dict[int, tuple[float, float]], tokens_per_call: float, slowdown: float = 1.0) -> dict:
+    rows = {str(b): {"1": {"median": one}, "4": {"median": wide}} for b, (one, wide) in costs.items()}
+    return {"format": FORMAT, "batch_s": {"width": 4, "tokens_per_call": tokens_per_call, "rows": rows},
+            "slowdown": {"verify_shared_over_alone": {"4": slowdown}}}
+
+
+def _best(profile: dict, windows: int, can_draft: bool = True) -> tuple[int, bool]:
+    best = wave_prices(profile, windows, can_draft)[0]
+    return best.size, best.drafts
+
+
+def test_drafting_that_always_pays_drafts_in_the_widest_wave_that_pays():
+    profile = _profile(COSTS, 3.0)  # a drafting row commits 3 tokens a call; a 4-wide call costs < 3 narrow ones
+    assert _best(profile, 8) == (8, True)  # 0.040 / (8 * 3) s a token, the cheapest
+    assert wave_prices(profile, 8)[0] == WavePrice(8, True, pytest.approx(0.040 / 24))
+    # 5 windows: a wave of 5 is priced as one of 8 (not measured: the next size up); 4 then 1 is cheaper
+    assert _best(profile, 5) == (4, True)
+    assert wave_prices(profile, 5)[0].seconds_per_token == pytest.approx((0.022 + 0.012) / (5 * 3))
+    assert _best(profile, 8, can_draft=False) == (8, False)  # target-only methods choose the size alone
+
+
+def test_drafting_that_never_pays_runs_the_widest_target_only_waves():
+    profile = _profile(COSTS, 1.0)  # a drafting row commits 1 token a call, as target-only, on a wider call
+    assert _best(profile, 20) == (8, False)
+    by = {(p.size, p.drafts): p.seconds_per_token for p in wave_prices(profile, 20)}
+    assert all(by[(b, True)] > by[(b, False)] for b in (1, 2, 4, 8))  # at every size, drafting costs more
+
+
+def test_one_window_has_one_wave_and_drafts_where_it_pays_alone():
+    assert {p.size for p in wave_prices(_profile(COSTS, 3.0), 1)} == {1}
+    assert _best(_profile(COSTS, 3.0), 1) == (1, True)
+    assert _best(_profile(COSTS, 1.0), 1) == (1, False)
+    assert _best(_profile(COSTS, 3.0), 0) == (1, True)  # no window at all: priced as one
+
+
+def test_a_profile_without_batch_costs_prices_nothing():
+    assert wave_prices({"format": FORMAT, "verify_s": {}}, 8) is None
+    assert wave_prices({"batch_s": {"width": 4, "rows": {}, "tokens_per_call": 2.0}}, 8) is None
+    with pytest.raises(ValueError, match="batch_s"):  # there, but not as `as2d profile` writes it
+        wave_prices({"batch_s": {"width": 4, "tokens_per_call": 2.0, "rows": {"2": {"1": {}}}}}, 8)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ones=st.lists(st.floats(0.005, 0.05), min_size=4, max_size=4),
+       ratios=st.lists(st.floats(1.0, 4.0), min_size=4, max_size=4),
+       tokens_per_call=st.floats(1.0, 5.0), slowdown=st.floats(1.0, 2.0))
+def test_at_each_wave_size_drafting_wins_exactly_where_the_servers_rule_says_it_pays(ones, ratios, tokens_per_call,
+                                                                                     slowdown):
+    """One reading of the profile for both rules: at a batch of B, drafting is the cheaper way iff B is at most
+    ``speculate_rows_from``'s threshold (while the ratio of a wide call to a narrow one grows with B)."""
+    ratios = sorted(ratios)
+    costs = {b: (one, one * r) for b, one, r in zip((1, 2, 4, 8), ones, ratios)}
+    profile = _profile(costs, tokens_per_call, slowdown)
+    by = {(p.size, p.drafts): p.seconds_per_token for p in wave_prices(profile, 8)}
+    threshold = speculate_rows_from(profile)
+    for b in (1, 2, 4, 8):
+        assert (by[(b, True)] < by[(b, False)]) == (b <= threshold), (b, threshold)
+    best = min(by.values())
+    assert wave_prices(profile, 8)[0].seconds_per_token == best
+
+
+def test_the_choice_an_explicit_size_the_default_rule_and_what_keeps_windows_apart():
+    auto = DecodeOptions(route="windows")
+    assert auto.batch_windows == "auto"
+    rule = choose_waves(auto, "as2d", True, 9, None)
+    assert (rule.size, rule.drafts, rule.why) == (DEFAULT_WAVE_SIZE, True, "default rule")
+    assert choose_waves(auto, "as2d", True, 2, None).size == 2  # capped by the file's windows
+    assert choose_waves(auto, "target-only", False, 9, None).drafts is False
+    old = DecodeOptions(route="windows", profile="old.json")
+    assert choose_waves(old, "as2d", True, 9, {"format": FORMAT}).why == "default rule (old.json has no batch costs, " \
+                                                                           "batch_s)"
+    priced = DecodeOptions(route="windows", profile="p.json")
+    chosen = choose_waves(priced, "as2d", True, 8, _profile(COSTS, 1.0))
+    assert (chosen.size, chosen.drafts, chosen.why, chosen.method("as2d")) == (8, False, "profile p.json", "target-only")
+    assert chosen.as_dict() == {"route": "windows", "wave_size": 8, "drafts": False, "why": "profile p.json",
+                                "priced_s_per_token": pytest.approx(0.003)}
+    explicit = choose_waves(DecodeOptions(batch_windows=2), "as2d", True, 8, _profile(COSTS, 1.0))
+    assert (explicit.size, explicit.drafts, explicit.why) == (2, True, "batch_windows 2")  # a number still wins
+    apart = choose_waves(auto, "as2d", True, 8, None, "each window is conditioned on the text before it")
+    assert (apart.size, apart.drafts) == (1, True) and apart.why.endswith("conditioned on the text before it")
+    assert choose_waves(auto, "sd-k5", True, 8, None).size == 1  # a serial baseline takes turns with the target
+
+
+@pytest.mark.parametrize("value", [0, 17, -1, "many", 2.5, True])
+def test_a_wave_size_is_auto_or_a_whole_number_from_1_to_16(value):
+    with pytest.raises(ValueError, match="batch_windows must be auto or a whole number from 1 to 16"):
+        DecodeOptions(batch_windows=value)
+    assert DecodeOptions(batch_windows="4").batch_windows == 4 and DecodeOptions(batch_windows="AUTO").batch_windows \
+        == "auto"
+
+
+def test_a_file_that_is_no_profile_is_refused_in_one_line(tmp_path):
+    assert read_profile(NO_DRAFTING)["batch_s"]["tokens_per_call"] == 1.0
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a profile")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"format": "something-else"}))
+    for path, words in ((notes, "not an as2d device profile"), (other, "format 'something-else'"),
+                        (tmp_path / "absent.json", "cannot read")):
+        with pytest.raises(NotAProfile, match=words):
+            read_profile(path)
+    result = CliRunner().invoke(cli, ["run", str(BUNDLED), "--route", "windows", "--profile", str(notes)])
+    assert result.exit_code == 2 and result.output.startswith("Error: ") and result.output.count("\n") == 1
+    assert "not an as2d device profile" in result.output
+    result = CliRunner().invoke(cli, ["run", str(BUNDLED), "--batch-windows", "0"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "batch_windows must be auto" in result.output
+
+
+def test_a_configuration_names_its_profile_from_its_own_folder(tmp_path):
+    folder = tmp_path / "task"
+    folder.mkdir()
+    config = folder / "asr.toml"
+    config.write_text('profile = "machine.json"\nmethod = "target-only"\n[target]\nmodel = "whisper-base"\n')
+    resolved, _report = resolve_config(config, {}, {})
+    assert resolved.decode.profile == str(folder / "machine.json")
+    resolved, _report = resolve_config(config, {"profile": "here.json"}, {})  # --profile: the current folder's
+    assert resolved.decode.profile == "here.json"
+
+
+@pytest.fixture(scope="module")
+def long_file(tmp_path_factory) -> Path:
+    """39 s of the bundled clip: two windows, cut at pauses."""
+    speech, rate = soundfile.read(BUNDLED, dtype="float32")
+    path = tmp_path_factory.mktemp("waves") / "long.wav"
+    soundfile.write(path, np.concatenate([speech[: 12 * rate], np.zeros(rate, np.float32)] * 3), rate)
+    return path
+
+
+@pytest.mark.parametrize("profile, route", [
+    (None, {"route": "windows", "wave_size": 2, "drafts": True, "why": "default rule"}),
+    (NO_DRAFTING, {"route": "windows", "wave_size": 2, "drafts": False, "why": f"profile {NO_DRAFTING}"}),
+])
+def test_as2d_run_says_which_route_it_took_and_stays_exact(long_file, profile, route):
+    flags = ["--profile", str(profile)] if profile else []
+    result = CliRunner().invoke(cli, ["run", str(long_file), "--route", "windows", "--language", "en", "--json",
+                                      "--check", "--quiet", *flags])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    taken = {k: v for k, v in out["route"].items() if k != "priced_s_per_token"}
+    assert taken == route and len(out["windows"]) == 2
+    assert out["exact"] is True and all(w["exact"] for w in out["windows"])
+    assert out["method"] == ("as2d" if route["drafts"] else "target-only")
+    assert "printing" in out["text"].lower()
