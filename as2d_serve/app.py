@@ -37,7 +37,8 @@ from as2d_core.setup.options import SERVE
 from .form import MODEL_ALIASES, read_ask
 from .formats import error, stream_done, subtitles, verbose_json
 from .metrics import CountedStatuses, Metrics
-from .service import Ask, Cancel, Cancelled, InputError, TranscriptionService
+from .cancel import Cancel, Cancelled
+from .service import Ask, InputError, TranscriptionService
 from .upload import UploadLimit
 
 POLL_S = 0.05  # how often a running request looks at its deadline and its client

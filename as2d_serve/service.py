@@ -25,14 +25,14 @@ import numpy as np
 from as2d_core.workers.cleanup import reported
 from as2d_core.setup.build import build_parts, build_source, pipeline_options, source_spec
 from as2d_core.setup.config import Config, Report
-from as2d_core.capabilities import BeamRows, BeamScoring, Closable
-from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Request, Target, TargetSession
+from as2d_core.capabilities import Closable, WindowBatching
+from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Request, Target
 from as2d_core.decode.methods import get_method, method_names
 from as2d_core.setup.options import SERVE
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.faults import FaultLandingTarget, FaultySource, check_fault
 from as2d_core.decode.scheduler import Scheduler, scheduler_for
-from as2d_core.decode.wrappers import SessionWrapper, TargetWrapper
+from as2d_core.decode.wrappers import TargetWrapper
 from as2d_core.input.pipeline import Pipeline, default_detector
 from as2d_core.input.transcript import Transcript
 from as2d_core.setup.catalog import resolve_bridge
@@ -40,73 +40,11 @@ from as2d_core.setup.plugins import load_registry
 from as2d_core.setup.source_spec import SourceSpec
 from as2d_core.decode.words import prepare_words
 
+from .cancel import Cancel, _CancellableSession, cancellable_group
+
 
 class InputError(ValueError):
     """The request cannot be served as asked; the message names the problem (answered with 400)."""
-
-
-class Cancelled(Exception):
-    """The request was stopped between two target calls (deadline passed or client gone)."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
-
-
-class Cancel:
-    """A request's stop flag, set by the web layer, read by the target before every call."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self.reason: str | None = None
-
-    def set(self, reason: str) -> None:
-        if not self._event.is_set():
-            self.reason = reason
-            self._event.set()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    def check(self) -> None:
-        if self._event.is_set():
-            raise Cancelled(self.reason or "cancelled")
-
-
-class _CancellableRows:
-    """Beam rows whose every step first checks the request's cancel flag."""
-
-    def __init__(self, rows: BeamRows, cancel: Cancel):
-        self.inner, self._cancel, self.width = rows, cancel, rows.width
-
-    def first_logits(self):
-        self._cancel.check()
-        return self.inner.first_logits()
-
-    def advance(self, rows):
-        self._cancel.check()
-        return self.inner.advance(rows)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-class _CancellableSession(SessionWrapper):
-    """A target session whose every call first checks the request's cancel flag."""
-
-    def __init__(self, session: TargetSession, cancel: Cancel):
-        super().__init__(session)
-        self._cancel = cancel
-        if isinstance(session, BeamScoring):  # beam search steps through its rows, not through verify
-            self.beam_rows = lambda width: _CancellableRows(session.beam_rows(width), cancel)
-
-    def first_token(self) -> int:
-        self._cancel.check()
-        return self.inner.first_token()
-
-    def verify(self, root, candidates):
-        self._cancel.check()
-        return self.inner.verify(root, candidates)
 
 
 class _CancellableTarget(TargetWrapper):
@@ -115,6 +53,8 @@ class _CancellableTarget(TargetWrapper):
     def __init__(self, target: Target, cancel: Cancel):
         super().__init__(target)
         self._cancel = cancel
+        if isinstance(target, WindowBatching):  # a file's windows in waves stop with the request too
+            self.window_group = functools.partial(cancellable_group, target, cancel)
 
     def prepare(self, request: Request, threads: int):
         self._cancel.check()

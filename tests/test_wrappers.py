@@ -15,7 +15,8 @@ from as2d_core.contracts import Source, Target, TargetSession
 from as2d_core.decode.faults import FaultLandingTarget, FaultySource
 from as2d_core.decode.lookahead import LookaheadSource
 from as2d_core.decode.wrappers import SessionWrapper, SourceWrapper, TargetWrapper
-from as2d_serve.service import Cancel, Cancelled, _CancellableTarget
+from as2d_serve.cancel import Cancel, Cancelled
+from as2d_serve.service import _CancellableTarget
 from tiny_lm import ScriptedSource, TinyLM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,6 +191,41 @@ def test_the_servers_cancellable_session_checks_the_flag_and_forwards_the_rest(t
     assert session.decode_text([first]) == session.inner.decode_text([first])  # no model call: not cancelled
     with pytest.raises(Cancelled, match="client gone"):  # beam search's steps are stopped the same way
         session.beam_rows(2).advance([(0, 0, [first]), (1, 0, [first])])
+
+
+class _WindowedTiny(TinyLM):
+    """The tiny model with a window group whose rows are its own sessions (as a target with a windows graph)."""
+
+    def window_group(self, size, threads):
+        model = self
+
+        class Group:
+            def prepare(self, request, threads):
+                return model.prepare(request, threads)
+
+            def verify_rows(self, rows):
+                return [session.verify(root, candidates) for session, root, candidates in rows]
+
+        group = Group()
+        group.size = size
+        return group
+
+
+def test_the_servers_cancel_flag_stops_a_files_windows_in_waves_too(tiny_request):
+    """On the windows route a file's windows share the group's calls (``input.waves``): its rows are prepared and
+    verified through the group, not the target's sessions, and the request's cancel flag stops them as well."""
+    cancel = Cancel()
+    wrapped = _CancellableTarget(_WindowedTiny(), cancel)
+    group = wrapped.window_group(2, 1)
+    rows = [group.prepare(tiny_request(i), 1) for i in range(2)]
+    firsts = [row.first_token() for row in rows]
+    assert group.size == 2 and group.verify_rows([(r, f, []) for r, f in zip(rows, firsts)])
+    cancel.set("deadline")
+    with pytest.raises(Cancelled, match="deadline"):
+        group.verify_rows([(r, f, []) for r, f in zip(rows, firsts)])
+    with pytest.raises(Cancelled, match="deadline"):
+        group.prepare(tiny_request(3), 1)
+    assert not hasattr(_CancellableTarget(TinyLM(), cancel), "window_group")  # none where the target has none
 
 
 def _defines_getattr(path: Path) -> bool:
