@@ -161,10 +161,12 @@ class Pipeline:
         drafts = self.source is not None and get_method(self.options.method).needs_source
         if o.route == "seek":
             return WaveRoute("seek", 1, drafts, "Whisper's long form: each request starts where the one before ended")
+        process = drafts and isinstance(self.source, ProcessSource)  # its child drafts one job at a time
         alone = ("text is streamed as it is committed" if streamed else
                  "each window is conditioned on the text before it" if o.condition_on_previous_text else
                  "beams decode their hypotheses side by side instead" if o.beam_size > 1 else
                  "a decoder of the caller's" if self._decode is not None else
+                 "its drafter's process drafts one window at a time" if process else
                  f"{self.target.name} cannot verify windows together" if not isinstance(self.target, WindowBatching)
                  else None)
         return choose_waves(o, self.options.method, self.source is not None, windows, self.device_profile(), alone)
