@@ -116,9 +116,12 @@ def _transcript_line(transcript) -> str:
     if len(windows) == 1:
         w = windows[0]
         return _summary_line(w.result, w.reference, w.exact)
+    route = transcript.route or {}
+    waves = (f", waves of {route['wave_size']} {'drafting' if route['drafts'] else 'target-only'} ({route['why']})"
+             if route.get("route") == "windows" else "")
     parts = [
         f"[{windows[0].result.method if windows else '-'}] {transcript.duration_s:.1f} s of audio in "
-        f"{len(windows)} windows ({transcript.detector or 'fixed cuts'})",
+        f"{len(windows)} windows ({transcript.detector or 'fixed cuts'}){waves}",
         f"{totals['tokens']} tokens, audio to last token {totals['e2e_s']:.2f} s summed over windows, "
         f"decode clock {totals['decode_s']:.2f} s ({totals['tps']:.1f} tok/s)",
         f"wall {totals['wall_s']:.2f} s (RTF {totals['rtf']:.2f})",
