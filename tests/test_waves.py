@@ -24,6 +24,7 @@ from as2d_core.decode.profile import FORMAT, NotAProfile, read_profile
 from as2d_core.decode.scheduler import DEFAULT_WAVE_SIZE, WavePrice, speculate_rows_from, wave_prices
 from as2d_core.input.waves import choose_waves
 from as2d_core.setup.build import resolve_config
+from as2d_core.setup.config import check_file
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "examples" / "ljspeech_en_w00.wav"
@@ -137,6 +138,13 @@ def test_a_file_that_is_no_profile_is_refused_in_one_line(tmp_path):
     assert "not an as2d device profile" in result.output
     result = CliRunner().invoke(cli, ["run", str(BUNDLED), "--batch-windows", "0"])
     assert result.exit_code == 2 and result.output.count("\n") == 1 and "batch_windows must be auto" in result.output
+
+
+def test_a_configuration_with_a_wave_size_out_of_range_is_invalid(tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text('batch_windows = 0\nmethod = "target-only"\n[target]\nmodel = "whisper-base"\n')
+    report = check_file(config)
+    assert not report.ok and any("batch_windows must be auto or a whole number" in e for e in report.errors)
 
 
 def test_a_configuration_names_its_profile_from_its_own_folder(tmp_path):

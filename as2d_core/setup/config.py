@@ -240,11 +240,12 @@ def parse(data: dict, path: Path) -> tuple[Config | None, list[str]]:
     if needs_source and source is None:
         errors.append(f"method: {method!r} needs a [source] table; use method = \"target-only\" without one")
         return None, errors
-    config = Config(
-        path=path, target=TargetConfig(**tables["target"]), source=source, method=method,
-        device_profile=tables.get("device_profile"), decode=options_from_config(decode), **clean,
-    )
-    return config, errors
+    try:  # a value the option's converter refuses (temperature = -1, batch_windows = 0): the file's error
+        options = options_from_config(decode)
+    except ValueError as exc:
+        return None, errors + [str(exc)]
+    return Config(path=path, target=TargetConfig(**tables["target"]), source=source, method=method,
+                  device_profile=tables.get("device_profile"), decode=options, **clean), errors
 
 
 def _serves(entry: catalog.Entry, key: str, value: str) -> bool:
