@@ -72,5 +72,8 @@ def batch_section(target: Target, request: Request, threads: int, sequence: Sequ
     if swept is None:
         return None
     section = {"width": width, "tokens_per_call": tokens_per_call, **swept}
+    verify_slowdown = (slowdown or {}).get("verify_shared_over_alone", {}).get(str(width))
+    if verify_slowdown is not None:  # the section prices on its own, whatever profile it is copied into
+        section["verify_slowdown"] = verify_slowdown
     section["speculate_rows"] = speculate_rows_from({"batch_s": section, "slowdown": slowdown or {}})
     return section

@@ -67,6 +67,12 @@ def test_one_window_has_one_wave_and_drafts_where_it_pays_alone():
     assert _best(_profile(COSTS, 3.0), 0) == (1, True)  # no window at all: priced as one
 
 
+def test_the_batch_sections_own_slowdown_comes_first():
+    profile = _profile(COSTS, 3.0, slowdown=1.0)
+    profile["batch_s"]["verify_slowdown"] = 2.0  # measured with the batches: the profile's own is older
+    assert wave_prices(profile, 1)[0] == WavePrice(1, True, pytest.approx(0.012 * 2.0 / 3))
+
+
 def test_a_profile_without_batch_costs_prices_nothing():
     assert wave_prices({"format": FORMAT, "verify_s": {}}, 8) is None
     assert wave_prices({"batch_s": {"width": 4, "rows": {}, "tokens_per_call": 2.0}}, 8) is None

@@ -173,14 +173,16 @@ class ScheduledTarget(TargetWrapper):
 
 def _batch_costs(profile: dict) -> tuple[dict[int, tuple[float, float]], float] | None:
     """The profile's ``batch_s`` as rows -> (a call 1 wide, a call ``width`` wide times the drafters' slowdown of
-    the target's calls), in seconds, and ``tokens_per_call`` (a drafting row's tokens per call); None where the
-    profile did not measure batches. Both rules below price from this one reading."""
+    the target's calls: ``batch_s.verify_slowdown``, else the profile's ``slowdown`` at that width), in seconds, and
+    ``tokens_per_call`` (a drafting row's tokens per call); None where the profile did not measure batches. Both
+    rules below price from this one reading."""
     batch = profile.get("batch_s")
     if not batch or not batch.get("rows") or not batch.get("tokens_per_call"):
         return None
     try:
         width = str(batch["width"])
-        slowdown = (profile.get("slowdown") or {}).get("verify_shared_over_alone", {}).get(width, 1.0)
+        slowdown = batch.get("verify_slowdown") or (  # measured with the batches, else the profile's own
+            (profile.get("slowdown") or {}).get("verify_shared_over_alone", {}).get(width, 1.0))
         costs = {int(rows): (float(cost["1"]["median"]), float(cost[width]["median"]) * slowdown)
                  for rows, cost in batch["rows"].items()}
         return costs, float(batch["tokens_per_call"])
