@@ -37,6 +37,12 @@ def test_batched_segments_are_those_of_one_window_at_a_time(model, audio, monkey
     segments, info = batched.transcribe(audio, batch_size=8, language="en")
     segments = list(segments)
     assert groups == [2]  # both windows in one wave
+    assert info.route == {"route": "windows", "wave_size": 2, "drafts": False, "why": "batch_windows 8"}
+    _lazy, auto = batched.transcribe(audio, language="en")  # as2d's default, batch_size="auto"; nothing decoded
+    assert auto.route == {"route": "windows", "wave_size": 2, "drafts": False, "why": "default rule"}
+    profile = BUNDLED.parents[1] / "tests" / "fixtures" / "profile-no-drafting.json"
+    _lazy, priced = BatchedInferencePipeline(model, profile=str(profile)).transcribe(audio, language="en")
+    assert priced.route["why"] == f"profile {profile}" and priced.route["wave_size"] == 2
     assert info.duration == pytest.approx(39.0) and info.language == "en"
     assert info.transcription_options.condition_on_previous_text is False  # as faster-whisper's batched pipeline
     assert info.transcription_options.without_timestamps is True and info.transcription_options.temperatures == [0.0]
@@ -51,10 +57,12 @@ def test_batched_segments_are_those_of_one_window_at_a_time(model, audio, monkey
 
 def test_batched_refuses_what_it_cannot_do(model, audio):
     batched = BatchedInferencePipeline(model)
-    for size in (0, 17, 2.5):
+    for size in (0, 17, 2.5, "many"):
         with pytest.raises(ValueError, match="batch_size must be a whole number from 1 to 16"):
             batched.transcribe(audio, batch_size=size)
     with pytest.raises(ValueError, match="temperature"):
         batched.transcribe(audio, temperature=-0.4)
+    with pytest.raises(ValueError, match="not an as2d device profile"):
+        BatchedInferencePipeline(model, profile=str(BUNDLED))
     with pytest.raises(TypeError, match="as2d WhisperModel"):
         BatchedInferencePipeline(object())

@@ -21,12 +21,13 @@ def read_profile(path: str | Path) -> dict:
     """The profile at ``path`` (``.json``, or ``.toml``), its format tag checked; :class:`NotAProfile` otherwise."""
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise NotAProfile(f"{path}: cannot read the device profile ({exc.strerror or exc})") from None
     try:
+        text = raw.decode("utf-8")
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:  # json's and tomllib's decode errors are ValueErrors
+    except ValueError as exc:  # not UTF-8 text, not JSON, not TOML: each a ValueError
         raise NotAProfile(f"{path}: not an as2d device profile (not {path.suffix.lstrip('.') or 'JSON'}: "
                           f"{exc})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
