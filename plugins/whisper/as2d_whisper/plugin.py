@@ -321,6 +321,7 @@ def _faster_whisper_long_form(compute_type: str, options: dict):
 LONG_FORM_PEERS = {
     "call": {},
     "greedy-fallback": {"beam_size": 1, "condition_on_previous_text": False},
+    "greedy-fallback-conditioned": {"beam_size": 1},
     "beam5-fallback": {"beam_size": 5, "condition_on_previous_text": False},
     "greedy": {"beam_size": 1, "temperature": 0.0, "condition_on_previous_text": False},
 }
