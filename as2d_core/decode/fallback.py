@@ -20,6 +20,7 @@ from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.sampling import derive_seed
 from as2d_core.decode.scores import compression_ratio, is_silent
 
+
 @attrs.define
 class Attempt:
     """One decode of a segment at one temperature (the likeliest of ``best_of`` samples above 0)."""

@@ -138,12 +138,12 @@ def load_registry(refresh: bool = False) -> Registry:
         for impl in hook.get_hookimpls():
             plugin_name = manager.get_name(impl.plugin)
 
-            def register(name, factory, _kind=kind, _plugin=plugin_name, **info):
-                registry.add(_kind, _plugin, name, factory, info)
-
             if kind == "method":  # a method is data, not built: ``register(method)``, held as the part's factory
                 def register(method, _plugin=plugin_name):
                     registry.add("method", _plugin, method.name, method, {"description": method.description})
+            else:
+                def register(name, factory, _kind=kind, _plugin=plugin_name, **info):
+                    registry.add(_kind, _plugin, name, factory, info)
 
             try:
                 impl.function(register=register)
