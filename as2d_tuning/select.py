@@ -12,6 +12,7 @@ choice on each window, zero selection cost) and the gap
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -153,11 +154,12 @@ def collect(manifest: Path, target, sources: dict, options, out_dir: Path, progr
     return traces
 
 
-def config_text(base, pair: Pair, note: str, guessed: bool = False) -> str:
+def config_text(base, pair: Pair, note: str, guessed: bool = False, profile: Path | None = None) -> str:
     """A task configuration (TOML) for the selected choice, keeping the rest of ``base`` (a Config).
 
     The niceness goes to ``guess_nice`` when the development requests named no language (the drafter then
-    starts on a guess), else to ``nice``.
+    starts on a guess), else to ``nice``. ``profile``: a device profile with batch costs, named so that the
+    configuration's runs price their waves and its server the batch size up to which requests draft from it.
     """
     t, s, options, spec = base.target, base.source, base.decode, SourceSpec.parse(pair.source)
     lines = [f"# {note}", f'task = "{base.task}"']
@@ -166,6 +168,8 @@ def config_text(base, pair: Pair, note: str, guessed: bool = False) -> str:
     lines += [f"budget = {pair.budget}", f"align_window = {options.align_window}"]
     if pair.start is not None:
         lines.append(f'start = "{pair.start}"')
+    if profile is not None:
+        lines.append(f"profile = {json.dumps(str(profile))}  # its batch costs: waves and drafting beside others")
     lines += [f'on_missing_device = "{base.on_missing_device}"', "", "[target]", f'model = "{t.model}"']
     if t.backend:
         lines.append(f'backend = "{t.backend}"')

@@ -120,7 +120,8 @@ def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path
             f"{profile_data.get('name')}")
     guessed = any(not r.named for per in records.values() for r in per.values())
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(config_text(base, best, note, guessed))
+    priced = profile_path.resolve() if profile_data.get("batch_s") else None  # the server's and waves' prices
+    out_path.write_text(config_text(base, best, note, guessed, profile=priced))
     plot_path = work_dir / "budgets.png"
     dev_target_only = pooled(target_only_cells(records, costs, dev, clock))
     plot_budgets(dev_grid, best, plot_path, dev_target_only, clock)

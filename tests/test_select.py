@@ -71,7 +71,8 @@ def test_config_text_is_a_valid_task_configuration(tmp_path):
     json.dumps(report.as_dict())
 
 
-def test_select_command_on_saved_traces(tmp_path):
+@pytest.mark.parametrize("batch_costs", [False, True], ids=["no-batch-costs", "batch-costs"])
+def test_select_command_on_saved_traces(tmp_path, batch_costs):
     from click.testing import CliRunner
 
     from as2d_tuning.select_command import select
@@ -82,8 +83,12 @@ def test_select_command_on_saved_traces(tmp_path):
     for name, ids in (("dev", ["d0", "d1"]), ("test", ["t0", "t1"])):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"id": i, "path": f"{i}.wav"}) + "\n" for i in ids))
     widths = {str(k): 0.01 + 0.001 * k for k in range(1, 7)}
-    (tmp_path / "p.json").write_text(json.dumps({"format": "as2d-profile/1", "name": "t", "verify_s": {
-        "alone": widths}, "shared_ratio": 1.5, "draft_step_s": {"alone": 0.001, "shared": 0.001}, "loop_s": 0.001}))
+    profile = {"format": "as2d-profile/1", "name": "t", "verify_s": {"alone": widths}, "shared_ratio": 1.5,
+               "draft_step_s": {"alone": 0.001, "shared": 0.001}, "loop_s": 0.001}
+    if batch_costs:  # as `as2d profile` measures them: one call of 1..4 rows, 1 and 4 wide
+        profile["batch_s"] = {"width": 4, "tokens_per_call": 2.5, "rows": {
+            str(b): {"1": {"median": 0.01 * b ** 0.5}, "4": {"median": 0.012 * b ** 0.5}} for b in (1, 2, 4)}}
+    (tmp_path / "p.json").write_text(json.dumps(profile))
     out = CliRunner().invoke(select, [str(tmp_path / "dev.jsonl"), "--test", str(tmp_path / "test.jsonl"), "--profile",
                                       str(tmp_path / "p.json"), "--sources", "good", "--budgets", "1-8", "--config",
                                       "configs/whisper-asr.toml", "--traces", str(tmp_path), "--out",
@@ -93,6 +98,13 @@ def test_select_command_on_saved_traces(tmp_path):
     assert report["selected"]["source"] == "good" and 1 <= report["selected"]["budget"] <= 5  # K7+ unpriced
     assert report["gap_pct"] >= -1e-9  # the oracle is never below the selected pair on the test windows
     assert (tmp_path / "best.toml").exists() and (tmp_path / "best-select" / "budgets.png").exists()
+    # with batch costs the configuration names the profile: its runs price their waves, its server speculate_rows
+    from as2d_core.setup.config import read
+    from as2d_core.setup.options import options_from_config
+
+    written = read(tmp_path / "best.toml")  # its source "good" is this test's, not an installed one
+    named = str((tmp_path / "p.json").resolve()) if batch_costs else None
+    assert written.get("profile") == named and options_from_config(written).profile == named
 
 
 def test_select_on_ray_picks_what_the_local_select_picks(tmp_path):
