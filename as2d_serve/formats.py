@@ -31,6 +31,11 @@ def error(status: int, message: str, kind: str = "invalid_request_error", param:
                         status_code=status, headers=headers)
 
 
+def server_fault(exc: BaseException) -> JSONResponse:
+    """A fault of the server's, not the request's: answered 500 with what went wrong."""
+    return error(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error")
+
+
 def as2d_fields(t: Transcription) -> dict:
     """as2d's own account of the request: how it was decoded, what the drafter did, where the time went."""
     results = t.results

@@ -45,7 +45,8 @@ def serve(ctx, host, port, method, decodes, slots, speculate_rows, queue_size, m
     """
     from as2d_core.setup.plugins import UnknownPart
 
-    from .app import Limits, create_app
+    from .admission import Limits
+    from .app import create_app
     from .server import serve as serve_app
     from .service import ServeSettings, TranscriptionService
 

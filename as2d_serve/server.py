@@ -11,7 +11,7 @@ import sys
 
 import uvicorn
 
-from .app import Drain
+from .admission import Drain
 
 CLOSE_S = 10.0  # for the answers still being sent when uvicorn closes (a stopped decode ends at its next call)
 
