@@ -33,13 +33,12 @@ def test_a_client_that_disconnects_leaves_the_batch(slots_server, clips):
     disconnect_while_decoding(slots_server, clips[2])
 
 
-def test_three_requests_at_once_are_each_exact(slots_server, clips):
-    alone = [slots_server.post(clip, method="target-only", response_format="verbose_json").json()["as2d"]["tokens"]
-             for clip in clips]
+def _three_at_once(server, clips, alone) -> list[dict]:
+    """The clips posted at once, each checked exact and equal to its tokens alone; their batch records."""
     answers: list = [None] * len(clips)
 
     def ask(i):
-        answers[i] = slots_server.post(clips[i], response_format="verbose_json", check="true")
+        answers[i] = server.post(clips[i], response_format="verbose_json", check="true")
 
     threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(clips))]
     for thread in threads:
@@ -54,11 +53,23 @@ def test_three_requests_at_once_are_each_exact(slots_server, clips):
     batches = [body["as2d"]["batch"] for body in bodies]
     for batch in batches:  # the rule: a request drafts only when admitted beside fewer than speculate_rows
         assert batch["drafted"] == (batch["beside"] < batch["speculate_rows"]), batches
-    if not any(batch["beside"] for batch in batches):  # each finished before the next was admitted
-        pytest.skip(f"the three requests did not overlap on this machine (load {os.getloadavg()[0]:.1f}): "
-                    "nothing to batch")
-    # the calls carried several requests at once, and every call was counted
-    assert slots_server.metric("as2d_batch_rows_count") > slots_server.metric('as2d_batch_rows_bucket{le="1.0"}')
+    return batches
+
+
+def test_three_requests_at_once_are_each_exact(slots_server, clips):
+    alone = [slots_server.post(clip, method="target-only", response_format="verbose_json").json()["as2d"]["tokens"]
+             for clip in clips]
+    overlapped = 0
+    for _ in range(3):  # on a loaded machine requests that overlap may still meet no call together: try again
+        batches = _three_at_once(slots_server, clips, alone)
+        overlapped += any(batch["beside"] for batch in batches)
+        if slots_server.metric("as2d_batch_rows_count") > slots_server.metric('as2d_batch_rows_bucket{le="1.0"}'):
+            break  # a call carried several requests at once, and every call was counted
+    else:
+        if not overlapped:  # each finished before the next was admitted, three times
+            pytest.skip(f"the requests never overlapped on this machine (load {os.getloadavg()[0]:.1f}): "
+                        "nothing to batch")
+        pytest.fail(f"requests decoded side by side {overlapped} time(s) never shared a target call")
     assert slots_server.metric("as2d_rows_speculating") == 0
     assert slots_server.metric("as2d_queue_wait_seconds_count") >= len(clips) + len(alone)
 
