@@ -6,7 +6,9 @@ select``) their costs; each checks here that the file is a profile, then reads t
 """
 from __future__ import annotations
 
+import functools
 import json
+import os
 import tomllib
 from pathlib import Path
 
@@ -35,3 +37,17 @@ def read_profile(path: str | Path) -> dict:
         raise NotAProfile(f"{path}: not an as2d device profile (format {found!r}, expected {FORMAT!r}; "
                           "made by `as2d profile`)")
     return data
+
+
+def cached_profile(path: str | Path) -> dict:
+    """``read_profile``, read once per version of the file (its modification time): for callers on every request."""
+    try:
+        version = os.stat(path).st_mtime_ns
+    except OSError:
+        return read_profile(path)  # raises NotAProfile, saying why
+    return _read_version(str(path), version)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_version(path: str, version: int) -> dict:
+    return read_profile(path)

@@ -35,7 +35,7 @@ import numpy as np
 
 from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
 from as2d_core.capabilities import WindowBatching, WindowGroup
-from as2d_core.decode.profile import read_profile
+from as2d_core.decode.profile import cached_profile
 from as2d_core.decode.scheduler import wave_prices
 from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Recording, Request, Source, Target
 from as2d_core.decode.deltas import TextDeltas
@@ -127,7 +127,6 @@ class Pipeline:
         self._detector = detector
         self._decode = decode
         self._lock = threading.Lock()
-        self._profiles: dict[str, dict] = {}
         self.device_profile()  # a file that is no device profile fails here, before any audio is read
 
     @classmethod
@@ -145,14 +144,14 @@ class Pipeline:
         return self._detector
 
     def device_profile(self) -> dict | None:
-        """The device profile ``decode.profile`` names (read once), or None; ``decode.profile.NotAProfile`` (a
-        ValueError) where the file is missing or is not one."""
+        """The device profile ``decode.profile`` names, or None; ``decode.profile.NotAProfile`` (a ValueError)
+        where the file is missing or is not one."""
         path = self.options.decode.profile
-        if path is not None and path not in self._profiles:
-            profile = read_profile(path)
-            wave_prices(profile, 1)  # its batch costs, if any, are readable
-            self._profiles[path] = profile
-        return None if path is None else self._profiles[path]
+        if path is None:
+            return None
+        profile = cached_profile(path)  # a server builds a pipeline per request: the file is read once
+        wave_prices(profile, 1)  # its batch costs, if any, are readable
+        return profile
 
     def route(self, windows: int, streamed: bool = False) -> WaveRoute:
         """How a file of ``windows`` windows is decoded (``input.waves``): on the windows route, in waves of how
