@@ -95,20 +95,23 @@ def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str,
     notes = fitted_mode(pipeline.target, mode)[1]
     if audio.size == 0:
         return [], speech, ["the voice-activity detector found no speech"]
+    recording = Recording(audio)  # its whole-file features, computed once for the method and the check
     steps: list[SeekStep] = []
-    for step in long_form_steps(pipeline, audio, request_id, mode):
+    said = False  # whether on_text has heard a piece yet
+    for step in long_form_steps(pipeline, audio, request_id, mode, recording=recording):
         text = step.result.text.strip()
         if on_text is not None and text:
-            on_text((" " if any(s.result.text.strip() for s in steps) else "") + text)
+            on_text((" " if said else "") + text)
+            said = True
         steps.append(step)
         if on_progress is not None:
             on_progress(window_result(step, speech).end_s)
     references: list[SeekStep | None] = [None] * len(steps)
     if check:
-        checked = list(long_form_steps(pipeline, audio, request_id, mode, pipeline.reference))
+        checked = list(long_form_steps(pipeline, audio, request_id, mode, pipeline.reference, recording))
         if len(checked) != len(steps):
             notes.append(f"target-only decoding made {len(checked)} requests, this method {len(steps)}")
-        references = (checked + references)[: len(steps)] if len(checked) < len(steps) else checked[: len(steps)]
+        references = [*checked[: len(steps)], *references[len(checked):]]  # None where the check made fewer
         for step, reference in zip(steps, references):  # every attempt, not only the kept one, must be exact
             ours, theirs = ([a.result.tokens for a in x.attempts] for x in (step, reference or step))
             if ours != theirs:
