@@ -23,7 +23,7 @@ import attrs
 import numpy as np
 
 from as2d_core.workers.cleanup import reported
-from as2d_core.setup.build import build_parts, build_source, pipeline_options, source_spec
+from as2d_core.setup.build import build_parts, build_source, default_detector, pipeline_options, source_spec
 from as2d_core.setup.config import Config, Report
 from as2d_core.capabilities import Closable, WindowBatching
 from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Request, Target
@@ -33,7 +33,7 @@ from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.faults import FaultLandingTarget, FaultySource, check_fault
 from as2d_core.decode.scheduler import Scheduler, scheduler_for
 from as2d_core.decode.wrappers import TargetWrapper
-from as2d_core.input.pipeline import Pipeline, default_detector
+from as2d_core.input.pipeline import Pipeline
 from as2d_core.input.transcript import Transcript
 from as2d_core.setup.catalog import resolve_bridge
 from as2d_core.setup.plugins import load_registry

@@ -66,7 +66,7 @@ import numpy as np
 
 from as2d_core.decode.methods import get_method
 from as2d_core.input.audio import read_audio
-from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source
+from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_pipeline, build_source
 from as2d_core.decode.options import AUTO, ROUTES, DecodeOptions, wave_size
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.peers import FilePeer
@@ -79,8 +79,8 @@ PIPELINE_METHODS = "target-only,sd-k5,as2d"
 
 
 def as2d_pipeline(method: str, target, source, options: PipelineOptions) -> Pipeline:
-    return Pipeline(target, source if get_method(method).needs_source else None,
-                    attrs.evolve(options, method=method))
+    return build_pipeline(target, source if get_method(method).needs_source else None,
+                          attrs.evolve(options, method=method))
 
 
 def normalized(text: str) -> str:

@@ -3,7 +3,8 @@ import pytest
 
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.request import run_request
-from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.input.pipeline import PipelineOptions
+from as2d_core.setup.build import build_pipeline
 from as2d_core.setup import catalog, plugins
 from as2d_bench.runner import Bench
 from as2d_tuning.measurement import Measurement
@@ -47,7 +48,7 @@ def test_a_pair_no_bridge_connects_fails_when_it_loads_naming_both(registry, tmp
     with pytest.raises(LookupError, match=message):
         catalog.resolve_bridge(source, MODEL)
     with pytest.raises(LookupError, match=message):  # before any audio is read
-        Pipeline(MODEL, source, PipelineOptions(method="as2d"), detector=None)
+        build_pipeline(MODEL, source, PipelineOptions(method="as2d"), detector=None)
     with pytest.raises(LookupError, match=message):  # before any window runs
         Bench(MODEL, source, DecodeOptions(), ["target-only", "as2d"], tmp_path, progress=False, warmup=False)
     with pytest.raises(LookupError, match=message):
@@ -67,7 +68,7 @@ def test_a_serial_only_bench_resolves_no_bridge(registry, tmp_path):
 def test_requests_ask_the_registry_nothing(registry, monkeypatch, tiny_request):
     """Once the pipeline is made, its requests decode with the bridge it resolved, also across vocabularies."""
     source = _source("words", "words", tokens=())
-    pipeline = Pipeline(MODEL, source, PipelineOptions(method="as2d", lookahead=False), detector=None)
+    pipeline = build_pipeline(MODEL, source, PipelineOptions(method="as2d", lookahead=False), detector=None)
     assert pipeline.bridge == TextBridge.for_request
 
     def no_registry():

@@ -24,7 +24,8 @@ from as2d_core.input.audio import load_audio
 from as2d_core.cli.main import cli
 from as2d_core.setup.build import DEFAULT_SOURCE
 from as2d_core.decode.lookahead import LookaheadSource
-from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.input.pipeline import PipelineOptions
+from as2d_core.setup.build import build_pipeline, pipeline_from_config
 from as2d_core.cli.subtitles import to_srt, to_vtt
 from as2d_core.decode.timestamps import marked_up
 from audio_files import encode
@@ -66,14 +67,14 @@ def recording():
 
 @pytest.fixture(scope="module")
 def pipeline(whisper_target, whisper_source):
-    return Pipeline(whisper_target, whisper_source, PipelineOptions(language="en", decode=options_that_draft(route="windows")))
+    return build_pipeline(whisper_target, whisper_source, PipelineOptions(language="en", decode=options_that_draft(route="windows")))
 
 
 @pytest.fixture(scope="module")
 def transcript(whisper_target, whisper_source, recording):
     """The file in timestamp mode, its first window prompted as Whisper's initial prompt is."""
     decode = options_that_draft(route="windows", timestamps="segment", prompt="A reading of short texts.")
-    pipeline = Pipeline(whisper_target, whisper_source, PipelineOptions(language="en", decode=decode))
+    pipeline = build_pipeline(whisper_target, whisper_source, PipelineOptions(language="en", decode=decode))
     return pipeline.transcribe(recording[0], request_id="long", check=True)
 
 
@@ -128,7 +129,7 @@ def test_each_window_conditioned_on_the_text_before_it_is_exact(whisper_target, 
     samples = recording[0][: 50 * SR]
     decode = options_that_draft(route="windows", timestamps="segment", prompt="A reading.",
                                 condition_on_previous_text=True)
-    pipeline = Pipeline(whisper_target, whisper_ct2_source, PipelineOptions(language="en", decode=decode))
+    pipeline = build_pipeline(whisper_target, whisper_ct2_source, PipelineOptions(language="en", decode=decode))
     conditioned = pipeline.transcribe(samples, request_id="conditioned", check=True)
     first, second = conditioned.windows[:2]
     assert conditioned.exact is True and len(conditioned.windows) >= 2 and second.result.accepted > 0
@@ -161,7 +162,7 @@ def test_subtitles_have_a_cue_per_timestamp_segment_inside_its_window(transcript
 def test_the_drafter_ran_ahead_to_the_next_window(whisper_target, whisper_source, recording):
     samples, _ = recording
     ahead = LookaheadSource(whisper_source)
-    pipeline = Pipeline(whisper_target, ahead, PipelineOptions(language="en", decode=WINDOWS))  # only its requests are used here
+    pipeline = build_pipeline(whisper_target, ahead, PipelineOptions(language="en", decode=WINDOWS))  # only its requests are used here
     first, second = (pipeline.request(f"ahead-{i}", samples[i * 8 * SR : (i + 1) * 8 * SR]) for i in range(2))
     ahead.queue_next(second, 1)
     job = ahead.prepare(first, "en", 1)
@@ -179,7 +180,7 @@ def test_the_drafter_ran_ahead_to_the_next_window(whisper_target, whisper_source
 def test_a_drafter_crashing_mid_file_and_mid_stream_changes_nothing(whisper_target, whisper_source, recording):
     samples = recording[0][: 40 * SR]
     crashing = CrashingSource(whisper_source, lambda request_id: request_id.endswith(("-w001", "-b0002")))
-    pipeline = Pipeline(whisper_target, crashing, PipelineOptions(language="en", decode=WINDOWS))
+    pipeline = build_pipeline(whisper_target, crashing, PipelineOptions(language="en", decode=WINDOWS))
     transcript = pipeline.transcribe(samples, request_id="crash", check=True)
     assert len(transcript.windows) >= 2 and transcript.exact is True
     assert "drafter crashed" in transcript.windows[1].result.producer_error
@@ -209,7 +210,7 @@ def test_a_fast_stream_equals_target_only_on_every_view(pipeline, recording):
 
 @pytest.fixture(scope="module")
 def target_only(whisper_target):
-    return Pipeline(whisper_target, None, PipelineOptions(method="target-only", language="en", decode=WINDOWS))
+    return build_pipeline(whisper_target, None, PipelineOptions(method="target-only", language="en", decode=WINDOWS))
 
 
 def test_every_format_gives_the_text_of_the_16_bit_wav(target_only, tmp_path_factory):
@@ -272,7 +273,7 @@ def test_cli_stream_prints_a_line_per_block_and_a_summary(tmp_path):
 
 
 def test_pipeline_from_a_configuration_transcribes_exactly():
-    pipeline = Pipeline.from_config(REPO / "configs" / "whisper-asr.toml")
+    pipeline = pipeline_from_config(REPO / "configs" / "whisper-asr.toml")
     assert pipeline.options.method == "as2d" and pipeline.options.language == "en"
     transcript = pipeline.transcribe(BUNDLED, check=True)
     assert transcript.exact is True and transcript.windows[0].result.source == "whisper-tiny.en"

@@ -12,7 +12,8 @@ from as2d_core.decode.request import run_request
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.sampling import Sampling
 from as2d_core.decode.timestamps import split_segments
-from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.input.pipeline import PipelineOptions
+from as2d_core.setup.build import build_pipeline
 from as2d_core.input.seek import HOP, kept_segments, seek_steps
 from conftest import speech_audio
 from drafting import options_that_draft
@@ -102,7 +103,7 @@ def test_long_form_is_exact_for_any_proposals_and_mode(seed, temperatures, best_
                                                        budget):
     mode = DecodeOptions(temperature=temperatures, best_of=best_of, log_prob_threshold=threshold, seed=seed,
                          condition_on_previous_text=condition, budget=budget)
-    pipeline = Pipeline(MODEL, ScriptedSource(drafted + [BEGIN + 3]), PipelineOptions(decode=mode, lookahead=False),
+    pipeline = build_pipeline(MODEL, ScriptedSource(drafted + [BEGIN + 3]), PipelineOptions(decode=mode, lookahead=False),
                         detector=None)
     transcript = pipeline.transcribe(_audio(seed, 5.0), check=True)
     assert transcript.exact is True and not transcript.notes
@@ -147,7 +148,7 @@ def bundled_recording():
     {"temperature": "0", "beam_size": 3},  # beam search, its seek following its timestamps too
 ], ids=["greedy", "sampling", "conditioned", "beams"])
 def test_real_speech_long_form_is_exact_in_every_mode(whisper_target, whisper_source, bundled_recording, fields):
-    pipeline = Pipeline(whisper_target, whisper_source,
+    pipeline = build_pipeline(whisper_target, whisper_source,
                         PipelineOptions(language="en", decode=options_that_draft(**fields)))
     transcript = pipeline.transcribe(bundled_recording, request_id="long", check=True)
     assert transcript.exact is True and not transcript.notes

@@ -17,7 +17,8 @@ import pytest
 from as2d_core.contracts import Request
 from as2d_core.decode.lookahead import LookaheadSource
 from as2d_core.decode.options import DecodeOptions
-from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.input.pipeline import PipelineOptions
+from as2d_core.setup.build import build_pipeline
 from tiny_lm import ScriptedSource, SlowTarget
 
 
@@ -62,7 +63,7 @@ def test_a_file_drafted_ahead_leaves_no_cycles(collector_off, crash_after):
 
     def run():  # a pipeline per request over resident models, as the server does
         options = PipelineOptions(language="en", max_window_s=2.0, decode=DecodeOptions(route="windows"))
-        pipeline = Pipeline(target, source, options, detector=None)
+        pipeline = build_pipeline(target, source, options, detector=None)
         transcript = pipeline.transcribe(_file(), request_id="f")
         assert len(transcript.windows) == 4
         assert any(w.result.producer_error for w in transcript.windows) == (crash_after is not None)

@@ -16,7 +16,8 @@ import pytest
 
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.request import run_request
-from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.input.pipeline import PipelineOptions
+from as2d_core.setup.build import build_pipeline
 from as2d_core.workers.priority import lower_thread_priority, run_at_lower_priority, thread_niceness
 from tiny_lm import ScriptedJob, ScriptedSource, SlowTarget
 
@@ -121,7 +122,7 @@ def test_a_file_drafted_ahead_runs_the_drafter_at_the_drafter_niceness_even_on_a
     RecordingJob.seen = []
     RecordingJob.started.clear()
     decode = DecodeOptions(drafter_nice=3, guess_nice=9, route="windows")
-    pipeline = Pipeline(target, RecordingSource(list(range(2, 30))),
+    pipeline = build_pipeline(target, RecordingSource(list(range(2, 30))),
                         PipelineOptions(language=None, max_window_s=2.0, decode=decode), detector=None)
     transcript = pipeline.transcribe(samples, request_id="f", check=True)
     assert len(transcript.windows) == windows and transcript.exact

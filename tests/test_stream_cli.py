@@ -9,7 +9,8 @@ from click.testing import CliRunner
 
 from as2d_core.cli.main import cli
 from as2d_core.input.audio import load_audio
-from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.input.pipeline import PipelineOptions
+from as2d_core.setup.build import build_pipeline
 
 BUNDLED = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
 STREAM = ["stream", str(BUNDLED), "--pace", "fast", "--method", "target-only", "--language", "en",
@@ -19,7 +20,7 @@ STREAM = ["stream", str(BUNDLED), "--pace", "fast", "--method", "target-only", "
 def test_stream_prints_only_committed_text_and_a_transcript(whisper_target):
     text = CliRunner().invoke(cli, STREAM)
     assert text.exit_code == 0, text.output
-    pipeline = Pipeline(whisper_target, None, PipelineOptions(method="target-only", language="en"), detector=None)
+    pipeline = build_pipeline(whisper_target, None, PipelineOptions(method="target-only", language="en"), detector=None)
     replayed = pipeline.stream(8, 16).replay(load_audio(BUNDLED), "fast")
     blocks = [{"final": b.final, "view_start_s": b.view_start_s, "end_s": b.end_s, "text": b.text} for b in replayed]
     final = [b for b in blocks if b["final"]]  # as each block was yielded: the last one too

@@ -13,7 +13,8 @@ import srt
 
 from as2d_core.cli.subtitles import MAX_CHARS, MAX_LINES, split_cue, to_srt, transcript_cues, wrap
 from as2d_core.capabilities import Word
-from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.input.pipeline import PipelineOptions
+from as2d_core.setup.build import build_pipeline
 from as2d_core.decode.options import DecodeOptions
 
 BUNDLED = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
@@ -58,7 +59,7 @@ def test_a_long_segment_with_words_is_cut_at_word_times():
 def transcript(whisper_target):
     options = PipelineOptions(method="target-only", language="en",
                               decode=DecodeOptions(timestamps="segment", word_timestamps=True))
-    return Pipeline(whisper_target, None, options, detector=None).transcribe(BUNDLED)
+    return build_pipeline(whisper_target, None, options, detector=None).transcribe(BUNDLED)
 
 
 def test_real_cues_fit_keep_the_text_and_stay_in_their_segments(transcript):

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from as2d_core.decode.request import run_request
 from as2d_core.decode.deltas import UNFINISHED, TextDeltas
 from as2d_core.decode.options import DecodeOptions
-from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.input.pipeline import PipelineOptions
+from as2d_core.setup.build import build_pipeline
 from conftest import speech_audio
 from tiny_lm import ScriptedSource, TinyLM, edited_draft
 
@@ -114,7 +115,7 @@ def test_a_two_window_file_streams_its_transcript(whisper_target, whisper_ct2_so
     audio = np.concatenate([speech_audio("cmu_cards_en_w00"), speech_audio("cmu_cards_en_w01")])
     options = PipelineOptions(language="en", max_window_s=6.0, decode=DecodeOptions(route="windows"))
     pieces: list[str] = []
-    transcript = Pipeline(whisper_target, whisper_ct2_source, options).transcribe(audio, on_text=pieces.append)
+    transcript = build_pipeline(whisper_target, whisper_ct2_source, options).transcribe(audio, on_text=pieces.append)
     assert len(transcript.windows) == 2 and all(w.text for w in transcript.windows)
     assert "".join(pieces) == transcript.text and len(pieces) > 2
     assert any(piece.startswith(" ") for piece in pieces[1:])  # the second window's first piece

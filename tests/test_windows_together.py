@@ -21,6 +21,7 @@ from as2d_core.decode.request import run_request
 from as2d_core.decode.together import WindowsTogether
 from as2d_core.input.audio import load_audio
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.setup.build import build_pipeline
 from as2d_core.decode.options import DecodeOptions
 from drafting import options_that_draft
 from tiny_lm import ScriptedSource, TinyLM
@@ -178,7 +179,7 @@ def test_a_file_decoded_in_waves_equals_one_window_at_a_time(method, target_name
 
     def pipeline(batch_windows: int) -> Pipeline:
         decode = options_that_draft(route="windows", batch_windows=batch_windows, **fields)
-        return Pipeline(target, source, PipelineOptions(method=method, language="en", decode=decode))
+        return build_pipeline(target, source, PipelineOptions(method=method, language="en", decode=decode))
 
     alone = pipeline(1).transcribe(file_audio, request_id="alone")
     assert len(alone.windows) >= 4
@@ -201,6 +202,6 @@ def test_a_target_without_a_windows_graph_decodes_one_window_at_a_time(whisper_s
     tiny = WhisperTarget(whisper_source.model.dir)
     assert tiny.window_group(2, 1) is None
     decode = DecodeOptions(route="windows", batch_windows=4, target_threads=1)
-    transcript = Pipeline(tiny, None, PipelineOptions(method="target-only", language="en", decode=decode)).transcribe(
+    transcript = build_pipeline(tiny, None, PipelineOptions(method="target-only", language="en", decode=decode)).transcribe(
         file_audio[: 40 * SR], request_id="tiny")
     assert len(transcript.windows) >= 2 and transcript.text.strip()

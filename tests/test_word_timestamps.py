@@ -18,7 +18,8 @@ from as2d_core.decode.request import run_request
 from as2d_core.input.audio import load_audio
 from as2d_core.cli.main import cli
 from as2d_core.setup.paths import models_dir
-from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.input.pipeline import PipelineOptions
+from as2d_core.setup.build import build_pipeline
 from as2d_core.decode.options import DecodeOptions
 from conftest import HAVE_SHARED, speech_audio, speech_row
 from tiny_lm import TinyLM
@@ -105,7 +106,7 @@ def transcripts(whisper_target, whisper_ct2_source):
     for item in WINDOWS:
         row = speech_row(item)
         options = PipelineOptions(language=row["lang"], decode=WORDS)
-        out[item] = Pipeline(whisper_target, whisper_ct2_source, options).transcribe(load_audio(row["file"]),
+        out[item] = build_pipeline(whisper_target, whisper_ct2_source, options).transcribe(load_audio(row["file"]),
                                                                                     check=True)
     return out
 
@@ -153,7 +154,7 @@ def test_words_match_faster_whisper_word_timestamps(transcripts):
 def test_timestamp_mode_words_are_inside_their_segments(whisper_target, whisper_ct2_source):
     row = speech_row("librivox_sense_en_w00")
     options = PipelineOptions(language="en", decode=attrs.evolve(WORDS, timestamps="segment"))
-    transcript = Pipeline(whisper_target, whisper_ct2_source, options).transcribe(load_audio(row["file"]), check=True)
+    transcript = build_pipeline(whisper_target, whisper_ct2_source, options).transcribe(load_audio(row["file"]), check=True)
     (window,) = transcript.windows
     assert window.exact and window.result.words == window.reference.words
     segments, words = window.result.segments, list(window.result.words)
@@ -172,7 +173,7 @@ def test_words_of_later_windows_are_in_the_files_time(whisper_target):
     audio = np.concatenate([speech_audio("cmu_cards_en_w00"), speech_audio("cmu_cards_en_w01")])
     options = PipelineOptions(method="target-only", language="en", decode=attrs.evolve(WORDS, route="windows"),
                               max_window_s=6.0)
-    transcript = Pipeline(whisper_target, None, options).transcribe(audio)
+    transcript = build_pipeline(whisper_target, None, options).transcribe(audio)
     assert len(transcript.windows) == 2
     for window in transcript.windows:
         words = window.as_dict()["words"]
@@ -198,7 +199,7 @@ def test_run_json_gives_words_and_their_cost_for_both_methods():
 def test_a_target_of_another_family_says_it_has_no_words(tiny_request):
     target = TinyLM()
     with pytest.raises(ValueError, match="word timestamps need a target that aligns words.*tiny-lm does not"):
-        Pipeline(target, None, PipelineOptions(method="target-only", decode=WORDS)).transcribe(
+        build_pipeline(target, None, PipelineOptions(method="target-only", decode=WORDS)).transcribe(
             tiny_request().audio)
     request = attrs.evolve(tiny_request(), word_timestamps=True)
     with pytest.raises(ValueError, match="does not offer word_timestamps"):

@@ -11,12 +11,11 @@ from pathlib import Path
 import click
 
 from as2d_core.setup.catalog import check_pair
-from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, build_parts, pipeline_options, resolve_config
+from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, build_parts, build_pipeline, pipeline_options, resolve_config
 from as2d_core.setup.config import Config, Report
 from as2d_core.contracts import TASKS
 from as2d_core.decode.methods import get_method, method_names
 from as2d_core.setup.options import config_keys, option_flags
-from as2d_core.input.pipeline import Pipeline
 from as2d_core.setup.plugins import UnknownPart
 
 
@@ -111,6 +110,6 @@ def pipeline_from_flags(ctx: click.Context, method: str, method_given: bool):
     try:
         if config.source is not None and get_method(config.method).needs_source:
             check_pair(config.source.name, config.target.model)  # a pair that can never work, before loading
-        return Pipeline(*build_parts(config, report), pipeline_options(config)), report
+        return build_pipeline(*build_parts(config, report), pipeline_options(config)), report
     except (UnknownPart, ValueError, FileNotFoundError, RuntimeError) as exc:
         fail(str(exc))

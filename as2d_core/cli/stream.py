@@ -69,8 +69,9 @@ def stream(ctx, audio, block_s, context_s, pace, methods, check, as_json, plot_p
     methods = methods if method_given else [base.options.method]  # else the configuration's method
     summaries, sessions = [], {}
     for method in methods:
-        pipeline = Pipeline(base.target, base.source if get_method(method).needs_source else None,
-                            attrs.evolve(base.options, method=method))
+        drafts = get_method(method).needs_source
+        pipeline = Pipeline(base.target, base.source if drafts else None, attrs.evolve(base.options, method=method),
+                            bridge=base.bridge if drafts else None)
         try:
             session = pipeline.stream(block_s, context_s, check)
             sessions[method] = session

@@ -4,7 +4,9 @@ Load the models once, then transcribe many files or streams::
 
     from as2d_core.input.pipeline import Pipeline
 
-    pipeline = Pipeline.from_config("configs/whisper-asr.toml")
+    from as2d_core.setup.build import pipeline_from_config
+
+    pipeline = pipeline_from_config("configs/whisper-asr.toml")
     transcript = pipeline.transcribe("talk.mp3")
     print(transcript.text)
     for window in transcript.windows:
@@ -44,21 +46,20 @@ from as2d_core.decode.loop import OnCommit
 from as2d_core.decode.methods import get_method
 from as2d_core.decode.beam import BeamOptions, run_beam_request
 from as2d_core.decode.request import run_request
-from as2d_core.setup.options import STREAM
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.lookahead import LookaheadSource
 from as2d_core.decode.timestamps import marked_up
-from as2d_core.setup.catalog import resolve_bridge
-from as2d_core.setup.plugins import load_registry
 from as2d_core.workers.process_source import ProcessSource
 from as2d_core.decode.words import add_words, prepare_words
+from as2d_core.input.stream import BLOCK_S, CONTEXT_S, StreamSession
 from as2d_core.input.sequential import long_form_steps, sequential_windows, speech_only, window_result
 from as2d_core.input.transcript import Transcript, WindowResult
 from as2d_core.input.waves import WaveRoute, choose_waves, decoded_in_waves
 from as2d_core.input.windows import MAX_WINDOW_S, SpeechDetector, Window, WindowPlan, plan_windows
 
-AUTO = "auto"
 Decoder = Callable[[Request], DecodeResult]
+# a voice-activity detector, or what makes one when a file first needs it (loading one costs; most requests are short)
+DetectorOrMaker = SpeechDetector | Callable[[], SpeechDetector | None] | None
 
 
 @attrs.frozen
@@ -89,20 +90,14 @@ def _first_commit_then(action: Callable[[], None], then: OnCommit | None) -> OnC
     return commit
 
 
-def default_detector() -> SpeechDetector | None:
-    """The first installed voice-activity detector plugin, or None."""
-    registry = load_registry()
-    names = registry.names("detector")
-    return registry.get("detector", names[0]).factory({}) if names else None
-
-
 class Pipeline:
     """Resident target (and drafter) transcribing files window by window, or streams block by block.
 
-    ``decode`` replaces the engine call per request (for a baseline such as serial
-    speculative decoding); by default every request goes to ``run_request``. ``bridge`` carries the
-    source's tokens to the target; by default the registered one is resolved here, once, so a pair
-    that no bridge connects fails before any audio is read.
+    Its parts are handed in: ``as2d_core.setup.build.build_pipeline`` finds them in the plugin registry (the
+    bridge for the pair, the installed voice-activity detector). ``decode`` replaces the engine call per
+    request (for a baseline such as serial speculative decoding); by default every request goes to
+    ``run_request``. ``bridge`` carries the source's tokens to the target: a method that drafts needs one.
+    ``detector`` cuts audio over 30 s at pauses: a detector, None, or a callable that makes one when first needed.
     """
 
     def __init__(
@@ -110,17 +105,20 @@ class Pipeline:
         target: Target,
         source: Source | None = None,
         options: PipelineOptions | None = None,
-        detector: SpeechDetector | None | str = AUTO,
+        detector: DetectorOrMaker = None,
         decode: Decoder | None = None,
         bridge: BridgeFactory | None = None,
     ) -> None:
         self.options = options or PipelineOptions()
-        if get_method(self.options.method).needs_source and source is None and decode is None:
+        drafts = get_method(self.options.method).needs_source and decode is None
+        if drafts and source is None:
             raise ValueError(f"method {self.options.method!r} needs a source (drafter)")
+        if drafts and bridge is None:
+            raise ValueError(f"method {self.options.method!r} needs the bridge that carries {source.name}'s tokens "
+                             f"to {target.name} (as2d_core.setup.build.build_pipeline finds the registered one)")
         self.target = target
         self.source = source
-        self.bridge = bridge if bridge is not None or source is None or decode is not None else (
-            resolve_bridge(source, target))
+        self.bridge = bridge
         publishes = get_method(self.options.method).proposer == "published"  # drafts a window ahead; serial cannot
         if source is not None and self.options.lookahead and publishes and not isinstance(source, ProcessSource):
             self.source = LookaheadSource(source)  # a ProcessSource's child serves one job at a time
@@ -129,18 +127,10 @@ class Pipeline:
         self._lock = threading.Lock()
         self.device_profile()  # a file that is no device profile fails here, before any audio is read
 
-    @classmethod
-    def from_config(cls, path: str | Path, overrides: dict | None = None, **fields) -> "Pipeline":
-        """Build the target and source a task configuration names (``fields``: other ``PipelineOptions``)."""
-        from as2d_core.setup.build import parts_from_config, pipeline_options
-
-        config, _report, target, source = parts_from_config(Path(path), overrides)
-        return cls(target, source, pipeline_options(config, **fields))
-
     @property
     def detector(self) -> SpeechDetector | None:
-        if self._detector == AUTO:
-            self._detector = default_detector()
+        if callable(self._detector) and not isinstance(self._detector, SpeechDetector):
+            self._detector = self._detector()  # made once, when a file first needs it
         return self._detector
 
     def device_profile(self) -> dict | None:
@@ -372,11 +362,8 @@ class Pipeline:
         return add_words(self.target, request, run_request(request, target, source, method, options, None,
                                                            self.bridge), options.target_threads)
 
-    def stream(self, block_s: float = STREAM["block_s"].default, context_s: float = STREAM["context_s"].default,
-               check: bool = False):
+    def stream(self, block_s: float = BLOCK_S, context_s: float = CONTEXT_S, check: bool = False):
         """A stream fed block by block (``feed``), each block one request over the current context view."""
-        from as2d_core.input.stream import StreamSession
-
         self._prepare_words()
         return StreamSession(self, block_s, context_s, check)
 

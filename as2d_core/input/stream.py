@@ -29,6 +29,8 @@ from as2d_core.decode.result import DecodeResult
 if TYPE_CHECKING:
     from as2d_core.input.pipeline import Pipeline
 
+BLOCK_S = 4.0  # seconds of audio per block, by default
+CONTEXT_S = 12.0  # how long the context view grows before it resets, by default
 PACES = ("realtime", "fast")  # how a recording replayed as a stream arrives (``StreamSession.replay``)
 
 

@@ -16,7 +16,9 @@ import attrs
 from as2d_core.decode.methods import get_method
 from as2d_core.setup.config import Config, Report, check_file, parse, set_values
 from as2d_core.setup.paths import models_dir
-from as2d_core.input.pipeline import PipelineOptions
+from as2d_core.input.pipeline import DetectorOrMaker, Decoder, Pipeline, PipelineOptions
+from as2d_core.input.windows import SpeechDetector
+from as2d_core.setup.catalog import resolve_bridge
 from as2d_core.setup.plugins import load_registry, registered_source
 from as2d_core.setup.source_spec import SourceSpec
 from as2d_core.workers.process_source import ProcessSource
@@ -111,3 +113,27 @@ def parts_from_config(path: Path, overrides: dict | None = None, with_source: bo
     """
     config, report = resolve_config(Path(path), overrides or {}, {})
     return (config, report, *build_parts(config, report, with_source))
+
+
+def default_detector() -> SpeechDetector | None:
+    """The first installed voice-activity detector plugin, or None."""
+    registry = load_registry()
+    names = registry.names("detector")
+    return registry.get("detector", names[0]).factory({}) if names else None
+
+
+def build_pipeline(target, source=None, options: PipelineOptions | None = None,
+                   detector: DetectorOrMaker = default_detector, decode: Decoder | None = None) -> Pipeline:
+    """A pipeline on loaded models with its parts from the registry: the bridge that carries the source's tokens
+    to the target, found once here, so a pair that no bridge connects fails before any audio is read
+    (``LookupError``); by default the first installed voice-activity detector, made when a file first needs it."""
+    options = options or PipelineOptions()
+    drafts = source is not None and decode is None and get_method(options.method).needs_source
+    bridge = resolve_bridge(source, target) if drafts else None
+    return Pipeline(target, source, options, detector, decode, bridge)
+
+
+def pipeline_from_config(path: str | Path, overrides: dict | None = None, **fields) -> Pipeline:
+    """The pipeline a task configuration names (``fields``: other ``PipelineOptions``)."""
+    config, _report, target, source = parts_from_config(Path(path), overrides)
+    return build_pipeline(target, source, pipeline_options(config, **fields))

@@ -15,6 +15,7 @@ import attrs
 
 from as2d_core.decode.options import DecodeOptions, check_budget
 from as2d_core.decode.scheduler import SPECULATE_ROWS
+from as2d_core.input.stream import BLOCK_S, CONTEXT_S
 
 
 def user_fields() -> list[attrs.Attribute]:
@@ -101,8 +102,8 @@ def _table(*settings: Setting) -> dict[str, Setting]:
 
 # ``as2d stream`` and ``Pipeline.stream``: the blocks a stream arrives in and the context each is decoded over
 STREAM = _table(
-    Setting("block_s", 4.0, "Seconds of audio per block."),
-    Setting("context_s", 12.0, "The context view (audio) persists this long, then resets."),
+    Setting("block_s", BLOCK_S, "Seconds of audio per block."),
+    Setting("context_s", CONTEXT_S, "The context view (audio) persists this long, then resets."),
 )
 
 # ``as2d serve``: admission, limits and the test faults (as2d_serve.app.Limits, service.ServeSettings)

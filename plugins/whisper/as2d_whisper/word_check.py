@@ -35,7 +35,7 @@ from as2d_core.decode.request import run_request
 from as2d_core.decode.words import add_words
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from as2d_core.decode.options import DecodeOptions
-from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, build_part, build_source
+from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, build_part, build_pipeline, build_source
 
 COST_LABELS = {"as2d_words_s": "as2d in the pipeline", "target_only_words_s": "target-only in its check",
                "as2d_words_s_rounds": "as2d over rounds", "target_only_words_s_rounds": "target-only over rounds",
@@ -133,8 +133,8 @@ def words_command(manifest: Path, lang: str, target: str, source: str, repeats: 
     windows, totals = [], {"own": ([], [], 0, 0), "same": ([], [], 0, 0)}
     for row in rows:
         audio = load_audio(manifest.parent / row["path"])
-        pipeline = Pipeline(target_part, source_part, PipelineOptions(language=row.get("lang"),
-                                                                       decode=DecodeOptions(word_timestamps=True)))
+        pipeline = build_pipeline(target_part, source_part, PipelineOptions(language=row.get("lang"),
+                                                                             decode=DecodeOptions(word_timestamps=True)))
         transcript = pipeline.transcribe(audio, request_id=row["id"], check=True)
         (window,) = transcript.windows
         result, reference = window.result, window.reference
