@@ -2,6 +2,7 @@
 no traceback, no native crash (the drafter is stopped and joined on the way out)."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -65,3 +66,51 @@ def test_stream_stops_cleanly(whisper_target, whisper_ct2_source, minutes_of_spe
     assert done.returncode == 128 + signal.SIGTERM, done.stderr[-2000:]
     assert "stopped by SIGTERM" in done.stderr
     assert "Traceback" not in done.stderr and "terminate called" not in done.stderr, done.stderr[-2000:]
+
+
+@pytest.fixture
+def stop_handlers():
+    """The command line's stop handlers installed in this process, and everything put back afterwards."""
+    from as2d_core.cli import main as cli_main
+
+    numbers = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)
+    before = {n: signal.getsignal(n) for n in numbers}
+    cli_main._on_stop_signals(cli_main._stop)
+    try:
+        yield cli_main
+    finally:
+        cli_main._stop_over()
+        cli_main._signalled.clear()
+        for number, handler in before.items():
+            signal.signal(number, handler)
+
+
+def _stop_dropped(cli_main) -> None:
+    """SIGTERM arrives; the code it interrupts drops the ``Stopped`` (as PyAV's decoder did, about 1 stop in 5)."""
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1.0)  # the handler runs here
+    except cli_main.Stopped:
+        pass
+    assert cli_main._signalled == [signal.SIGTERM]
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
+def test_a_stop_a_library_drops_is_raised_again(stop_handlers):
+    _stop_dropped(stop_handlers)
+    deadline = time.monotonic() + 10 * stop_handlers.STOP_AGAIN_S
+    with pytest.raises(stop_handlers.Stopped):
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
+def test_cleanup_that_unwinds_a_stop_is_not_stopped_again(stop_handlers):
+    cleaned = False
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1.0)
+    except stop_handlers.Stopped:
+        time.sleep(4 * stop_handlers.STOP_AGAIN_S)  # cleanup on the way out: nothing interrupts it
+        cleaned = True
+    assert cleaned

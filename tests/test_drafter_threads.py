@@ -10,12 +10,15 @@ runtime busy on purpose until it is stopped, and the engine is told not to wait 
 """
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from as2d_core.workers import drafter_threads
 
@@ -77,3 +80,30 @@ def test_join_all_waits_for_tracked_threads_only():
     assert drafter_threads.join_all(5) == []
     assert time.monotonic() - started < 5 and not tracked.is_alive()
     untracked.join(5)
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
+def test_a_join_cut_short_by_a_signal_still_waits_for_the_thread():
+    """A stop signal during ``join()`` (as during a drafter's model load): CPython 3.11 then marks the thread as
+    stopped while it runs (python/cpython#90882); the exit must still wait for it, or the interpreter finalizes
+    under its runtime call and the process aborts."""
+
+    class Interrupted(BaseException):
+        pass
+
+    def interrupt(_signum, _frame):
+        raise Interrupted()
+
+    before = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        thread = drafter_threads.start(time.sleep, "as2d-test-loading", 1.0)
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(Interrupted):
+            thread.join()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    assert drafter_threads.running() == [thread]
+    started = time.monotonic()
+    assert drafter_threads.join_all(5) == []
+    assert time.monotonic() - started > 0.5  # it waited for the sleep to end

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 from pathlib import Path
@@ -346,6 +345,10 @@ class Stopped(BaseException):
 
 
 _signalled: list[int] = []  # the stop signal received, if any: whatever unwinds after it is its consequence
+# A native library may drop an exception its code was interrupted by: PyAV's decoder lost about 1 stop in 5
+# that landed while it decoded, and the command then ran to its end. Until the command has unwound, the stop
+# is raised again this often wherever it is not already unwinding.
+STOP_AGAIN_S = 0.5
 
 
 def _on_stop_signals(handler) -> None:
@@ -356,7 +359,30 @@ def _on_stop_signals(handler) -> None:
 def _stop(signum, frame) -> None:
     _signalled.append(signum)
     _on_stop_signals(signal.SIG_DFL)  # a second signal ends the process at once, by the system's default
+    signal.signal(signal.SIGALRM, _stop_again)
+    signal.setitimer(signal.ITIMER_REAL, STOP_AGAIN_S, STOP_AGAIN_S)
     raise Stopped(signum)
+
+
+def _unwinding_a_stop() -> bool:
+    """Whether the code the signal interrupted is handling a ``Stopped`` (an ``except``, a ``finally``, an ``__exit__``)."""
+    exc = sys.exc_info()[1]
+    while exc is not None:
+        if isinstance(exc, Stopped):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _stop_again(_signum, _frame) -> None:
+    """The stop raised again where a library dropped it; cleanup that is already unwinding it is left alone."""
+    if not _unwinding_a_stop():
+        raise Stopped(_signalled[0])
+
+
+def _stop_over() -> None:
+    """The command has unwound: no more stops raised again."""
+    signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def main() -> None:
@@ -364,8 +390,11 @@ def main() -> None:
     register_commands(cli)
     _on_stop_signals(_stop)
     try:
-        cli()
-        status = 0
+        try:
+            cli()
+            status = 0
+        finally:
+            _stop_over()  # a stop raised again in here still lands in the handlers below
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if isinstance(exc.code, str):
@@ -379,15 +408,7 @@ def main() -> None:
         click.echo(f"as2d: stopped by {signal.Signals(_signalled[0]).name}", err=True)
         status = 128 + _signalled[0]
     _on_stop_signals(signal.SIG_DFL)  # a signal while the drafters are joined ends the process at once
-    status = drafter_threads.exit_status(status)
-    if _signalled:
-        # Stopped: the drafters are joined and what the command writes is whole. The interpreter's teardown
-        # after a stop sometimes aborted in a native runtime's destructors ("terminate called without an
-        # active exception", about 1 run in 5 under load), so a stopped command leaves without it.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
-    sys.exit(status)
+    sys.exit(drafter_threads.exit_status(status))
 
 
 if __name__ == "__main__":

@@ -1,36 +1,53 @@
 """Threads that run drafter code, tracked so that none is inside a native call when the process exits.
 
-A drafter's runtime call (a CTranslate2 ``generate``, an ONNX Runtime ``run``) cannot be
-interrupted: a drafter that is stopped finishes the call it is in first. When a request ends
-while such a call runs (the target was done first, or the drafter is niced on a busy machine),
-and the process then exits, the interpreter tears the runtime down under the running call and
-the process dies after a correct answer: SIGABRT with "terminate called without an active
-exception", or SIGSEGV. ``tests/test_drafter_threads.py`` shows it.
+A drafter's runtime call (a CTranslate2 ``generate`` or model load, an ONNX Runtime ``run``) cannot be
+interrupted: a drafter that is stopped finishes the call it is in first. If the interpreter finalizes
+while such a call runs on a daemon thread, the call's return takes the GIL back, CPython ends the
+thread with ``pthread_exit``, and the unwinding crosses the runtime's ``noexcept`` frames (pybind11's
+``gil_scoped_release``): ``std::terminate``, "terminate called without an active exception", SIGABRT
+after a correct answer. ``tests/test_drafter_threads.py`` shows it for a request that returns while its
+drafter is in a call, and for a stop signal during a drafter's model load.
 
-So every thread that runs drafter code is started through :func:`start` and tracked until it
-ends. The engine joins a request's drafter before it returns the result (for at most its drain
-timeout, so a stalled drafter cannot hold an answer); whatever is still running then is joined
-at exit (:func:`join_all`, registered with ``atexit``), and the command line, which knows its
-exit status, leaves with ``os._exit`` if a drafter outlives even that wait (:func:`exit_status`).
+So every thread that runs drafter code is started through :func:`start` (or :func:`track`) and tracked
+until its body ends. The engine joins a request's drafter before it returns the result (for at most its
+drain timeout, so a stalled drafter cannot hold an answer); whatever is still running then is waited for
+at exit (:func:`join_all`, registered with ``atexit``; the command line calls :func:`exit_status`).
+
+A thread counts as running until its own body has returned, an event it sets itself, not
+``Thread.is_alive()``: on CPython before 3.12 a ``join()`` interrupted by a signal's exception marks the
+thread as stopped while it still runs (python/cpython#90882), which is exactly how a stop signal
+during a model load let the process finalize under the load.
 """
 from __future__ import annotations
 
 import atexit
-import os
 import sys
 import threading
 import time
 import weakref
 
 EXIT_WAIT_S = 60.0  # a runtime call ends by itself; this bounds a drafter that truly hangs
-_running: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+# each tracked thread, and the event its body sets last (weak: a thread made but never started is let go)
+_ended: weakref.WeakKeyDictionary[threading.Thread, threading.Event] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
 def track(thread: threading.Thread) -> threading.Thread:
-    """Keep ``thread`` (started or about to start) in the set joined at exit."""
+    """Track ``thread`` (not yet started) until its ``run`` returns or raises."""
+    ended = threading.Event()
+    run = thread.run
+
+    def run_then_mark_ended() -> None:
+        try:
+            run()
+        finally:
+            with _lock:
+                _ended.pop(thread, None)
+            ended.set()
+
+    thread.run = run_then_mark_ended
     with _lock:
-        _running.add(thread)
+        _ended[thread] = ended
     return thread
 
 
@@ -41,35 +58,33 @@ def start(target, name: str, *args) -> threading.Thread:
     return thread
 
 
-def running() -> list[threading.Thread]:
-    """The tracked threads still alive (never the caller's own)."""
+def _tracked() -> list[tuple[threading.Thread, threading.Event]]:
+    """The tracked threads whose body has not ended (never the caller's own)."""
     with _lock:
-        threads = list(_running)
-    return [t for t in threads if t.is_alive() and t is not threading.current_thread()]
+        return [(t, e) for t, e in _ended.items() if t is not threading.current_thread() and not e.is_set()]
+
+
+def running() -> list[threading.Thread]:
+    """The tracked threads still inside their body (a thread made but never started counts only once started)."""
+    return [t for t, _ in _tracked() if t.ident is not None]
 
 
 def join_all(timeout_s: float = EXIT_WAIT_S) -> list[str]:
-    """Wait, at most ``timeout_s`` in all, for every tracked thread; the names of those still running."""
+    """Wait, at most ``timeout_s`` in all, for every tracked thread's body to end; the names of those still in it."""
     deadline = time.monotonic() + timeout_s
-    for thread in running():
-        thread.join(max(0.0, deadline - time.monotonic()))
+    for thread, ended in _tracked():
+        if thread.ident is not None:
+            ended.wait(max(0.0, deadline - time.monotonic()))
     return [t.name for t in running()]
 
 
 def exit_status(status: int, timeout_s: float = EXIT_WAIT_S) -> int:
-    """``status``, once every drafter thread has ended; if one is still inside the runtime after
-    ``timeout_s``, the process leaves at once with ``os._exit(status)``, so that nothing is torn
-    down under it (the output is flushed first)."""
+    """``status``, once every drafter thread has ended or ``timeout_s`` has passed; a drafter still inside
+    its call after that is named on stderr, so a teardown that fails under it is not a mystery."""
     left = join_all(timeout_s)
     if left:
-        print(f"warning: drafter thread(s) {', '.join(left)} still running after {timeout_s:.0f} s; "
-              "leaving without tearing the runtime down", file=sys.stderr)
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(status)
+        print(f"warning: drafter thread(s) {', '.join(left)} still running after {timeout_s:.0f} s: a runtime "
+              "call that does not return; the process exits anyway", file=sys.stderr, flush=True)
     return status
 
 
