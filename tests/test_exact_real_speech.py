@@ -3,7 +3,8 @@
 The repository's own speech set always runs; the full shared set runs too when it is present.
 
 Runs the real Whisper models (whisper-base target, int8 tiny.en drafter in its
-own thread) on ONNX Runtime. A mismatch fails the test and names the request.
+own thread) on ONNX Runtime, built as ``as2d run`` and the server build them (no audio cache: every
+decode encodes its audio). A mismatch fails the test and names the request.
 """
 import pytest
 
@@ -18,8 +19,8 @@ BUDGETS = (1, 3, 7)
 
 
 @pytest.mark.parametrize("row", speech_params("windows.jsonl") + speech_params("clips.jsonl"))
-def test_as2d_equals_target_only(whisper_target, whisper_source, row):
-    target, source = whisper_target, whisper_source
+def test_as2d_equals_target_only(served_whisper_target, served_whisper_source, row):
+    target, source = served_whisper_target, served_whisper_source
     request = Request(row["id"], load_audio(row["file"]))
     reference = run_request(request, target, None, "target-only")
     assert reference.tokens, f"{row['id']}: the target produced no tokens"
@@ -31,8 +32,8 @@ def test_as2d_equals_target_only(whisper_target, whisper_source, row):
         )
         assert result.producer_error is None
         if reference.language == "en":
-            # drafted from arrival; on a few-token window the target (its audio K/V reused here) may finish
-            # before the drafter has published, so only the drafter's presence is required per window
+            # drafted from arrival; on a few-token window the target may finish before the drafter has
+            # published, so only the drafter's presence is required per window
             assert result.source == source.name and result.start == "arrival"
         else:
             assert result.verify_calls == 0 and "does not draft" in result.note
