@@ -69,48 +69,43 @@ def test_stream_stops_cleanly(whisper_target, whisper_ct2_source, minutes_of_spe
 
 
 @pytest.fixture
-def stop_handlers():
-    """The command line's stop handlers installed in this process, and everything put back afterwards."""
-    from as2d_core.cli import main as cli_main
+def stopping():
+    """The command line's stop handling installed in this process, and everything put back afterwards."""
+    from as2d_core.cli import stopping
 
     numbers = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)
     before = {n: signal.getsignal(n) for n in numbers}
-    cli_main._on_stop_signals(cli_main._stop)
+    stopping.catch_stops()
     try:
-        yield cli_main
+        yield stopping
     finally:
-        cli_main._stop_over()
-        cli_main._signalled.clear()
+        stopping.stop_over()
+        stopping.received.clear()
         for number, handler in before.items():
             signal.signal(number, handler)
 
 
-def _stop_dropped(cli_main) -> None:
-    """SIGTERM arrives; the code it interrupts drops the ``Stopped`` (as PyAV's decoder did, about 1 stop in 5)."""
-    try:
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
+def test_a_stop_a_library_drops_is_raised_again(stopping):
+    try:  # SIGTERM arrives; the code it interrupts drops the stop (as PyAV's decoder did, about 1 stop in 5)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(1.0)  # the handler runs here
-    except cli_main.Stopped:
+    except stopping.Stopped:
         pass
-    assert cli_main._signalled == [signal.SIGTERM]
-
-
-@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
-def test_a_stop_a_library_drops_is_raised_again(stop_handlers):
-    _stop_dropped(stop_handlers)
-    deadline = time.monotonic() + 10 * stop_handlers.STOP_AGAIN_S
-    with pytest.raises(stop_handlers.Stopped):
+    assert stopping.received == [signal.SIGTERM]
+    deadline = time.monotonic() + 10 * stopping.STOP_AGAIN_S
+    with pytest.raises(stopping.Stopped):
         while time.monotonic() < deadline:
             time.sleep(0.01)
 
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
-def test_cleanup_that_unwinds_a_stop_is_not_stopped_again(stop_handlers):
+def test_cleanup_that_unwinds_a_stop_is_not_stopped_again(stopping):
     cleaned = False
     try:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(1.0)
-    except stop_handlers.Stopped:
-        time.sleep(4 * stop_handlers.STOP_AGAIN_S)  # cleanup on the way out: nothing interrupts it
+    except stopping.Stopped:
+        time.sleep(4 * stopping.STOP_AGAIN_S)  # cleanup on the way out: nothing interrupts it
         cleaned = True
     assert cleaned

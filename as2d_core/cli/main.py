@@ -20,6 +20,7 @@ from as2d_core.decode.result import DecodeResult
 from as2d_core.setup.imports import import_checkpoint, importers
 from as2d_core.setup.paths import models_dir
 from as2d_core.setup.plugins import UnknownPart, load_registry, register_commands
+from as2d_core.cli import stopping
 from as2d_core.cli.stream import stream
 from as2d_core.cli.progress import AudioProgress, on_terminal
 from as2d_core.cli.subtitles import to_srt, to_vtt, transcript_cues
@@ -335,66 +336,16 @@ def config_check(files, here, as_json):
     sys.exit(1 if failed else 0)
 
 
-class Stopped(BaseException):
-    """SIGINT or SIGTERM: unwinds like an exception (not one that ``except Exception`` swallows), so every
-    request on the way out stops and joins its drafter, and a bench finishes the window it writes."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-_signalled: list[int] = []  # the stop signal received, if any: whatever unwinds after it is its consequence
-# A native library may drop an exception its code was interrupted by: PyAV's decoder lost about 1 stop in 5
-# that landed while it decoded, and the command then ran to its end. Until the command has unwound, the stop
-# is raised again this often wherever it is not already unwinding.
-STOP_AGAIN_S = 0.5
-
-
-def _on_stop_signals(handler) -> None:
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, handler)
-
-
-def _stop(signum, frame) -> None:
-    _signalled.append(signum)
-    _on_stop_signals(signal.SIG_DFL)  # a second signal ends the process at once, by the system's default
-    signal.signal(signal.SIGALRM, _stop_again)
-    signal.setitimer(signal.ITIMER_REAL, STOP_AGAIN_S, STOP_AGAIN_S)
-    raise Stopped(signum)
-
-
-def _unwinding_a_stop() -> bool:
-    """Whether the code the signal interrupted is handling a ``Stopped`` (an ``except``, a ``finally``, an ``__exit__``)."""
-    exc = sys.exc_info()[1]
-    while exc is not None:
-        if isinstance(exc, Stopped):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def _stop_again(_signum, _frame) -> None:
-    """The stop raised again where a library dropped it; cleanup that is already unwinding it is left alone."""
-    if not _unwinding_a_stop():
-        raise Stopped(_signalled[0])
-
-
-def _stop_over() -> None:
-    """The command has unwound: no more stops raised again."""
-    signal.setitimer(signal.ITIMER_REAL, 0)
-
-
 def main() -> None:
     """Run the command; exit with its status once every drafter thread has ended (``drafter_threads``)."""
     register_commands(cli)
-    _on_stop_signals(_stop)
+    stopping.catch_stops()
     try:
         try:
             cli()
             status = 0
         finally:
-            _stop_over()  # a stop raised again in here still lands in the handlers below
+            stopping.stop_over()  # a stop raised again in here still lands in the handlers below
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if isinstance(exc.code, str):
@@ -402,12 +353,12 @@ def main() -> None:
     except BaseException:
         # Stopped, or what a native module made of it (a signal during an extension's import becomes
         # an ImportError): reported as the stop it is; anything else keeps its traceback.
-        if not _signalled:
+        if not stopping.received:
             raise
-    if _signalled:
-        click.echo(f"as2d: stopped by {signal.Signals(_signalled[0]).name}", err=True)
-        status = 128 + _signalled[0]
-    _on_stop_signals(signal.SIG_DFL)  # a signal while the drafters are joined ends the process at once
+    if stopping.received:
+        click.echo(f"as2d: stopped by {signal.Signals(stopping.received[0]).name}", err=True)
+        status = 128 + stopping.received[0]
+    stopping.release_stops()  # a signal while the drafters are joined ends the process at once
     sys.exit(drafter_threads.exit_status(status))
 
 
