@@ -2,8 +2,6 @@
 
 Load the models once, then transcribe many files or streams::
 
-    from as2d_core.input.pipeline import Pipeline
-
     from as2d_core.setup.build import pipeline_from_config
 
     pipeline = pipeline_from_config("configs/whisper-asr.toml")
