@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import soundfile
 from click.testing import CliRunner
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from as2d_core.cli.main import cli
@@ -84,6 +84,8 @@ def test_a_profile_without_batch_costs_prices_nothing():
 @given(ones=st.lists(st.floats(0.005, 0.05), min_size=4, max_size=4),
        ratios=st.lists(st.floats(1.0, 4.0), min_size=4, max_size=4),
        tokens_per_call=st.floats(1.0, 5.0), slowdown=st.floats(1.0, 2.0))
+# a tie (a call 1.25 times as dear committing 1.25 times the tokens) that the two rules once rounded apart
+@example(ones=[0.005, 0.03125, 0.03125, 0.03125], ratios=[2.0, 2.0, 2.0, 1.25], tokens_per_call=1.25, slowdown=1.0)
 def test_at_each_wave_size_drafting_wins_exactly_where_the_servers_rule_says_it_pays(ones, ratios, tokens_per_call,
                                                                                      slowdown):
     """One reading of the profile for both rules: at a batch of B, drafting is the cheaper way iff B is at most

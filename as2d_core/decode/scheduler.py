@@ -206,10 +206,16 @@ def speculate_rows_from(profile: dict) -> int | None:
     pays = 0
     for rows in sorted(costs):
         one, wide = costs[rows]
-        if wide / one >= tokens_per_call:
+        if not _per_token(wide, rows, tokens_per_call) < _per_token(one, rows, 1.0):
             break
         pays = rows
     return pays
+
+
+def _per_token(call_s: float, rows: int, tokens_per_row: float) -> float:
+    """Seconds per committed token of a call of ``rows`` rows that commits ``tokens_per_row`` a row: both rules
+    price with this one expression, so a near-tie rounds the same way in each."""
+    return call_s / (rows * tokens_per_row)
 
 
 WAVE_SIZES = (1, 2, 4, 8)  # the wave sizes ``batch_windows = "auto"`` chooses from (as2d profile's rows)
@@ -247,10 +253,13 @@ def wave_prices(profile: dict, windows: int, can_draft: bool = True) -> list[Wav
 
     prices = []
     for size in sorted({min(size, windows) for size in WAVE_SIZES if size in costs}):
-        waves = [size] * (windows // size) + ([windows % size] if windows % size else [])
+        full, rest = divmod(windows, size)
         for drafts in (False, True) if can_draft else (False,):
             per_row = tokens_per_call if drafts else 1.0  # tokens a row commits per call
-            prices.append(WavePrice(size, drafts, sum(cost(rows, drafts) for rows in waves) / (windows * per_row)))
+            price = _per_token(cost(size, drafts), size, per_row)
+            if rest:  # the last, smaller wave: the file's price is the windows' average
+                price = (full * size * price + rest * _per_token(cost(rest, drafts), rest, per_row)) / windows
+            prices.append(WavePrice(size, drafts, price))
     return sorted(prices, key=lambda p: (p.seconds_per_token, p.size, p.drafts)) or None
 
 
