@@ -35,14 +35,15 @@ _lock = threading.Lock()
 def track(thread: threading.Thread) -> threading.Thread:
     """Track ``thread`` (not yet started) until its ``run`` returns or raises."""
     ended = threading.Event()
-    run = thread.run
+    run = type(thread).run  # the class's: a bound method here would tie the thread to itself (a cycle to collect)
 
     def run_then_mark_ended() -> None:
+        current = threading.current_thread()
         try:
-            run()
+            run(current)
         finally:
             with _lock:
-                _ended.pop(thread, None)
+                _ended.pop(current, None)
             ended.set()
 
     thread.run = run_then_mark_ended
