@@ -141,7 +141,7 @@ class WhisperModel:
                 probabilities = self._language_probabilities(first, options)
                 language = next(iter(probabilities))
         if not multilingual:
-            pipeline.options = attrs.evolve(options, language=language)
+            pipeline = pipeline.evolve(language=language)
         info = TranscriptionInfo(
             language=language,
             language_probability=probabilities[language] if probabilities else 1.0,
@@ -154,24 +154,25 @@ class WhisperModel:
             notes=notes,
             route=route.as_dict(),
         )
-        return self._segments(windows(), samples.size / SAMPLE_RATE, word_timestamps, log_progress), info
+        return self._segments(windows(pipeline), samples.size / SAMPLE_RATE, word_timestamps, log_progress), info
 
     def _plan(self, pipeline: Pipeline, samples: np.ndarray, vad: VadOptions | None):
-        """The requests to come (lazily), the seconds of audio they cover, the first 30 s of it (the language's),
-        notes on how the audio is cut, and the route they take (``Pipeline.route``)."""
+        """The requests to come (lazily, on the pipeline given them: the language may be known only later), the
+        seconds of audio they cover, the first 30 s of it (the language's), notes on how the audio is cut, and
+        the route they take (``Pipeline.route``)."""
         decode = pipeline.options.decode
         if decode.route == "seek":
             detector = pipeline.detector if vad is not None else None
             audio, _speech = speech_only(samples, detector)
             recording = Recording(audio)  # the language is read from its first 30 s, as the first request
-            windows = lambda: pipeline.decode_long_form(samples, "whisper-model", detector, recording)  # noqa: E731
+            windows = lambda p: p.decode_long_form(samples, "whisper-model", detector, recording)  # noqa: E731
             notes = [f"Whisper's long-form rules: 30 s requests from a seek offset, temperatures "
                      f"{', '.join(map(str, decode.temperature))}, beam_size {decode.beam_size}"]
             first = Request("language", audio[: 30 * SAMPLE_RATE], recording=recording) if audio.size else None
             return windows, audio.size / SAMPLE_RATE, first, notes, pipeline.route(0)
         plan = pipeline.plan(samples)
         silent = lambda result: _silent(result, decode.no_speech_threshold, decode.log_prob_threshold)  # noqa: E731
-        windows = lambda: pipeline.decode_windows(samples, plan, "whisper-model", silent)  # noqa: E731
+        windows = lambda p: p.decode_windows(samples, plan, "whisper-model", silent)  # noqa: E731
         first = Request("language", samples[plan.windows[0].start : plan.windows[0].end] if plan.windows
                         else samples[: 30 * SAMPLE_RATE])
         return (windows, sum(w.end - w.start for w in plan.windows) / SAMPLE_RATE, first, _window_notes(plan, vad),

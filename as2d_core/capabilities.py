@@ -50,6 +50,18 @@ class CancellableJob(Protocol):
 
 
 @runtime_checkable
+class OneJobAtATime(Protocol):
+    """A source that drafts one job at a time (``workers.process_source``: its child serves one): the pipeline
+    then neither drafts the next window ahead nor drafts windows side by side."""
+
+    one_job_at_a_time: bool
+
+
+def drafts_one_job_at_a_time(source: Source | None) -> bool:
+    return isinstance(source, OneJobAtATime) and source.one_job_at_a_time
+
+
+@runtime_checkable
 class Closable(Protocol):
     """Optional for a source (or a chunked source's per-request transcriber): release what it holds (a drafter
     process, native threads) when it is dropped; one without ``close`` holds nothing that needs it."""

@@ -11,7 +11,7 @@ import click
 
 from as2d_core.setup import catalog
 
-from as2d_core.workers import drafter_threads
+from as2d_core.workers import lifetimes
 from as2d_core.contracts import SAMPLE_RATE
 from as2d_core.input.audio import AudioError, read_audio
 from as2d_core.cli.shared import MethodChoice, fail, model_flags, pipeline_from_flags
@@ -59,8 +59,7 @@ def run(ctx, audio, method, check, output_format, as_json, quiet, **model_option
     method_given = ctx.get_parameter_source("method") == click.core.ParameterSource.COMMANDLINE
     pipeline, report = pipeline_from_flags(ctx, method, method_given)
     if output_format in SUBTITLES and pipeline.options.decode.timestamps is None:
-        pipeline.options = attrs.evolve(pipeline.options,
-                                        decode=attrs.evolve(pipeline.options.decode, timestamps="segment"))
+        pipeline = pipeline.evolve(decode=attrs.evolve(pipeline.options.decode, timestamps="segment"))
     try:
         decoded = read_audio(audio)
     except AudioError as exc:
@@ -337,7 +336,7 @@ def config_check(files, here, as_json):
 
 
 def main() -> None:
-    """Run the command; exit with its status once every drafter thread has ended (``drafter_threads``)."""
+    """Run the command; exit with its status once every tracked thread has ended and the owned processes are ended (``workers.lifetimes``)."""
     register_commands(cli)
     stopping.catch_stops()
     try:
@@ -359,7 +358,7 @@ def main() -> None:
         click.echo(f"as2d: stopped by {signal.Signals(stopping.received[0]).name}", err=True)
         status = 128 + stopping.received[0]
     stopping.release_stops()  # a signal while the drafters are joined ends the process at once
-    sys.exit(drafter_threads.exit_status(status))
+    sys.exit(lifetimes.exit_status(status))
 
 
 if __name__ == "__main__":

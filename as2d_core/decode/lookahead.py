@@ -15,7 +15,7 @@ import queue
 import threading
 from collections.abc import Iterator
 
-from as2d_core.workers import drafter_threads
+from as2d_core.workers import lifetimes
 from as2d_core.workers.cleanup import reported
 from as2d_core.workers.priority import lower_thread_priority, thread_niceness
 from as2d_core.capabilities import CancellableJob
@@ -55,7 +55,7 @@ class _AheadJob:
             if not self._started:
                 self._started = True
                 args, self._run_args = self._run_args, None
-                drafter_threads.start(self._draft, f"as2d-lookahead-{self.request_id}", *args)
+                lifetimes.start_thread(self._draft, f"as2d-lookahead-{self.request_id}", *args)
 
     def _draft(self, source: Source, request: Request, language: str, threads: int) -> None:
         current = thread_niceness()

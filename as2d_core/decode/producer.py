@@ -10,7 +10,7 @@ from as2d_core.capabilities import CancellableJob
 from as2d_core.contracts import Bridge, DraftJob, DraftPiece
 from as2d_core.decode.buffer import CandidateBuffer
 from as2d_core.decode.events import EventLog
-from as2d_core.workers import drafter_threads
+from as2d_core.workers import lifetimes
 from as2d_core.workers.priority import lower_thread_priority
 
 
@@ -62,7 +62,7 @@ class Producer(threading.Thread):
         self._tokens: list[int] = []
         self._confidences: list[float] | None = []
         self._drafted = 0
-        drafter_threads.track(self)  # joined at exit if a request ever returns before it ends
+        lifetimes.track_thread(self)  # waited for at exit if a request ever returns before it ends
 
     def stop(self) -> None:
         """Stop drafting: no further piece is taken, and a job that can cancel its work is told at once."""
@@ -161,7 +161,7 @@ def stop_and_join(producers: Sequence[Producer], timeout_s: float) -> list[Produ
     """Stop every producer and wait for them together, at most ``timeout_s``; those still running.
 
     A drafter inside a runtime call finishes that call first; one still running after the wait is
-    left to ``drafter_threads``, which joins it before the process exits.
+    left to ``workers.lifetimes``, which waits for it before the process exits.
     """
     deadline = time.perf_counter() + timeout_s
     for producer in producers:

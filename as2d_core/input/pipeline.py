@@ -34,7 +34,7 @@ import attrs
 import numpy as np
 
 from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
-from as2d_core.capabilities import WindowBatching, WindowGroup
+from as2d_core.capabilities import WindowBatching, WindowGroup, drafts_one_job_at_a_time
 from as2d_core.decode.profile import cached_profile
 from as2d_core.decode.scheduler import wave_prices
 from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Recording, Request, Source, Target
@@ -47,7 +47,6 @@ from as2d_core.decode.request import run_request
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.lookahead import LookaheadSource
 from as2d_core.decode.timestamps import marked_up
-from as2d_core.workers.process_source import ProcessSource
 from as2d_core.decode.words import add_words, prepare_words
 from as2d_core.input.stream import BLOCK_S, CONTEXT_S, StreamSession
 from as2d_core.input.sequential import long_form_steps, sequential_windows, speech_only, window_result
@@ -115,15 +114,22 @@ class Pipeline:
             raise ValueError(f"method {self.options.method!r} needs the bridge that carries {source.name}'s tokens "
                              f"to {target.name} (as2d_core.setup.build.build_pipeline finds the registered one)")
         self.target = target
-        self.source = source
         self.bridge = bridge
         publishes = get_method(self.options.method).proposer == "published"  # drafts a window ahead; serial cannot
-        if source is not None and self.options.lookahead and publishes and not isinstance(source, ProcessSource):
-            self.source = LookaheadSource(source)  # a ProcessSource's child serves one job at a time
+        ahead = source is not None and self.options.lookahead and publishes and not drafts_one_job_at_a_time(source)
+        self._ahead = LookaheadSource(source) if ahead else None  # drafts window n+1 while window n is verified
+        self._source = source
+        self.source = self._ahead or source
         self._detector = detector
         self._decode = decode
         self._lock = threading.Lock()
         self.device_profile()  # a file that is no device profile fails here, before any audio is read
+
+    def evolve(self, **changes) -> "Pipeline":
+        """The same parts with ``PipelineOptions`` changed: a new pipeline, since the options decide how the
+        source is wrapped (never change ``options`` of a pipeline that is built)."""
+        return Pipeline(self.target, self._source, attrs.evolve(self.options, **changes), self._detector,
+                        self._decode, self.bridge)
 
     @property
     def detector(self) -> SpeechDetector | None:
@@ -148,7 +154,7 @@ class Pipeline:
         drafts = self.source is not None and get_method(self.options.method).needs_source
         if o.route == "seek":
             return WaveRoute("seek", 1, drafts, "Whisper's long form: each request starts where the one before ended")
-        process = drafts and isinstance(self.source, ProcessSource)  # its child drafts one job at a time
+        process = drafts and drafts_one_job_at_a_time(self.source)  # a drafter process
         alone = ("text is streamed as it is committed" if streamed else
                  "each window is conditioned on the text before it" if o.condition_on_previous_text else
                  "beams decode their hypotheses side by side instead" if o.beam_size > 1 else
@@ -320,7 +326,7 @@ class Pipeline:
             yield from decoded_in_waves([make(w, None) for w in windows], self.target, group,
                                         partial(self._in_wave, options, method), silent)
             return
-        ahead = self.source if isinstance(self.source, LookaheadSource) and self._decode is None else None
+        ahead = self._ahead if self._decode is None else None
         if not route.drafts:
             ahead = None
         if conditioned:  # the next window's prompt is this window's text: nothing to draft it from before that
@@ -355,7 +361,7 @@ class Pipeline:
 
     def _in_wave(self, options: DecodeOptions, method: str, request: Request, target: Target) -> DecodeResult:
         """One window of a wave on the wave's ``target`` (``decode.together``), with a drafter job of its own."""
-        source = self.source.inner if isinstance(self.source, LookaheadSource) else self.source
+        source = self._ahead.inner if self._ahead is not None else self.source
         source = source if get_method(method).needs_source else None
         return add_words(self.target, request, run_request(request, target, source, method, options, None,
                                                            self.bridge), options.target_threads)

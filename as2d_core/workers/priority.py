@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 
-from as2d_core.workers import drafter_threads
+from as2d_core.workers import lifetimes
 
 MAX_NICENESS = 19
 _PER_THREAD = sys.platform.startswith("linux") or sys.platform == "android"
@@ -57,7 +57,7 @@ def run_at_lower_priority(increment: int, work):
             outcome["error"] = exc
 
     # tracked: a stop signal can end the wait below while the thread still loads a runtime's model
-    thread = drafter_threads.start(body, "as2d-lower-priority")
+    thread = lifetimes.start_thread(body, "as2d-lower-priority")
     thread.join()
     if "error" in outcome:
         raise outcome["error"]

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from as2d_core.workers import lifetimes
 from as2d_core.workers.cleanup import reported
 from as2d_core.capabilities import TaskList
 from as2d_core.contracts import DraftPiece, Request
@@ -108,7 +109,7 @@ def _child(factory: Callable[..., Any], args: tuple, niceness: int, control_sock
     tasks = source.tasks if isinstance(source, TaskList) else None
     control.send(("ready", source.name, source.vocabulary, languages, int(source.eos_token),
                   None if tasks is None else sorted(tasks)))
-    threading.Thread(target=_serve_decode, args=(source, text), daemon=True).start()
+    lifetimes.start_thread(_serve_decode, "as2d-drafter-text", source, text)  # ends when the parent closes its side
     job = None
     while True:
         try:
@@ -171,6 +172,7 @@ class _Child:
         self.process = context.Process(target=_child, args=(factory, args, niceness, child_control, child_text),
                                        name="as2d-drafter", daemon=True)
         self.process.start()
+        self._owned = lifetimes.own_process(f"drafter process {self.process.pid}", self._end)
         child_control.close()
         child_text.close()
         self.control, self.text = _Channel(control), _Channel(text)
@@ -193,6 +195,9 @@ class _Child:
 
     def kill(self) -> None:
         """End the child; a parent thread still reading its channel then gets EOFError."""
+        self._owned.end()
+
+    def _end(self) -> None:
         self.process.kill()
         self.process.join(5)
 
@@ -205,6 +210,8 @@ class ProcessSource:
     The child runs ``niceness`` nicer than the parent (0 by default: ``DecodeOptions.drafter_nice``
     is per request, while the child lives across requests).
     """
+
+    one_job_at_a_time = True  # capabilities.OneJobAtATime: its child serves one job at a time
 
     def __init__(self, factory: Callable[..., Any], *args: Any, name: str | None = None,
                  start_timeout_s: float = 300.0, reply_timeout_s: float = REPLY_TIMEOUT_S,

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-import weakref
+from functools import partial
 from pathlib import Path
 
 import attrs
@@ -30,6 +30,7 @@ import numpy as np
 
 from as2d_core.setup.paths import absent_files, models_dir
 from as2d_core.setup.peers import PeerOutput, PeerUnavailable
+from as2d_core.workers import lifetimes
 
 from .features import log_mel, pad_or_trim
 from .peers import build_ct2_folder
@@ -142,7 +143,7 @@ class CrisperWorker:
         self._process = subprocess.Popen([str(python), str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=self._stderr)
         self._lock = threading.Lock()
-        weakref.finalize(self, _stop, self._process)
+        lifetimes.own_process(f"{NAME} worker {self._process.pid}", partial(_stop, self._process))
         setup = {"main": str(main), "draft": str(draft), "compute_type": compute_type, "draft_compute_type": "int8",
                  "threads": threads, "eot": vocab.eot, "suppress_tokens": vocab.suppress, "d2m": vocab.d2m,
                  "m2d": vocab.m2d}

@@ -6,7 +6,7 @@ interpreter tore CTranslate2 down under the call, and the process died after pri
 answer (SIGABRT, "terminate called without an active exception"). Here the drafter keeps its
 runtime busy on purpose until it is stopped, and the engine is told not to wait for it at all
 (``drain_timeout_s=0``), so the request returns while a CTranslate2 call runs: before
-``drafter_threads`` joined such threads at exit, every such process died with status 134.
+``workers.lifetimes`` waited for such threads at exit, every such process died with status 134.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from as2d_core.workers import drafter_threads
+from as2d_core.workers import lifetimes
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
 
@@ -71,13 +71,13 @@ def test_exit_waits_for_a_drafter_inside_a_runtime_call(whisper_target, whisper_
 
 def test_join_all_waits_for_tracked_threads_only():
     release = threading.Event()
-    tracked = drafter_threads.start(release.wait, "as2d-test-tracked", 30)
+    tracked = lifetimes.start_thread(release.wait, "as2d-test-tracked", 30)
     untracked = threading.Thread(target=release.wait, args=(30,), daemon=True)
     untracked.start()
-    assert drafter_threads.join_all(0.05) == ["as2d-test-tracked"]
+    assert lifetimes.wait_for_threads(0.05) == ["as2d-test-tracked"]
     release.set()
     started = time.monotonic()
-    assert drafter_threads.join_all(5) == []
+    assert lifetimes.wait_for_threads(5) == []
     assert time.monotonic() - started < 5 and not tracked.is_alive()
     untracked.join(5)
 
@@ -96,14 +96,64 @@ def test_a_join_cut_short_by_a_signal_still_waits_for_the_thread():
 
     before = signal.signal(signal.SIGALRM, interrupt)
     try:
-        thread = drafter_threads.start(time.sleep, "as2d-test-loading", 1.0)
+        thread = lifetimes.start_thread(time.sleep, "as2d-test-loading", 1.0)
         signal.setitimer(signal.ITIMER_REAL, 0.1)
         with pytest.raises(Interrupted):
             thread.join()
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, before)
-    assert drafter_threads.running() == [thread]
+    assert lifetimes.running() == [thread]
     started = time.monotonic()
-    assert drafter_threads.join_all(5) == []
+    assert lifetimes.wait_for_threads(5) == []
     assert time.monotonic() - started > 0.5  # it waited for the sleep to end
+
+
+def test_an_error_that_escapes_a_thread_is_kept_and_still_reaches_the_excepthook(monkeypatch):
+    heard = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: heard.append((args.thread.name, str(args.exc_value))))
+
+    def fail():
+        raise RuntimeError("the drafter broke")
+
+    thread = lifetimes.start_thread(fail, "as2d-test-failing")
+    thread.join(5)
+    assert "as2d-test-failing: RuntimeError: the drafter broke" in lifetimes.failures()
+    assert heard == [("as2d-test-failing", "the drafter broke")]  # printed by Python, as for any thread
+
+
+def test_owned_processes_are_ended_newest_first_unless_released():
+    owner, ended = lifetimes.ProcessOwner(), []
+    first = owner.own("first", lambda: ended.append("first"))
+    owner.own("second", lambda: ended.append("second"))
+    released = owner.own("released", lambda: ended.append("released"))
+    released.release()  # its holder ended it already
+    owner.end_all()
+    assert ended == ["second", "first"] and owner.names() == []
+    first.end()  # ending one that is no longer owned still ends it, once more
+    assert ended == ["second", "first", "first"]
+
+
+def test_a_process_that_fails_to_end_is_logged_and_the_others_still_end(caplog):
+    owner, ended = lifetimes.ProcessOwner(), []
+
+    def broken():
+        raise OSError("no such process")
+
+    owner.own("fine", lambda: ended.append("fine"))
+    owner.own("broken", broken)
+    owner.end_all()
+    assert ended == ["fine"]
+    assert "ending broken failed" in caplog.text
+
+
+def test_a_drafter_process_is_owned_until_it_is_closed():
+    from as2d_core.workers.process_source import ProcessSource
+    from tiny_lm import ScriptedSource
+
+    before = set(lifetimes.PROCESSES.names())
+    source = ProcessSource(ScriptedSource, [5, 6, 7])
+    (name,) = set(lifetimes.PROCESSES.names()) - before
+    assert name.startswith("drafter process ")
+    source.close()
+    assert name not in lifetimes.PROCESSES.names()
