@@ -147,9 +147,11 @@ def bundled_recording():
     {"condition_on_previous_text": True},  # conditioning on the text before, with the default fallback
     {"temperature": "0", "beam_size": 3},  # beam search, its seek following its timestamps too
 ], ids=["greedy", "sampling", "conditioned", "beams"])
-def test_real_speech_long_form_is_exact_in_every_mode(whisper_target, whisper_source, bundled_recording, fields):
-    pipeline = build_pipeline(whisper_target, whisper_source,
-                        PipelineOptions(language="en", decode=options_that_draft(**fields)))
+def test_real_speech_long_form_is_exact_in_every_mode(served_whisper_target, served_whisper_source, bundled_recording,
+                                                     fields):
+    """Every mode on the parts as the commands build them (no audio cache)."""
+    pipeline = build_pipeline(served_whisper_target, served_whisper_source,
+                              PipelineOptions(language="en", decode=options_that_draft(**fields)))
     transcript = pipeline.transcribe(bundled_recording, request_id="long", check=True)
     assert transcript.exact is True and not transcript.notes
     assert len(transcript.windows) >= 2 and transcript.windows[1].window.start < 30 * 16_000  # seek, not fixed cuts

@@ -336,7 +336,8 @@ def config_check(files, here, as_json):
 
 
 def main() -> None:
-    """Run the command; exit with its status once every tracked thread has ended and the owned processes are ended (``workers.lifetimes``)."""
+    """Run the command; exit with its status once every tracked thread has ended and the owned processes are
+    ended (``workers.lifetimes``)."""
     register_commands(cli)
     stopping.catch_stops()
     try:

@@ -11,7 +11,8 @@ from pathlib import Path
 import click
 
 from as2d_core.setup.catalog import check_pair
-from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET, build_parts, build_pipeline, pipeline_options, resolve_config
+from as2d_core.setup.build import (DEFAULT_SOURCE, DEFAULT_TARGET, build_parts, build_pipeline, pipeline_options,
+                                   resolve_config)
 from as2d_core.setup.config import Config, Report
 from as2d_core.contracts import TASKS
 from as2d_core.decode.methods import get_method, method_names
