@@ -1,1 +1,1 @@
-"""Process and thread plumbing: drafters in child processes, thread priority, joining drafter threads at exit."""
+"""Process and thread plumbing: drafters in child processes, thread priority, one owner of threads and processes."""
