@@ -10,6 +10,6 @@ python3 -m venv .venv
 .venv/bin/python -m pip install --quiet -c scripts/constraints.txt \
   -e ".[test,bench]" \
   -e ./plugins/onnxruntime -e "./plugins/whisper[convert,models,ct2]" \
-  -e "./plugins/mnn[runtime]" -e "./plugins/omni[torch]" -e "./plugins/qwen3_asr[torch]" \
+  -e ./plugins/lm -e "./plugins/mnn[runtime]" -e "./plugins/omni[torch]" -e "./plugins/qwen3_asr[torch]" \
   -e ./plugins/pocketsphinx -e ./plugins/parakeet -e ./plugins/sensevoice -e ./plugins/silero_vad
 .venv/bin/as2d models install whisper-base whisper-tiny.en whisper-base-int8 whisper-tiny.en-ct2

@@ -12,7 +12,7 @@ from as2d_core.cli.main import cli
 
 REPO = Path(__file__).resolve().parents[1]
 FIELDS = {"name", "kind", "plugin", "installed", "available", "reason"}
-QWEN3_ASR_INSTALL = "pip install ./plugins/mnn './plugins/qwen3_asr[torch]'"
+QWEN3_ASR_INSTALL = "pip install ./plugins/lm './plugins/qwen3_asr[torch]'"
 
 
 @pytest.fixture

@@ -150,7 +150,7 @@ def test_torch_logits_match_a_full_forward_at_every_position(torch_parts):
 def test_torch_state_continues_at_the_request_rope_delta():
     """Appends sit at ``cache position + rope delta`` on all three axes, with the cache position itself."""
     import torch
-    from as2d_mnn.torch_lm import TorchLMState
+    from as2d_lm.torch_lm import TorchLMState
 
     seen = []
 

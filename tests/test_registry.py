@@ -12,7 +12,7 @@ from as2d_core.setup import catalog, plugins
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "plugins" / "onnxruntime"), str(REPO / "plugins" / "mnn")]
-QWEN3_ASR_INSTALL = "pip install ./plugins/mnn './plugins/qwen3_asr[torch]'"
+QWEN3_ASR_INSTALL = "pip install ./plugins/lm './plugins/qwen3_asr[torch]'"
 
 
 def uninstall(monkeypatch, *names: str) -> None:
@@ -200,4 +200,4 @@ def test_plugin_rows_list_known_but_missing_plugins(fresh, monkeypatch):
     assert rows["as2d.builtins"]["installed"] and "bridge:text" in rows["as2d.builtins"]["parts"]
     omni = rows["omni"]
     assert not omni["installed"] and not omni["available"] and omni["distribution"] == "as2d-omni"
-    assert omni["install"] == "pip install ./plugins/mnn ./plugins/omni" and omni["install"] in omni["reason"]
+    assert omni["install"] == "pip install ./plugins/lm ./plugins/mnn ./plugins/omni" and omni["install"] in omni["reason"]

@@ -175,7 +175,7 @@ class MnnLlm:
 
 
 class MnnState:
-    """The KV state of one request in an ``MnnLlm`` (the as2d_mnn.lm.LMState protocol)."""
+    """The KV state of one request in an ``MnnLlm`` (the as2d_lm.lm.LMState protocol)."""
 
     def __init__(self, engine: MnnLlm, threads: int):
         self.engine = engine

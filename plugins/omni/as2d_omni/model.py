@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from as2d_core.contracts import Request
-from as2d_mnn.lm import LMSource, LMTarget
+from as2d_lm.lm import LMSource, LMTarget
 
 SYSTEM = ("You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of perceiving "
           "auditory and visual inputs, as well as generating text and speech.")

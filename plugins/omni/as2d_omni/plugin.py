@@ -18,8 +18,8 @@ LAYOUT = ("for backend 'mnn' (default): a folder exported by MNN's llmexport fro
           "audio_start and audio_end ids (see docs/paper-models.md); for backend 'torch': the Hugging Face checkpoint "
           "folder of Qwen/{repo} as published, with config.json, model.safetensors (or model.safetensors.index.json "
           "and its shards), " + ", ".join(TORCH_FILES[1:]) + ", chat_template.json (or .jinja)")
-INSTALL = "pip install ./plugins/mnn ./plugins/omni"
-TORCH_INSTALL = "pip install ./plugins/mnn './plugins/omni[torch]'"
+INSTALL = "pip install ./plugins/lm ./plugins/mnn ./plugins/omni"
+TORCH_INSTALL = "pip install ./plugins/lm ./plugins/mnn './plugins/omni[torch]'"
 TORCH_NOTES = {"cuda": "scripts/constraints.txt pins the CPU build of torch; CUDA needs a CUDA build of torch and a GPU"}
 TORCH_DESCRIPTION = "PyTorch (transformers), for Qwen3-ASR (through qwen-asr) and Qwen2.5-Omni"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from as2d_core.setup.paths import check_folder
-from as2d_mnn.torch_lm import TorchLMState, weight_files
+from as2d_lm.torch_lm import TorchLMState, weight_files
 
 PROCESSOR_FILES = ("tokenizer.json", "tokenizer_config.json", "preprocessor_config.json")
 LAYOUT = "the Hugging Face checkpoint folder of Qwen/Qwen2.5-Omni-7B or -3B as published (transformers 4.57 layout)"

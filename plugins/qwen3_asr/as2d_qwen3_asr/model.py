@@ -4,7 +4,7 @@ The prompt is the model's own: the processor's chat template over a system turn
 (context, empty by default) and a user turn holding the audio, then the assistant
 turn; with a language hint qwen-asr appends ``language X<asr_text>`` so the
 response is the text alone. The thinker's KV cache is a transformers
-DynamicCache (``as2d_mnn.torch_lm``, shared with the Omni plugin): ``crop``
+DynamicCache (``as2d_lm.torch_lm``, shared with the Omni plugin): ``crop``
 is the cache repair. Both sizes share the tokenizer.
 
 On MNN this model needs an MNN build newer than 3.6.1 (its audio encoder fails
@@ -19,8 +19,8 @@ import numpy as np
 
 from as2d_core.contracts import Request
 from as2d_core.setup.paths import check_folder
-from as2d_mnn.lm import LMSource, LMTarget
-from as2d_mnn.torch_lm import TorchLMState, weight_files
+from as2d_lm.lm import LMSource, LMTarget
+from as2d_lm.torch_lm import TorchLMState, weight_files
 
 PROCESSOR_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "preprocessor_config.json")
 TORCH_LAYOUT = "the Hugging Face checkpoint folder of Qwen/Qwen3-ASR-1.7B or -0.6B (qwen-asr / transformers 4.57 layout)"

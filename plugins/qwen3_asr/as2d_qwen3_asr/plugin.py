@@ -11,7 +11,7 @@ REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokeniz
 SHARDED = {"model.safetensors": ("model.safetensors.index.json",)}  # a sharded checkpoint holds an index instead
 LAYOUT = ("the Hugging Face checkpoint folder of Qwen/{repo} (config.json with thinker_config, model.safetensors, "
           "the Qwen2 tokenizer files, preprocessor_config.json), loaded on torch through qwen-asr")
-INSTALL = "pip install ./plugins/mnn './plugins/qwen3_asr[torch]'"
+INSTALL = "pip install ./plugins/lm './plugins/qwen3_asr[torch]'"
 TORCH_NOTES = {"cuda": "scripts/constraints.txt pins the CPU build of torch; CUDA needs a CUDA build of torch and a GPU"}
 
 

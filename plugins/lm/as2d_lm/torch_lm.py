@@ -29,7 +29,7 @@ def weight_files(folder: Path) -> tuple[str, ...]:
 
 
 class TorchLMState:
-    """One request's KV cache in a transformers causal LM (the as2d_mnn.lm.LMState protocol)."""
+    """One request's KV cache in a transformers causal LM (the as2d_lm.lm.LMState protocol)."""
 
     def __init__(self, model, threads: int = 1):
         import torch
