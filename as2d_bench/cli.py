@@ -7,7 +7,7 @@ By default the as2d methods draft with ``as2d run``'s drafter and the serial met
 ``as2d-no-td``) with the first that can score a prefix (``spec.default_drafters``). A named source (``--source``,
 a ``--config`` file's ``[source]``) serves every method; with ``--sources A,B`` every source-dependent method runs
 once per source: ``as2d`` with A, ``as2d@B`` with B (likewise the others); see ``runner``.
-``--config`` goes through the same ``cli_shared.command_config`` and ``build.pipeline_options`` as ``as2d run``.
+``--config`` goes through the same ``cli.shared.command_config`` and ``build.pipeline_options`` as ``as2d run``.
 """
 from __future__ import annotations
 

@@ -112,7 +112,7 @@ class Transcription:
 @attrs.define
 class ServeSettings:
     # target, default source, method, language, task, instruction and decoding: --config and the flags
-    # (``cli_shared.command_config``); ``report``: the file's check, with the devices its parts use here
+    # (``cli.shared.command_config``); ``report``: the file's check, with the devices its parts use here
     config: Config
     report: Report | None = None
     decodes: int = 1  # transcriptions at a time, each with its own copy of the models

@@ -1,5 +1,5 @@
 """as2d hooks of the Silero VAD plugin (importing this imports neither onnxruntime nor faster-whisper)."""
-from as2d_core.setup.hookspecs import hookimpl
+from as2d_core.setup.hookspecs import DETECTOR_OPTIONS, hookimpl
 
 from . import NAME
 
@@ -7,7 +7,7 @@ from . import NAME
 def _detector(options):
     from . import SileroDetector
 
-    return SileroDetector(**{k: v for k, v in options.items() if k in ("threshold", "min_silence_ms", "pad_ms")})
+    return SileroDetector(**{k: v for k, v in options.items() if k in DETECTOR_OPTIONS})
 
 
 @hookimpl
