@@ -31,14 +31,14 @@ def _source(options: dict):
 
 @hookimpl
 def register_sources(register):
-    from .source import LAYOUT, REQUIRED_FILES
+    from .source import LAYOUT, REQUIRED_FILES, ParakeetSource
 
     register(
         "parakeet-ctc",
         _source,
         description="Parakeet CTC (FastConformer), English, chunked: publishes each finished 2.56 s chunk",
         tasks=("asr",),
-        languages=("en",),
+        languages=tuple(sorted(ParakeetSource.languages)),
         vocabulary="parakeet-ctc",
         backends=("onnxruntime",),
         model_dir=MODEL_DIR,

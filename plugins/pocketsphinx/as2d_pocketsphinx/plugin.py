@@ -24,12 +24,14 @@ def _source(options: dict):
 
 @hookimpl
 def register_sources(register):
+    from .source import PocketSphinxSource  # light: the recogniser loads when a source is built
+
     register(
         "pocketsphinx",
         _source,
         description="PocketSphinx 5 US-English, one decode per 2.56 s audio chunk (models ship in its wheel)",
         tasks=("asr",),
-        languages=("en",),
+        languages=tuple(sorted(PocketSphinxSource.languages)),
         vocabulary="pocketsphinx-words",
         backends=(),
         required_files=(),

@@ -24,14 +24,14 @@ def _source(options: dict):
 
 @hookimpl
 def register_sources(register):
-    from .source import LAYOUT, REQUIRED_FILES
+    from .source import LANGUAGES, LAYOUT, REQUIRED_FILES
 
     register(
         "sensevoice-small",
         _source,
         description="SenseVoice Small, non-autoregressive CTC, chunked (language and text-norm controls)",
         tasks=("asr",),
-        languages=("zh", "en", "yue", "ja", "ko"),
+        languages=LANGUAGES,
         vocabulary="sensevoice-bpe",
         backends=("onnxruntime",),
         model_dir=MODEL_DIR,

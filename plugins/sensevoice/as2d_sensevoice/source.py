@@ -48,6 +48,9 @@ def read_cmvn(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return values["<AddShift>"], values["<Rescale>"]
 
 
+LANGUAGES = ("zh", "en", "yue", "ja", "ko")  # what it transcribes (its language tokens), in its own order
+
+
 class Frontend:
     """funasr-onnx's WavFrontend: fbank, LFR stacking, CMVN."""
 
@@ -91,7 +94,7 @@ class SenseVoiceSource(ChunkedSource):
 
     name = "sensevoice-small"
     vocabulary = "sensevoice-bpe"
-    languages = frozenset({"zh", "en", "yue", "ja", "ko"})
+    languages = frozenset(LANGUAGES)
 
     def __init__(self, model_dir: str | Path, device: str = "auto", use_itn: bool = True,
                  chunk_s: float = DEFAULT_CHUNK_S, pad_last: bool = False) -> None:
