@@ -19,7 +19,7 @@ from pathlib import Path
 
 from as2d_core.input.audio import load_audio
 from .rows import error_row
-from .runner import Window, _NoBar, _progress, timelines_of, write_outputs
+from .runner import ManifestRow, _NoBar, _progress, timelines_of, write_outputs
 from .spec import BenchSpec
 
 SLOT_LOCKS = Path(os.environ.get("AS2D_SLOT_DIR", "/tmp"))
@@ -63,7 +63,7 @@ class BenchWorker:
         self.cores, self._lock = claim_cores(cores)
         self.bench = spec.build(Path("."), progress=False)
 
-    def run_window(self, window: Window, audio) -> tuple[list[dict], list[dict]]:
+    def run_window(self, window: ManifestRow, audio) -> tuple[list[dict], list[dict]]:
         import ray
 
         rows, traces = self.bench.window_rows(window, audio)
@@ -78,7 +78,7 @@ class RayBench:
 
     def __init__(self, spec: BenchSpec, out_dir: Path, workers: int | None = None,
                  cpus_per_worker: float | None = None, progress: bool = True,
-                 on_submit: Callable[[RayBench, object, Window], None] | None = None):
+                 on_submit: Callable[[RayBench, object, ManifestRow], None] | None = None):
         self.spec = spec
         self.out_dir = Path(out_dir)
         self.workers = workers
@@ -96,7 +96,7 @@ class RayBench:
 
         return ray.remote(num_cpus=self.cpus_per_worker, max_restarts=0)(BenchWorker)
 
-    def run(self, windows: list[Window], fresh: bool = False, pool_machines: bool = False) -> dict:
+    def run(self, windows: list[ManifestRow], fresh: bool = False, pool_machines: bool = False) -> dict:
         """Every window not yet in the folder, on the workers; then the outputs from all rows."""
         import ray
 
@@ -141,7 +141,7 @@ class RayBench:
         """An actor placed wherever Ray has room (for a replacement: possibly another machine)."""
         return self._worker_class.remote(self.spec, self.cores_each)
 
-    def _collect(self, ref, window: Window, todo: deque) -> tuple[list[dict], list[dict]] | None:
+    def _collect(self, ref, window: ManifestRow, todo: deque) -> tuple[list[dict], list[dict]] | None:
         """A window's rows and traces; None when its worker died (the window queued again, or given up)."""
         import ray
         from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
@@ -160,7 +160,7 @@ class RayBench:
         except RayTaskError as exc:  # not a method's failure (those are rows): the window's task itself
             return self._failed_rows(window, _error_line(exc)), []
 
-    def _failed_rows(self, window: Window, message: str) -> list[dict]:
+    def _failed_rows(self, window: ManifestRow, message: str) -> list[dict]:
         return [error_row(window, label, message) for label in self.folder.labels]
 
 

@@ -9,7 +9,7 @@ from as2d_core.decode.result import DecodeResult
 from .summary import SD, SD_PARTS, sd_suffixes
 
 if TYPE_CHECKING:
-    from .runner import Window
+    from .runner import ManifestRow
 
 
 def publish_times(result: DecodeResult) -> tuple[float | None, float | None]:
@@ -24,7 +24,7 @@ def publish_times(result: DecodeResult) -> tuple[float | None, float | None]:
     return tuple(None if t is None else max(0.0, t - t0) for t in (first, last))
 
 
-def result_row(window: Window, method: str, result: DecodeResult, reference: DecodeResult | None,
+def result_row(window: ManifestRow, method: str, result: DecodeResult, reference: DecodeResult | None,
                source: str | None = None) -> dict:
     """One ``results.jsonl`` row; ``method`` is the bench label and ``source`` the source it was run with."""
     d = result.decomposition
@@ -63,12 +63,12 @@ def result_row(window: Window, method: str, result: DecodeResult, reference: Dec
     return row
 
 
-def error_row(window: Window, method: str, message: str, source: str | None = None) -> dict:
+def error_row(window: ManifestRow, method: str, message: str, source: str | None = None) -> dict:
     return {"window": window.id, "lang": window.lang, "method": method, "source": source, "tokens": 0,
             "decode_s": 0.0, "tps": 0.0, "exact": None, "error": message}
 
 
-def sd_mean_rows(window: Window, rows: list[dict]) -> list[dict]:
+def sd_mean_rows(window: ManifestRow, rows: list[dict]) -> list[dict]:
     """The derived ``sd`` row(s) of one window, one per source: the mean TPS of its four fixed-K rows (D.4)."""
     out = []
     ran = [r for r in rows if not r.get("error")]

@@ -129,14 +129,17 @@ def plan_runs(methods: Iterable[str], sources: Sequence, serial_sources: Sequenc
 
 
 @attrs.frozen
-class Window:
+class ManifestRow:
+    """One row of a speech manifest (``windows.jsonl``, ``clips.jsonl``): a clip to benchmark, with its language and
+    reference text (not ``input.windows.Window``, a cut of one long recording)."""
+
     id: str
     path: Path
     lang: str | None
     text: str | None = None
 
 
-def read_manifest(path: str | Path) -> list[Window]:
+def read_manifest(path: str | Path) -> list[ManifestRow]:
     """JSONL rows with id, path (relative to the manifest), lang and optional text."""
     path = Path(path)
     windows = []
@@ -147,7 +150,7 @@ def read_manifest(path: str | Path) -> list[Window]:
         missing = [k for k in ("id", "path") if k not in row]
         if missing:
             raise ValueError(f"{path}:{n}: manifest row lacks {', '.join(missing)}")
-        windows.append(Window(row["id"], (path.parent / row["path"]).resolve(), row.get("lang"), row.get("text")))
+        windows.append(ManifestRow(row["id"], (path.parent / row["path"]).resolve(), row.get("lang"), row.get("text")))
     return windows
 
 
@@ -167,7 +170,7 @@ def expand_methods(names: Iterable[str], peers: Iterable[str] = ()) -> list[str]
     return out
 
 
-def timed_peer(peer: Peer, window: Window, method: str, audio, reference, detect_language: bool = False) -> dict:
+def timed_peer(peer: Peer, window: ManifestRow, method: str, audio, reference, detect_language: bool = False) -> dict:
     """A peer's row, with its ``e2e_s`` (audio in memory and models loaded, to its final token) if it gave none."""
     start = time.perf_counter()
     row = peer_row(window, method, peer, audio, reference, detect_language)
@@ -250,7 +253,7 @@ class Bench:
                             {"target": self.target.name, **self.describe})
         return ResultsFolder(self.out_dir, config, [r.label for r in self.runs], self.save_traces)
 
-    def run(self, windows: list[Window]) -> dict:
+    def run(self, windows: list[ManifestRow]) -> dict:
         """Every window not yet in ``out_dir``, appended as it finishes; then the outputs from all rows."""
         folder = self.folder()
         done = {r["window"] for r in folder.open(self.fresh)}
@@ -269,7 +272,7 @@ class Bench:
         return write_outputs(folder, self.options, self.source_names, windows, timelines,
                              self.pool_machines, {"run": run})
 
-    def window_rows(self, window: Window, audio, bar=None) -> tuple[list[dict], list[dict]]:
+    def window_rows(self, window: ManifestRow, audio, bar=None) -> tuple[list[dict], list[dict]]:
         """All methods back to back on one window, ``repeats`` rounds: its rows (``sd`` means included) and traces.
 
         With several rounds each method's row is its median round (``median_round``); every round's trace
@@ -306,7 +309,7 @@ class Bench:
             row["machine"] = machine
         return rows, traces
 
-    def _one(self, window: Window, run: Run, request: Request, audio, reference):
+    def _one(self, window: ManifestRow, run: Run, request: Request, audio, reference):
         method, label, source = run.method, run.label, run.source_name
         try:
             if method in self.peers:
@@ -324,11 +327,11 @@ class Bench:
         except Exception as exc:  # one failing method must not end the benchmark; the row says why
             return error_row(window, label, f"{type(exc).__name__}: {exc}", source)
 
-    def _request(self, request_id: str, window: Window, audio) -> Request:
+    def _request(self, request_id: str, window: ManifestRow, audio) -> Request:
         return Request(request_id=request_id, audio=audio, language=None if self.detect_language else window.lang,
                        task=self.task, instruction=self.instruction, **self.options.request_fields())
 
-    def _warm(self, window: Window, audio) -> None:
+    def _warm(self, window: ManifestRow, audio) -> None:
         """One untimed pass of every method, so session builds and first-call costs stay off the clock."""
         self._warmed = True
         request = self._request(f"warmup-{window.id}", window, audio)
@@ -344,7 +347,7 @@ def run_config(methods: list[str], source_names: list[str], serial_names: list[s
             "serial_sources": serial, "options": attrs.asdict(options), "repeats": repeats, **describe}
 
 
-def write_outputs(folder: ResultsFolder, options: DecodeOptions, source_names: list[str], windows: list[Window],
+def write_outputs(folder: ResultsFolder, options: DecodeOptions, source_names: list[str], windows: list[ManifestRow],
                   timelines: dict, pool_machines: bool = False, extra: dict | None = None) -> dict:
     """``summary.json``, ``report.md`` and the plots, rebuilt from every row in the folder."""
     from .report import write_report

@@ -11,7 +11,7 @@ from as2d_core.input.audio import load_audio
 from as2d_core.decode.request import run_request
 from as2d_core.setup.peers import PeerUnavailable
 from as2d_bench.peers import make_peers, peer_row
-from as2d_bench.runner import Window
+from as2d_bench.runner import ManifestRow
 from as2d_whisper import crisper
 from conftest import speech_row
 
@@ -22,7 +22,7 @@ needs_env = pytest.mark.skipif(crisper.env_ready() is None,
 
 @pytest.fixture(scope="module")
 def clip(whisper_target):
-    window = Window("librivox_sense_0870", CLIP, "en")
+    window = ManifestRow("librivox_sense_0870", CLIP, "en")
     audio = load_audio(CLIP)
     return window, audio, run_request(Request(window.id, audio, "en"), whisper_target, None, "target-only")
 

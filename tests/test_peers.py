@@ -14,7 +14,7 @@ from as2d_core.contracts import Request
 from as2d_core.input.audio import load_audio
 from as2d_core.decode.request import run_request
 from as2d_bench.peers import peer_row
-from as2d_bench.runner import Window
+from as2d_bench.runner import ManifestRow
 from conftest import speech_row
 
 CLIP = speech_row("librivox_sense_0870")["file"]
@@ -22,7 +22,7 @@ CLIP = speech_row("librivox_sense_0870")["file"]
 
 @pytest.fixture(scope="module")
 def clip(whisper_target):
-    window = Window("librivox_sense_0870", CLIP, "en")
+    window = ManifestRow("librivox_sense_0870", CLIP, "en")
     audio = load_audio(CLIP)
     reference = run_request(Request(window.id, audio, "en"), whisper_target, None, "target-only")
     assert len(reference.tokens) > 10

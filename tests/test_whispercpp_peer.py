@@ -14,7 +14,7 @@ from as2d_core.contracts import Request
 from as2d_core.decode.request import run_request
 from as2d_core.input.audio import load_audio
 from as2d_bench.peers import peer_row
-from as2d_bench.runner import Window
+from as2d_bench.runner import ManifestRow
 from conftest import speech_row
 
 CLIP = speech_row("librivox_sense_0870")
@@ -113,7 +113,7 @@ def test_whisper_cpp_transcribes_a_clip_as_the_target_does(ggml_file, whisper_ta
     audio = load_audio(CLIP["file"])
     reference = run_request(Request(CLIP["id"], audio, "en"), whisper_target, None, "target-only")
     peer = WhisperCppPeer(threads=1, root=root)  # one thread: its spinning threads stall on a busy machine
-    window = Window(CLIP["id"], CLIP["file"], "en")
+    window = ManifestRow(CLIP["id"], CLIP["file"], "en")
     row = peer_row(window, "whisper.cpp", peer, audio, reference, detect_language=True)  # whisper.cpp detects
     assert "error" not in row and row["language"] == "en"
     assert row["tokens"] > 10 and 0 < row["decode_s"] < row["e2e_s"]
