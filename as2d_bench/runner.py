@@ -317,7 +317,7 @@ class Bench:
             kind = registered().get(method)
             if kind is None:
                 return error_row(window, label, "peer not configured for this run")
-            if kind.proposer == "serial" and run.source is not None and not isinstance(run.source, PrefixDrafting):
+            if kind.takes_turns and run.source is not None and not isinstance(run.source, PrefixDrafting):
                 return error_row(window, label, f"source {source} offers no prefix-conditioned session "
                                                 f"(PrefixDrafting); serial method {method} cannot run on it",
                                  source)

@@ -306,7 +306,7 @@ class TranscriptionService:
         try:
             cancel.check()
             # a drafter fault breaks decoupled drafting only
-            fault = self.next_fault() if get_method(ask.method or self.method).proposer == "published" else None
+            fault = self.next_fault() if get_method(ask.method or self.method).publishes else None
             outcome = worker.transcribe(ask, cancel, fault, on_text)
         finally:
             return_free_memory()
@@ -319,7 +319,7 @@ class TranscriptionService:
         """One slot's transcription: drafting only if the scheduler's rule admits it beside the others."""
         cancel.check()
         with self.scheduler.admit() as admission:
-            drafts = admission.drafts and get_method(ask.method or self.method).proposer == "published"
+            drafts = admission.drafts and get_method(ask.method or self.method).publishes
             fault = self.next_fault() if drafts else None
             outcome = self.workers.queue[0].transcribe(ask, cancel, fault, on_text, self.scheduler, admission.drafts)
         outcome.batch = {"beside": admission.beside, "drafted": any(r.source for r in outcome.results),

@@ -1,4 +1,5 @@
-"""Decoding methods: each one a registered :class:`Method` that says how ``run_request`` proposes candidates.
+"""Decoding methods: each one a registered :class:`Method` that says how ``run_request`` proposes candidates
+(its proposer kind, one file each in ``decode.kinds``).
 
 Every method verifies and commits in the same ``target_loop``, so every one returns exactly the
 target's greedy tokens; they differ only in where candidates come from:
@@ -86,6 +87,16 @@ class Method:
     def needs_source(self) -> bool:
         """Whether it drafts: a method with a proposer needs a source."""
         return self.proposer != "none"
+
+    @property
+    def publishes(self) -> bool:
+        """Whether its drafter runs apart from the target and publishes (as2d): it can draft a window ahead."""
+        return self.proposer == "published"
+
+    @property
+    def takes_turns(self) -> bool:
+        """Whether its drafter drafts from the target's committed prefix, in turns with it (serial SD)."""
+        return self.proposer == "serial"
 
     def override(self, name: str, default=None):
         """The value this method fixes for the option ``name``, else ``default``."""

@@ -115,7 +115,7 @@ class Pipeline:
                              f"to {target.name} (as2d_core.setup.build.build_pipeline finds the registered one)")
         self.target = target
         self.bridge = bridge
-        publishes = get_method(self.options.method).proposer == "published"  # drafts a window ahead; serial cannot
+        publishes = get_method(self.options.method).publishes  # drafts a window ahead; serial cannot
         ahead = source is not None and self.options.lookahead and publishes and not drafts_one_job_at_a_time(source)
         self._ahead = LookaheadSource(source) if ahead else None  # drafts window n+1 while window n is verified
         self._source = source

@@ -59,7 +59,7 @@ def choose_waves(options: DecodeOptions, method: str, has_source: bool, windows:
     if options.batch_windows != AUTO:
         return WaveRoute("windows", min(options.batch_windows, most), drafting, f"batch_windows {options.batch_windows}"
                          + apart)
-    if drafting and get_method(method).proposer == "serial":
+    if drafting and get_method(method).takes_turns:
         return WaveRoute("windows", 1, True, "auto: a serial method drafts in turns with the target, one window at "
                          "a time")
     prices = wave_prices(profile, windows, can_draft=drafting) if profile is not None else None
