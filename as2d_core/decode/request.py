@@ -50,7 +50,7 @@ def run_request(
     if method.needs_source and source is None:
         raise ValueError(f"method {method.name!r} needs a source (drafter)")
     events = EventLog()
-    drafting = drafting_for(method, request, target, source, method, options, bridge, events)
+    drafting = drafting_for(request, target, source, method, options, bridge, events)
     missing = unsupported_features(target, request)
     if missing:  # a target that does not know a request field would ignore it: refuse instead
         raise ValueError(f"target {target.name} does not offer {' or '.join(missing)}")

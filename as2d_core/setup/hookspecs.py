@@ -35,8 +35,8 @@ which plugin provides a part and how to install it, for listings of absent plugi
   does not report.
 - ``install``: the command that installs the plugin providing this part.
 
-Factories of targets and sources are called with one options dict of ``PART_OPTIONS`` keys (a
-factory uses those it has and ignores the rest) and return a ``contracts.Target`` /
+Factories of targets and sources are called with one options dict of these keys (a factory uses
+those it has and ignores the rest) and return a ``contracts.Target`` /
 ``contracts.Source``: ``models_dir``; ``model_dir``, a folder of the user's own weights in the
 part's format; ``backend``, ``device``, ``threads``; ``audio_cache``, how many recent audios'
 encoder outputs to keep for a caller that decodes the same audio again (0, the default, keeps
@@ -46,7 +46,6 @@ none). Detector factories get ``DETECTOR_OPTIONS`` keys: faster-whisper's VAD op
 """
 import pluggy
 
-PART_OPTIONS = ("models_dir", "model_dir", "backend", "device", "threads", "audio_cache")
 DETECTOR_OPTIONS = ("threshold", "min_silence_ms", "pad_ms")
 
 hookspec = pluggy.HookspecMarker("as2d")

@@ -13,7 +13,6 @@ from as2d_core.decode.kinds.serial import SerialDrafting
 KINDS: dict[str, type[Drafting]] = {"published": PublishedDrafting, "serial": SerialDrafting, "none": Drafting}
 
 
-def drafting_for(method, *args) -> Drafting:
-    """The request's drafting by ``method``'s kind (``args``: request, target, source, method, options, bridge,
-    events, as ``Drafting`` takes them)."""
-    return KINDS[method.proposer](*args)
+def drafting_for(request, target, source, method, options, bridge, events) -> Drafting:
+    """The request's drafting by ``method``'s proposer kind."""
+    return KINDS[method.proposer](request, target, source, method, options, bridge, events)

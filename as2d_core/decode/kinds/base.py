@@ -47,5 +47,5 @@ class Drafting:
 
     def result_fields(self) -> dict:
         """What ``build_result`` reports of the drafting."""
-        return {"source": None, "budget": None, "start": None, "producer_error": None, "published": 0,
-                "batches": ()}
+        return {"source": self.source.name if self.speculative else None, "budget": None, "start": None,
+                "producer_error": None, "published": 0, "batches": ()}

@@ -124,7 +124,7 @@ class PublishedDrafting(Drafting):
 
     def result_fields(self) -> dict:
         speculative = self.speculative
-        return {"source": self.source.name if speculative else None,
+        return {**super().result_fields(),
                 "budget": self.options.budget if speculative else None,
                 "start": self.options.start if speculative else None,
                 "producer_error": self.producer.error if self.producer is not None and speculative else None,

@@ -41,7 +41,6 @@ class SerialDrafting(Drafting):
 
     def result_fields(self) -> dict:
         drafting = self.drafter is not None
-        return {"source": self.source.name if self.speculative else None,
+        return {**super().result_fields(),
                 "budget": self.policy.proposals if drafting else self.options.budget if self.speculative else None,
-                "start": None, "producer_error": None,
-                "published": self._proposer.published if self._proposer is not None else 0, "batches": ()}
+                "published": self._proposer.published if self._proposer is not None else 0}
