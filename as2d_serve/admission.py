@@ -17,6 +17,10 @@ from .metrics import Metrics
 # Retry-After, so a client that honours one finds the socket closed (refused), not reset.
 QUIET_S = 0.3
 
+# The deadline is counted per this much audio (Whisper's window): an upload of several minutes, which OpenAI's
+# 25 MB allows, is given as many deadlines as it has windows, so that the default answers it under load.
+DEADLINE_AUDIO_S = 30.0
+
 
 @attrs.frozen
 class Limits:
@@ -24,9 +28,13 @@ class Limits:
 
     queue_size: int = SERVE["queue_size"].default  # requests waiting for a decode slot
     max_upload_bytes: int = int(SERVE["max_upload_mb"].default * 1024 * 1024)
-    deadline_s: float = SERVE["deadline_s"].default  # from arrival to answer
+    deadline_s: float = SERVE["deadline_s"].default  # from arrival to answer, for each DEADLINE_AUDIO_S of audio
     api_key: str | None = None
     grace_s: float = SERVE["grace_s"].default  # after a stop signal, for decodes under way
+
+    def deadline_for(self, audio_s: float) -> float:
+        """Seconds from arrival to answer for ``audio_s`` of audio: ``deadline_s`` for each started 30 s."""
+        return self.deadline_s * max(1, math.ceil(audio_s / DEADLINE_AUDIO_S))
 
 
 class QueueFull(Exception):

@@ -2,7 +2,7 @@
 streamed as it is committed), watched for its client, its deadline and a stop signal, and answered.
 
 A request that waits or decodes is watched every ``POLL_S``; when its client goes away, its deadline
-passes, or the server's grace period is over, its ``Cancel`` flag is set, which stops its target before
+passes (``Limits.deadline_for``: longer audio is given longer), or the server's grace period is over, its ``Cancel`` flag is set, which stops its target before
 the next call (``cancel``) and so frees its slot.
 """
 from __future__ import annotations
@@ -16,7 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from fastapi import Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from .admission import Admission, Drain, Limits, QueueFull
+from as2d_core.contracts import SAMPLE_RATE
+
+from .admission import DEADLINE_AUDIO_S, Admission, Drain, Limits, QueueFull
 from .cancel import Cancel, Cancelled
 from .form import read_ask
 from .formats import error, server_fault, stream_done, subtitles, verbose_json
@@ -61,9 +63,10 @@ class RequestHandling:
         if self.drain.started:  # checked after the upload is read: answering mid-upload would reset the connection
             return self.cancelled("shutdown")
         cancel = Cancel()
+        due = arrived + self.limits.deadline_for(ask.samples.size / SAMPLE_RATE)
         entering = asyncio.ensure_future(self.admission.enter())
         try:
-            await self._watch(entering, request, cancel, arrived)
+            await self._watch(entering, request, cancel, due)
         except QueueFull:
             return error(429, f"all {self.admission.queue_size} queue places are taken; retry later",
                          kind="rate_limit_error", headers={"Retry-After": str(self.admission.retry_after_s())})
@@ -77,12 +80,12 @@ class RequestHandling:
         queued_s = time.monotonic() - arrived
         self.metrics.queue_wait.observe(queued_s)
         if stream:
-            return await self._stream(ask, request, cancel, arrived, queued_s)
+            return await self._stream(ask, request, cancel, due, queued_s)
         took = None
         try:
             work = asyncio.get_running_loop().run_in_executor(self.executor, self.service.transcribe, ask, cancel)
             try:
-                outcome = await self._watch(work, request, cancel, arrived)
+                outcome = await self._watch(work, request, cancel, due)
             except Cancelled as exc:
                 self.metrics.stopped.labels(exc.reason).inc()
                 return self.cancelled(exc.reason)
@@ -95,17 +98,17 @@ class RequestHandling:
         self.metrics.served(outcome)
         return render(outcome, response_format, task)
 
-    async def _flag_if_due(self, request: Request | None, cancel: Cancel, arrived: float, waiting: bool) -> None:
-        """Set ``cancel`` when the client (unless ``request`` is None) has gone, the deadline has passed, or the
+    async def _flag_if_due(self, request: Request | None, cancel: Cancel, due: float, waiting: bool) -> None:
+        """Set ``cancel`` when the client (unless ``request`` is None) has gone, the deadline ``due`` has passed, or the
         server's grace period is over (for a request still ``waiting`` for a slot: as soon as a stop signal came)."""
         if request is not None and await request.is_disconnected():
             cancel.set("client disconnected")
-        elif time.monotonic() - arrived > self.limits.deadline_s:
+        elif time.monotonic() > due:
             cancel.set("deadline")
         elif self.drain.overdue() or (waiting and self.drain.started):
             cancel.set("shutdown")
 
-    async def _watch(self, future, request: Request, cancel: Cancel, arrived: float):
+    async def _watch(self, future, request: Request, cancel: Cancel, due: float):
         """Wait for ``future`` (a slot, or a decode); meanwhile flag the request when it is due (``_flag_if_due``)."""
         future = asyncio.ensure_future(future)
         waiting = isinstance(future, asyncio.Task)  # for a slot; a decode runs in the executor
@@ -121,9 +124,9 @@ class RequestHandling:
                         raise Cancelled("shutdown")
                     continue  # a decode stops at its next target call; wait for it to give its slot back
                 return None
-            await self._flag_if_due(request, cancel, arrived, waiting)
+            await self._flag_if_due(request, cancel, due, waiting)
 
-    async def _stream(self, ask: Ask, request: Request, cancel: Cancel, arrived: float, queued_s: float) -> Response:
+    async def _stream(self, ask: Ask, request: Request, cancel: Cancel, due: float, queued_s: float) -> Response:
         """``stream=true``: the decode runs on its slot while its pieces of text go out as events.
 
         The slot is given back when the decode ends (also when the client has gone: it is stopped at its
@@ -155,7 +158,7 @@ class RequestHandling:
                     done, _ = await asyncio.wait({getting}, timeout=POLL_S)
                     if done:
                         return getting.result()
-                    await self._flag_if_due(request if client_watched else None, cancel, arrived, waiting=False)
+                    await self._flag_if_due(request if client_watched else None, cancel, due, waiting=False)
             finally:
                 getting.cancel()
 
@@ -201,7 +204,8 @@ class RequestHandling:
                          headers={"Retry-After": str(self.drain.retry_after_s())})
         if reason == "deadline":
             return error(504, f"the request did not finish within the server's deadline of "
-                              f"{self.limits.deadline_s:g} s", kind="timeout_error")
+                              f"{self.limits.deadline_s:g} s for each {DEADLINE_AUDIO_S:g} s of audio",
+                         kind="timeout_error")
         return error(499, "the client closed the connection", kind="client_closed")
 
 

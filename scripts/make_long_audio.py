@@ -1,6 +1,6 @@
 """Make a long English recording from the shared speech clips, for whole-file and stream benchmarks.
 
-Clips are joined in their listed order with a pause between them (the pauses are what a
+Clips are joined in their listed order (or shuffled by a seed, for a second recording of the same clips) with a pause between them (the pauses are what a
 voice-activity detector cuts at), each brought to one speech level as a single recording
 would have (some FLEURS clips are recorded near -40 dBFS, and next to a loud clip in the
 same window Whisper hears nothing of them), cycling through the list again if the clips run out
@@ -28,12 +28,16 @@ def english_clips(speech_dir: Path) -> list[dict]:
     return [r for r in rows if r["lang"] == "en" and not r["id"].endswith("_8k")]
 
 
-def build(speech_dir: Path, seconds: float, pause_s: float = 1.0, once: bool = False) -> tuple[np.ndarray, list[dict]]:
+def build(speech_dir: Path, seconds: float, pause_s: float = 1.0, once: bool = False,
+          shuffle: int | None = None) -> tuple[np.ndarray, list[dict]]:
     """Samples (16 kHz mono float32) and the clip list with their times in the result (``once``: each clip once,
-    up to ``seconds``, as the word-error-rate benchmark wants: no clip's words counted twice)."""
+    up to ``seconds``, as the word-error-rate benchmark wants: no clip's words counted twice; ``shuffle``: the
+    clips in the order this seed draws, so other clips share each 30 s request)."""
     from as2d_core.input.audio import load_audio
 
     clips = english_clips(speech_dir)
+    if shuffle is not None:
+        clips = [clips[i] for i in np.random.default_rng(shuffle).permutation(len(clips))]
     pieces, listing, at = [], [], 0
     limit = int(seconds * SAMPLE_RATE)
     gap = np.zeros(int(pause_s * SAMPLE_RATE), np.float32)
@@ -80,10 +84,11 @@ def main() -> None:
     parser.add_argument("--speech", type=Path, default=DEFAULT_SPEECH, help="the shared speech folder")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--once", action="store_true", help="use each clip at most once (for word error rates)")
+    parser.add_argument("--shuffle", type=int, metavar="SEED", help="the clips in the order this seed draws")
     args = parser.parse_args()
     if not (args.speech / "clips.jsonl").exists():
         parser.error(f"no clips.jsonl in {args.speech}")
-    samples, listing = build(args.speech, args.seconds, args.pause_s, args.once)
+    samples, listing = build(args.speech, args.seconds, args.pause_s, args.once, args.shuffle)
     write_wav(args.out, samples)
     args.out.with_suffix(".json").write_text(json.dumps(listing, indent=1, ensure_ascii=False))
     print(f"{args.out}: {samples.size / SAMPLE_RATE:.1f} s from {len(listing)} clips "

@@ -48,7 +48,7 @@ def speech():
 @pytest.fixture(scope="module")
 def clips(speech):
     """Two short real clips (as WAV bytes), a long one just under the 30 s window, and a file of four windows
-    (decoded and checked, it outlasts a 2 s deadline however fast the machine)."""
+    (108 s: decoded and checked, it outlasts four 0.5 s deadlines however fast the machine)."""
     long = np.concatenate([speech, speech[: int(3.9 * 16_000)]])
     file = np.concatenate([speech, np.zeros(16_000, speech.dtype)] * 4)
     return {"a": _wav(speech[: 4 * 16_000]), "b": _wav(speech[4 * 16_000: 8 * 16_000]), "long": _wav(long),
@@ -349,7 +349,7 @@ def tight_server():
     import os
 
     env = dict(os.environ, AS2D_API_KEY="s3cret")
-    s = Server("--queue-size", "0", "--deadline", "2", env=env)
+    s = Server("--queue-size", "0", "--deadline", "0.5", env=env)
     yield s
     s.stop()
 
@@ -367,8 +367,18 @@ def test_api_key_deadline_and_full_queue(tight_server, clips):
     refused = tight_server.post(clips["a"], headers=key)
     slow.join(WAIT_S)
     assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
-    assert answers["slow"].status_code == 504 and "deadline" in answers["slow"].json()["error"]["message"]
+    assert answers["slow"].status_code == 504
+    assert "deadline of 0.5 s for each 30 s of audio" in answers["slow"].json()["error"]["message"]
     tight_server.wait_for(lambda s: s["active"] == 0, "the slot is free after the deadline")
+
+
+def test_the_deadline_grows_with_the_audio():
+    """A long upload is given one deadline for each started 30 s window (a 330 s file under load took over the
+    default 120 s before), a short one the deadline itself."""
+    from as2d_serve.admission import Limits
+
+    limits = Limits(deadline_s=120)
+    assert [limits.deadline_for(s) for s in (0.0, 4.0, 30.0, 30.1, 330.0)] == [120, 120, 120, 240, 1320]
 
 
 def test_each_request_returns_freed_memory_on_glibc():

@@ -110,7 +110,8 @@ STREAM = _table(
 SERVE = _table(
     Setting("queue_size", 8, "Requests that may wait; more get 429.", 0),
     Setting("max_upload_mb", 25.0, "Larger uploads get 413 (OpenAI's own limit).", 0),
-    Setting("deadline_s", 120.0, "Seconds from arrival to answer; later ones get 504 and their decoding is stopped.",
+    Setting("deadline_s", 120.0, "Seconds from arrival to answer for each 30 s of audio; later ones get 504 and "
+            "their decoding is stopped.",
             0, flag="--deadline"),
     Setting("grace_s", 20.0, "After SIGINT/SIGTERM, seconds that decodes under way may finish in; then 503 with "
             "Retry-After (Kubernetes allows 30 s in all).", 0),
