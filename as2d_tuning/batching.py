@@ -5,7 +5,9 @@ step, and its rule drafts only while drafting pays at the batch's size (``specul
 rule is priced here: the group filled with B rows of the calibration request (B in ``rows``), each call
 appending one token per row (target-only steps) or ``width`` per row (a drafted verification of the
 width the real as2d decodes made), cut back after each call, ``repeats`` times after ``warmup``, the two
-widths alternating so a drift touches both. ``tokens_per_call`` comes from the same real decodes.
+widths alternating so a drift touches both. ``tokens_per_call`` comes from the same real decodes; ``as2d
+select`` replaces it by what the replay of its chosen drafter and budget commits on the development windows
+(``replayed_batch_profile``), so the threshold follows the choice it tunes.
 """
 from __future__ import annotations
 
@@ -77,3 +79,25 @@ def batch_section(target: Target, request: Request, threads: int, sequence: Sequ
         section["verify_slowdown"] = verify_slowdown
     section["speculate_rows"] = speculate_rows_from({"batch_s": section, "slowdown": slowdown or {}})
     return section
+
+
+def replayed_batch_profile(profile: dict, replays, note: str) -> dict | None:
+    """``profile`` with its batch costs' ``tokens_per_call`` and threshold taken from replayed decodes (``Replayed``:
+    the chosen drafter and budget on the development windows) instead of the profile's calibration decodes; None
+    where the profile measured no batches or the replays made no target call.
+
+    The calls are still priced at the width the profile swept (``batch_s.width``): the replay changes how many tokens
+    a drafting row commits per call, the profile alone says what a call costs. Both figures are kept in the copy.
+    """
+    section = profile.get("batch_s")
+    calls = sum(len(r.widths) + r.target_only_steps for r in replays)
+    if not section or not calls:
+        return None
+    widths = [w for r in replays for w in r.widths]
+    replayed = {**section, "tokens_per_call": sum(len(r.tokens) for r in replays) / calls,
+                "profiled_tokens_per_call": section["tokens_per_call"],
+                "profiled_speculate_rows": section.get("speculate_rows"),
+                "replayed_mean_width": sum(widths) / len(widths) if widths else 1.0, "tokens_per_call_from": note}
+    copy = {**profile, "batch_s": replayed}
+    replayed["speculate_rows"] = speculate_rows_from(copy)
+    return copy

@@ -47,9 +47,11 @@ def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path
     from as2d_core.setup.build import build_source
     from as2d_core.setup.config import check_file
     from as2d_core.setup.plugins import UnknownPart
+    from .batching import replayed_batch_profile as batch_profile
     from .costs import costs_of, load_profile
     from .plots import plot_budgets
     from .records import read_traces
+    from .replay import replay_record
     from .select import choose, collect, config_text, gap_pct, missing_windows, oracle, pooled, \
         price_grid, records_by_source, target_only_cells
 
@@ -120,7 +122,13 @@ def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path
             f"{profile_data.get('name')}")
     guessed = any(not r.named for per in records.values() for r in per.values())
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    priced = profile_path.resolve() if profile_data.get("batch_s") else None  # the server's and waves' prices
+    batch = batch_profile(profile_data, [replay_record(records[best.source][w], costs, best.budget, align_window,
+                                                       niceness=best.niceness, start=best.start) for w in dev],
+                          f"as2d select: {best.source} budget {best.budget} replayed on {dev_manifest.name}")
+    priced = None  # the profile the server's and waves' prices come from: a copy with the replay's tokens per call
+    if batch is not None:
+        priced = (work_dir / "profile.json").resolve()
+        priced.write_text(json.dumps(batch, indent=1))
     out_path.write_text(config_text(base, best, note, guessed, profile=priced))
     plot_path = work_dir / "budgets.png"
     dev_target_only = pooled(target_only_cells(records, costs, dev, clock))
@@ -140,12 +148,20 @@ def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path
         "infeasible_budgets": [b for b in budget_list
                                if not any(costs.feasible_budget(b, source=n, niceness=x) for n in names for x in nice_list)],
         "dev_windows": len(dev), "test_windows": len(test),
+        "batch": None if batch is None else {k: batch["batch_s"].get(k) for k in (
+            "speculate_rows", "tokens_per_call", "profiled_speculate_rows", "profiled_tokens_per_call", "width",
+            "replayed_mean_width")},
     }
     (work_dir / "selection.json").write_text(json.dumps(report, indent=2))
     if as_json:
-        click.echo(json.dumps({k: report[k] for k in ("clock", "selected", "oracle_pooled_tps", "gap_pct")}))
+        click.echo(json.dumps({k: report[k] for k in ("clock", "selected", "oracle_pooled_tps", "gap_pct", "batch")}))
     else:
         click.echo(f"selected {best.source} budget {best.budget} niceness {best.niceness} start {best.start}: dev "
                    f"pooled {dev_tps:.2f} TPS ({clock} clock); test pooled {selected_test:.2f}, oracle "
                    f"{oracle_tps:.2f}, gap {gap:.2f}%")
+        if batch is not None:
+            b = batch["batch_s"]
+            click.echo(f"a request drafts while fewer than {b['speculate_rows']} others decode (the replay commits "
+                       f"{b['tokens_per_call']:.2f} tokens a call; the profile's calibration "
+                       f"{b['profiled_tokens_per_call']:.2f}): {priced}")
         click.echo(f"wrote {out_path}, {plot_path}, {work_dir / 'selection.json'}")

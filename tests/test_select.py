@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -98,13 +99,28 @@ def test_select_command_on_saved_traces(tmp_path, batch_costs):
     assert report["selected"]["source"] == "good" and 1 <= report["selected"]["budget"] <= 5  # K7+ unpriced
     assert report["gap_pct"] >= -1e-9  # the oracle is never below the selected pair on the test windows
     assert (tmp_path / "best.toml").exists() and (tmp_path / "best-select" / "budgets.png").exists()
-    # with batch costs the configuration names the profile: its runs price their waves, its server speculate_rows
+    # with batch costs the configuration names a copy of the profile whose tokens per call are the replay's of the
+    # chosen pair on the development windows: its runs price their waves, its server speculate_rows from them
+    from as2d_core.decode.scheduler import speculate_rows_from
     from as2d_core.setup.config import read
     from as2d_core.setup.options import options_from_config
+    from as2d_tuning.costs import costs_of
+    from as2d_tuning.records import read_traces
+    from as2d_tuning.replay import replay_record
 
     written = read(tmp_path / "best.toml")  # its source "good" is this test's, not an installed one
-    named = str((tmp_path / "p.json").resolve()) if batch_costs else None
+    named = str((tmp_path / "best-select" / "profile.json").resolve()) if batch_costs else None
     assert written.get("profile") == named and options_from_config(written).profile == named
+    if batch_costs:
+        copy = json.loads(Path(named).read_text())
+        records = records_by_source(read_traces([tmp_path / "traces.jsonl"]), ["good"])["good"]
+        replays = [replay_record(records[w], costs_of(profile), report["selected"]["budget"]) for w in ("d0", "d1")]
+        calls = sum(len(r.widths) + r.target_only_steps for r in replays)
+        assert copy["batch_s"]["tokens_per_call"] == pytest.approx(sum(len(r.tokens) for r in replays) / calls)
+        assert copy["batch_s"]["profiled_tokens_per_call"] == 2.5 and copy["batch_s"]["rows"] == profile["batch_s"]["rows"]
+        assert report["batch"]["speculate_rows"] == copy["batch_s"]["speculate_rows"] == speculate_rows_from(copy)
+    else:
+        assert report["batch"] is None
 
 
 def test_select_on_ray_picks_what_the_local_select_picks(tmp_path):

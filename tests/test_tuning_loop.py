@@ -115,6 +115,13 @@ def test_select_chooses_on_the_users_clock(loop):
     config = check_file(tmp / "selected.toml")
     assert config.ok, config.errors
     assert config.config.decode.start == report["selected"]["start"]
+    if "batch_s" in json.loads((tmp / "p.json").read_text()):  # the server's threshold: the replay's tokens a call
+        from as2d_core.decode.profile import read_profile
+        from as2d_core.decode.scheduler import speculate_rows_from
+
+        priced = read_profile(config.config.decode.profile)
+        assert Path(config.config.decode.profile).name == "profile.json" and report["batch"]["tokens_per_call"] > 1
+        assert speculate_rows_from(priced) == report["batch"]["speculate_rows"]
     decode = _invoke(select, [*args[:-3], "--out", tmp / "decode.toml", "--clock", "decode", "--json"])
     assert decode.exit_code == 0 and json.loads(decode.stdout)["clock"] == "decode"
 
