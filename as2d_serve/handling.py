@@ -2,8 +2,8 @@
 streamed as it is committed), watched for its client, its deadline and a stop signal, and answered.
 
 A request that waits or decodes is watched every ``POLL_S``; when its client goes away, its deadline
-passes (``Limits.deadline_for``: longer audio is given longer), or the server's grace period is over, its ``Cancel`` flag is set, which stops its target before
-the next call (``cancel``) and so frees its slot.
+passes (``Limits.deadline_for``: longer audio is given longer), or the server's grace period is over, its
+``Cancel`` flag is set, which stops its target before the next call (``cancel``) and so frees its slot.
 """
 from __future__ import annotations
 
@@ -99,8 +99,9 @@ class RequestHandling:
         return render(outcome, response_format, task)
 
     async def _flag_if_due(self, request: Request | None, cancel: Cancel, due: float, waiting: bool) -> None:
-        """Set ``cancel`` when the client (unless ``request`` is None) has gone, the deadline ``due`` has passed, or the
-        server's grace period is over (for a request still ``waiting`` for a slot: as soon as a stop signal came)."""
+        """Set ``cancel`` when the client (unless ``request`` is None) has gone, the deadline ``due`` has passed, or
+        the server's grace period is over (for a request still ``waiting`` for a slot: as soon as a stop signal
+        came)."""
         if request is not None and await request.is_disconnected():
             cancel.set("client disconnected")
         elif time.monotonic() > due:

@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> None:
         call = statistics.median(times)
         per_one = per_one or call
         same = all(np.array_equal(out[i], alone[i]) for i in range(batch))
-        print(f"| {batch} | {call:.3f} | {call / batch:.3f} | {per_one / (call / batch):.2f}x | {'yes' if same else 'NO'} |")
+        print(f"| {batch} | {call:.3f} | {call / batch:.3f} | {per_one / (call / batch):.2f}x | "
+              f"{'yes' if same else 'NO'} |")
 
 
 if __name__ == "__main__":
