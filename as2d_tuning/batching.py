@@ -83,8 +83,9 @@ def batch_section(target: Target, request: Request, threads: int, sequence: Sequ
 
 def replayed_batch_profile(profile: dict, replays, note: str) -> dict | None:
     """``profile`` with its batch costs' ``tokens_per_call`` and threshold taken from replayed decodes (``Replayed``:
-    the chosen drafter and budget on the development windows) instead of the profile's calibration decodes; None
-    where the profile measured no batches or the replays made no target call.
+    the chosen drafter and budget on the development windows it drafts; a window in a language it does not serve
+    runs target-only whatever the batch) instead of the profile's calibration decodes; None where the profile
+    measured no batches or the replays made no target call.
 
     The calls are still priced at the width the profile swept (``batch_s.width``): the replay changes how many tokens
     a drafting row commits per call, the profile alone says what a call costs. Both figures are kept in the copy.

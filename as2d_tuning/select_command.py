@@ -122,9 +122,11 @@ def select(dev_manifest, test_manifest, profile_path, sources, budgets, out_path
             f"{profile_data.get('name')}")
     guessed = any(not r.named for per in records.values() for r in per.values())
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    batch = batch_profile(profile_data, [replay_record(records[best.source][w], costs, best.budget, align_window,
-                                                       niceness=best.niceness, start=best.start) for w in dev],
-                          f"as2d select: {best.source} budget {best.budget} replayed on {dev_manifest.name}")
+    drafted = [records[best.source][w] for w in dev if records[best.source][w].source is not None]  # not fallbacks
+    batch = batch_profile(profile_data, [replay_record(r, costs, best.budget, align_window, niceness=best.niceness,
+                                                       start=best.start) for r in drafted],
+                          f"as2d select: {best.source} budget {best.budget} replayed on the {len(drafted)} windows "
+                          f"of {dev_manifest.name} it drafts")
     priced = None  # the profile the server's and waves' prices come from: a copy with the replay's tokens per call
     if batch is not None:
         priced = (work_dir / "profile.json").resolve()
