@@ -157,3 +157,33 @@ def test_special_tokens_and_suppression():
     assert {sp["transcribe"], sp["translate"], sp["sot"], sp["no_speech"]} <= set(info["suppress_tokens"])
     assert set(info["config_suppress_ids"]) <= set(info["suppress_tokens"])
     assert info["suppress_blank"] == [220, 50257]
+
+
+def test_untied_token_lookup_reads_each_token_at_its_own_scale():
+    """The int8 recipe unties the lookup from the output projection: each token's column comes back within half
+    a step of its own scale, and only the projection is left for per-column weight quantization."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from as2d_whisper.convert.quantize import untie_output_projection
+
+    rng = np.random.default_rng(0)
+    vocab, width = 12, 4
+    weight = rng.normal(size=(width, vocab)).astype(np.float32) * np.geomspace(1e-3, 10, vocab, dtype=np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["w", "ids"], ["looked_up"], axis=1, name="lookup"),
+         helper.make_node("MatMul", ["x", "w"], ["logits"], name="projection")],
+        "tied", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3]),
+                 helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+        [helper.make_tensor_value_info("looked_up", TensorProto.FLOAT, [width, 1, 3]),
+         helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, vocab])],
+        initializer=[numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert untie_output_projection(model, vocab) == ["projection"]
+    onnx.checker.check_model(model)
+    ids = np.array([[0, 5, 11]])
+    looked_up, _ = ort.InferenceSession(model.SerializeToString()).run(
+        None, {"ids": ids, "x": np.ones((1, width), np.float32)})
+    step = np.abs(weight).max(axis=0) / 127
+    assert np.all(np.abs(looked_up - weight[:, ids]) <= step[ids] / 2 + 1e-7)

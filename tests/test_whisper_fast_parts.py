@@ -196,6 +196,31 @@ def test_int8_batched_verification_equals_one_at_a_time(whisper_int8_target):
         session.close()
 
 
+def test_int8_encoder_stays_close_to_fp32(whisper_int8_target):
+    """The int8 encoder (weights per column, activations per frame, the first layer in fp32) stays close to fp32.
+
+    ONNX Runtime's default recipe (one scale per weight and per input, every layer) was 17-21% RMS off on the
+    bundled clips and lost whole sentences on long recordings; this one is 3-4% off (BENCHMARKS.md section 17).
+    """
+    import json
+
+    import numpy as np
+    import onnxruntime as ort
+
+    from as2d_core.setup.paths import models_dir
+    from as2d_whisper.convert.quantize import INT8_RECIPE
+    from as2d_whisper.features import encoder_input
+    from conftest import speech_audio
+
+    root = models_dir()
+    assert json.loads((root / "whisper-base-int8" / "model.json").read_text())["int8"]["recipe"] == INT8_RECIPE
+    mel = encoder_input(speech_audio("librivox_sense_en_w01"))
+    fp32, int8 = (ort.InferenceSession(str(root / name / "encoder.onnx"), providers=["CPUExecutionProvider"])
+                  .run(None, {"mel": mel})[0] for name in ("whisper-base", "whisper-base-int8"))
+    relative_rms = float(np.sqrt(((int8 - fp32) ** 2).mean() / (fp32 ** 2).mean()))
+    assert relative_rms < 0.07, relative_rms
+
+
 def test_int8_missing_model_files_say_how_to_install(tmp_path):
     from as2d_core.setup.plugins import load_registry
 

@@ -167,8 +167,10 @@ def register_sources(register):
 
 def _int8_installer(models_dir: Path, force: bool = False) -> Path:
     """Quantize the installed fp32 whisper-base (installed first when missing) into ``models_dir/whisper-base-int8``."""
+    from .convert.quantize import INT8_RECIPE
+
     out = Path(models_dir) / INT8_TARGET
-    if not force and _installed(out, REQUIRED_FILES):
+    if not force and _installed(out, REQUIRED_FILES) and _int8_recipe(out) == INT8_RECIPE:
         _add_int8_aligner(models_dir, out, force=False)
         return out
     fp32 = _installer("whisper-base")(models_dir)
@@ -180,6 +182,13 @@ def _int8_installer(models_dir: Path, force: bool = False) -> Path:
     quantize_target(fp32, out)
     _add_int8_aligner(models_dir, out, force=True)
     return out
+
+
+def _int8_recipe(out: Path) -> int:
+    """The recipe an int8 folder was quantized by (``convert.quantize.INT8_RECIPE``; 1 before it had a number)."""
+    import json
+
+    return json.loads((out / "model.json").read_text()).get("int8", {}).get("recipe", 1)
 
 
 def _add_int8_aligner(models_dir: Path, out: Path, force: bool) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 from ..alignment import ALIGNER_FILE
 from ..graph_io import audio_feed
 from .onnx_export import DECODER_FILE, graph_file, scaled_diff
-from .quantize import output_projection_nodes, per_row_activations
+from .quantize import per_row_activations, untie_output_projection
 from .torch_model import build_torch_model
 from .weights import load_ct2_weights, package_version, source_files
 
@@ -176,7 +176,7 @@ def checked_aligner(model, dims: dict, heads: list[tuple[int, int]], out_dir: Pa
 
 def quantize_aligner(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     """The int8 folder's aligner: the fp32 one quantized as ``quantize_target`` quantizes the decoder
-    (output projection and token lookup, activations per row), so its probabilities are that decoder's."""
+    (the output projection, per token and per row; the lookup untied, fp32), so its probabilities are that decoder's."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -184,10 +184,11 @@ def quantize_aligner(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     meta = json.loads((fp32_dir / "model.json").read_text())
     if "alignment" not in meta or not (fp32_dir / ALIGNER_FILE).is_file():
         raise FileNotFoundError(f"{fp32_dir} lacks {ALIGNER_FILE}: run `as2d models install {fp32_dir.name}`")
-    nodes = output_projection_nodes(onnx.load(str(fp32_dir / ALIGNER_FILE)), meta["dims"]["n_vocab"])
+    graph = onnx.load(str(fp32_dir / ALIGNER_FILE))
+    nodes = untie_output_projection(graph, meta["dims"]["n_vocab"])
     tmp = out_dir / (ALIGNER_FILE + ".tmp")
-    quantize_dynamic(str(fp32_dir / ALIGNER_FILE), str(tmp), weight_type=QuantType.QInt8,
-                     op_types_to_quantize=["MatMul", "Gather"], nodes_to_quantize=nodes)
+    quantize_dynamic(graph, str(tmp), weight_type=QuantType.QInt8, per_channel=True,
+                     op_types_to_quantize=["MatMul"], nodes_to_quantize=nodes)
     model = onnx.load(str(tmp))
     per_row_activations(model)
     onnx.save(model, str(tmp))

@@ -12,6 +12,11 @@ from ..graph_io import WINDOWS_FILE
 from .onnx_export import DECODER_FILE, ENCODER_FILE
 from .weights import package_version
 
+# model.json's ``int8.recipe``: a folder quantized by an older recipe is quantized again on install
+# (2: weights per column, activations per row, the encoder's first layer fp32, the token lookup untied;
+# 1: per tensor)
+INT8_RECIPE = 2
+
 
 def per_row_activations(model) -> int:
     """Make every dynamically quantized activation quantize each row (token) on its own; returns how many.
@@ -22,6 +27,7 @@ def per_row_activations(model) -> int:
     such node becomes a symmetric per-row quantization (scale = row max |x| / 127,
     zero point 128, still uint8 for ``MatMulInteger``): the integer product of a row
     then depends on that row alone, but not what feeds it: see ``quantize_target``.
+    In the encoder a scale per frame, not one per 30 s of audio, is what keeps it close to fp32.
     """
     from onnx import TensorProto, helper, numpy_helper
 
@@ -85,10 +91,62 @@ def _row_scale_last(nodes: list) -> list:
     return out
 
 
-def output_projection_nodes(model, n_vocab: int) -> list[str]:
-    """Names of the nodes that read the [d_model, vocab] output weight (the logits MatMul, the tied token lookup)."""
-    vocab_weights = {i.name for i in model.graph.initializer if len(i.dims) == 2 and i.dims[1] == n_vocab}
-    return [n.name for n in model.graph.node if n.op_type in ("MatMul", "Gather") and vocab_weights & set(n.input)]
+def first_layer_products(model) -> list[str]:
+    """The names of the encoder's first layer's weight products (its ``Gemm`` nodes), to keep in fp32.
+
+    Its input is the convolutions' output plus the positional embedding, which 8-bit scales serve
+    badly: left in fp32, the encoder's error on real clips falls from 10-12% to 4% (RMS).
+    """
+    return [n.name for n in model.graph.node if n.op_type == "Gemm" and n.name.startswith("/encoder/layers.0/")]
+
+
+def _excluded(names: list[str]) -> list[str]:
+    """``names`` as ``nodes_to_exclude``: ONNX Runtime turns a ``Gemm`` into a ``MatMul`` named ``<name>_MatMul``
+    before it quantizes, and matches exclusions against either name."""
+    return [*names, *(f"{n}_MatMul" for n in names)]
+
+
+def _check_kept_fp32(model, names: list[str]) -> None:
+    """Fail loudly if the quantizer did not leave ``names`` in fp32 (an ONNX Runtime that names nodes otherwise)."""
+    left = {n.name for n in model.graph.node if n.op_type in ("Gemm", "MatMul")}
+    missing = [n for n in names if n not in left and f"{n}_MatMul" not in left]
+    if missing or not names:
+        raise RuntimeError(f"the encoder's first layer should stay fp32, but the quantizer did not leave "
+                           f"{missing or 'any layer'} (an ONNX Runtime that names nodes otherwise?)")
+
+
+def untie_output_projection(model, n_vocab: int) -> list[str]:
+    """Give the token lookup its own int8 copy of the tied [d_model, vocab] weight; returns the projection's nodes.
+
+    Shared with the lookup, the weight could only be quantized with one scale for the whole vocabulary
+    (ONNX Runtime quantizes a shared weight once, per tensor): tokens whose columns are small then lose
+    most of their precision, and on long recordings greedy decodes dropped sentences (BENCHMARKS.md
+    section 17). Untied, the projection is quantized with a scale per token (``per_channel``), and the
+    lookup reads its column from a copy quantized the same way, scaled back after the gather.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer
+               if len(i.dims) == 2 and i.dims[1] == n_vocab}
+    nodes = []
+    for node in model.graph.node:
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if node.op_type != "Gather" or node.input[0] not in weights or axis != 1:
+            nodes.append(node)
+            continue
+        weight, (indices,), out = weights[node.input[0]], node.input[1:], node.output[0]
+        scale = np.maximum(np.abs(weight).max(axis=0), 1e-12) / 127.0
+        t = f"{node.input[0]}_lookup"
+        model.graph.initializer.extend([
+            numpy_helper.from_array(np.round(weight / scale).astype(np.int8), f"{t}_int8"),
+            numpy_helper.from_array(scale.astype(np.float32), f"{t}_scale")])
+        nodes += [helper.make_node("Gather", [f"{t}_int8", indices], [f"{out}_int8"], axis=1, name=f"{node.name}_int8"),
+                  helper.make_node("Cast", [f"{out}_int8"], [f"{out}_float"], to=TensorProto.FLOAT),
+                  helper.make_node("Gather", [f"{t}_scale", indices], [f"{out}_scale"], axis=0),
+                  helper.make_node("Mul", [f"{out}_float", f"{out}_scale"], [out])]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and set(n.input) & set(weights)]
 
 
 def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
@@ -96,15 +154,20 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
 
     ONNX Runtime's dynamic quantization of the exported graphs, no torch: seconds.
 
-    - The encoder: every MatMul (its convolutions stay fp32). It runs once per request on
-      the same audio for every method, so its rounding cannot split as2d from target-only.
+    - The encoder: every weight product after the first layer (``first_layer_products``; the
+      convolutions stay fp32 too), with a scale per output column of each weight (``per_channel``)
+      and per row (frame) of each activation (``per_row_activations``), the granularity CTranslate2's
+      int8 uses. ONNX Runtime's default (one scale per weight, one per 1500-frame input, every layer)
+      put 15-21% RMS error on the encoder's output on real clips and lost whole sentences on long
+      recordings; this recipe puts 3-4% (BENCHMARKS.md section 17). It runs once per request on the
+      same audio for every method, so its rounding cannot split as2d from target-only.
     - The decoder (and its windows graph, the same way): only the output projection over the
-      vocabulary (the largest weight, more than half of a step's memory traffic) and the tied token lookup, with its
-      activations quantized per row (``per_row_activations``). Quantizing the layers'
-      activations too made a batched verification differ from one-token steps on real
-      speech: the fp32 attention's last-bit differences between call widths flip a
-      rounding, and the flip grows through the quantized layers after it. At the last
-      layer nothing follows, so only a near-tie of the logits could differ.
+      vocabulary (the largest weight, more than half of a step's memory traffic), with a scale per
+      token (``untie_output_projection``: the token lookup gets an int8 copy of its own) and its
+      activations per row (``per_row_activations``). Quantizing the layers' activations too made a batched verification
+      differ from one-token steps on real speech: the fp32 attention's last-bit differences between
+      call widths flip a rounding, and the flip grows through the quantized layers after it. At the
+      last layer nothing follows, so only a near-tie of the logits could differ.
 
     The graphs keep the fp32 folder's file names, so the runtime reads the folder like any
     other; the model is one of its own, exact against its own greedy output.
@@ -121,24 +184,29 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     meta = json.loads((fp32_dir / "model.json").read_text())
     out_dir.mkdir(parents=True, exist_ok=True)
     decoders = [f for f in (DECODER_FILE, WINDOWS_FILE) if (fp32_dir / f).is_file()]
-    outputs = {f: output_projection_nodes(onnx.load(str(fp32_dir / f)), meta["dims"]["n_vocab"]) for f in decoders}
+    graphs = {f: onnx.load(str(fp32_dir / f)) for f in (ENCODER_FILE, *decoders)}
+    outputs = {f: untie_output_projection(graphs[f], meta["dims"]["n_vocab"]) for f in decoders}
     output_nodes = outputs[DECODER_FILE]
-    plan = ((ENCODER_FILE, {"op_types_to_quantize": ["MatMul"]}),
-            *((f, {"op_types_to_quantize": ["MatMul", "Gather"], "nodes_to_quantize": outputs[f]}) for f in decoders))
+    kept_fp32 = first_layer_products(graphs[ENCODER_FILE])
+    plan = ((ENCODER_FILE, {"op_types_to_quantize": ["MatMul"], "nodes_to_exclude": _excluded(kept_fp32)}),
+            *((f, {"op_types_to_quantize": ["MatMul"], "nodes_to_quantize": outputs[f]}) for f in decoders))
     for name, options in plan:
         tmp = out_dir / (name + ".tmp")
-        quantize_dynamic(str(fp32_dir / name), str(tmp), weight_type=QuantType.QInt8, **options)
-        if name in decoders:
-            model = onnx.load(str(tmp))
-            per_row_activations(model)
-            onnx.save(model, str(tmp))
+        quantize_dynamic(graphs[name], str(tmp), weight_type=QuantType.QInt8, per_channel=True, **options)
+        model = onnx.load(str(tmp))
+        per_row_activations(model)
+        if name == ENCODER_FILE:
+            _check_kept_fp32(model, kept_fp32)
+        onnx.save(model, str(tmp))
         tmp.replace(out_dir / name)
     shutil.copyfile(fp32_dir / "tokenizer.json", out_dir / "tokenizer.json")
     meta.pop("mnn", None)
     meta["name"] = f"{meta['name']}-int8"
     meta["int8"] = {"from": fp32_dir.name,
-                    "method": "onnxruntime.quantization.quantize_dynamic, QInt8 weights: the encoder's MatMuls; "
-                              "the decoder's output projection and token lookup (activations per row)",
+                    "recipe": INT8_RECIPE,
+                    "method": "onnxruntime.quantization.quantize_dynamic, QInt8 weights per column: the encoder's "
+                              "products after its first layer, the decoder's output projection and, untied from it, "
+                              "the token lookup; activations per row",
                     "decoder_nodes": output_nodes,
                     "onnxruntime_version": package_version("onnxruntime")}
     tmp = out_dir / "model.json.tmp"
