@@ -176,7 +176,8 @@ def checked_aligner(model, dims: dict, heads: list[tuple[int, int]], out_dir: Pa
 
 def quantize_aligner(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     """The int8 folder's aligner: the fp32 one quantized as ``quantize_target`` quantizes the decoder
-    (the output projection, per token and per row; the lookup untied, fp32), so its probabilities are that decoder's."""
+    (the output projection per token, its activations per row, the token lookup untied), so its probabilities
+    are that decoder's."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 

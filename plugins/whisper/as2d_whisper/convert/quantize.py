@@ -164,10 +164,10 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     - The decoder (and its windows graph, the same way): only the output projection over the
       vocabulary (the largest weight, more than half of a step's memory traffic), with a scale per
       token (``untie_output_projection``: the token lookup gets an int8 copy of its own) and its
-      activations per row (``per_row_activations``). Quantizing the layers' activations too made a batched verification
-      differ from one-token steps on real speech: the fp32 attention's last-bit differences between
-      call widths flip a rounding, and the flip grows through the quantized layers after it. At the
-      last layer nothing follows, so only a near-tie of the logits could differ.
+      activations per row (``per_row_activations``). Quantizing the layers' activations too made a
+      batched verification differ from one-token steps on real speech: the fp32 attention's last-bit
+      differences between call widths flip a rounding, and the flip grows through the quantized
+      layers after it. At the last layer nothing follows, so only a near-tie of the logits could differ.
 
     The graphs keep the fp32 folder's file names, so the runtime reads the folder like any
     other; the model is one of its own, exact against its own greedy output.
