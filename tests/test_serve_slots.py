@@ -21,10 +21,12 @@ def slots_server():
 
 @pytest.fixture(scope="module")
 def clips():
-    """Three real clips of different lengths, cut from the bundled recording."""
+    """Three real clips of different lengths, cut from the bundled recording, long enough that their decodes
+    overlap once their encoders (which run side by side) are done: 9 s and 6 s clips decoded so quickly that on a
+    quick host three tries in a row met no call together."""
     samples, rate = soundfile.read(EXAMPLE, dtype="int16")
     assert rate == 16_000
-    cuts = [(0, 9), (9, 15), (15, 26)]
+    cuts = [(0, 26), (2, 22), (5, 21)]
     return [_wav(samples[a * rate: b * rate]) for a, b in cuts]
 
 
@@ -60,7 +62,7 @@ def test_three_requests_at_once_are_each_exact(slots_server, clips):
     alone = [slots_server.post(clip, method="target-only", response_format="verbose_json").json()["as2d"]["tokens"]
              for clip in clips]
     overlapped = 0
-    for _ in range(3):  # on a loaded machine requests that overlap may still meet no call together: try again
+    for _ in range(5):  # requests that overlap may still meet no call together (the timing is the host's): try again
         batches = _three_at_once(slots_server, clips, alone)
         overlapped += any(batch["beside"] for batch in batches)
         if slots_server.metric("as2d_batch_rows_count") > slots_server.metric('as2d_batch_rows_bucket{le="1.0"}'):
