@@ -200,7 +200,7 @@ def test_int8_encoder_stays_close_to_fp32(whisper_int8_target):
     """The int8 encoder (weights per column, activations per frame, the first layer in fp32) stays close to fp32.
 
     ONNX Runtime's default recipe (one scale per weight and per input, every layer) was 17-21% RMS off on the
-    bundled clips and lost whole sentences on long recordings; this one is 3-4% off (BENCHMARKS.md section 17).
+    bundled clips and lost whole sentences on long recordings; this one is about 4% off (BENCHMARKS.md section 17).
     """
     import json
 

@@ -159,7 +159,7 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
       and per row (frame) of each activation (``per_row_activations``), the granularity CTranslate2's
       int8 uses. ONNX Runtime's default (one scale per weight, one per 1500-frame input, every layer)
       put 15-21% RMS error on the encoder's output on real clips and lost whole sentences on long
-      recordings; this recipe puts 3-4% (BENCHMARKS.md section 17). It runs once per request on the
+      recordings; this recipe puts about 4% (BENCHMARKS.md section 17). It runs once per request on the
       same audio for every method, so its rounding cannot split as2d from target-only.
     - The decoder (and its windows graph, the same way): only the output projection over the
       vocabulary (the largest weight, more than half of a step's memory traffic), with a scale per
