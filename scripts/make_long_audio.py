@@ -2,10 +2,10 @@
 
 Clips are joined in their listed order (or shuffled by a seed, for a second recording of the same
 clips) with a pause between them (the pauses are what a voice-activity detector cuts at), each
-brought to one speech level as a single recording would have (some FLEURS clips are recorded near -40 dBFS, and next to a loud clip in the
-same window Whisper hears nothing of them), cycling through the list again if the clips run out
-before the requested length. A JSON sidecar lists each clip's start and end time and
-reference text, so a test or benchmark can check that every clip's words come out.
+brought to one speech level as a single recording would have (some FLEURS clips are recorded near
+-40 dBFS, and next to a loud clip in the same window Whisper hears nothing of them), cycling through
+the list again if the clips run out before the requested length. A JSON sidecar lists each clip's
+start and end time and reference text, so a test or benchmark can check that every clip's words come out.
 
     .venv/bin/python scripts/make_long_audio.py --seconds 600 --out /tmp/long_en_600s.wav
 """

@@ -25,7 +25,7 @@ import numpy as np
 from ..alignment import ALIGNER_FILE
 from ..graph_io import audio_feed
 from .onnx_export import DECODER_FILE, graph_file, scaled_diff
-from .quantize import per_row_activations, untie_output_projection
+from .quantize import quantize_decoder
 from .torch_model import build_torch_model
 from .weights import load_ct2_weights, package_version, source_files
 
@@ -179,21 +179,12 @@ def quantize_aligner(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     (the output projection per token, its activations per row, the token lookup untied), so its probabilities
     are that decoder's."""
     import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     fp32_dir, out_dir = Path(fp32_dir).expanduser(), Path(out_dir).expanduser()
     meta = json.loads((fp32_dir / "model.json").read_text())
     if "alignment" not in meta or not (fp32_dir / ALIGNER_FILE).is_file():
         raise FileNotFoundError(f"{fp32_dir} lacks {ALIGNER_FILE}: run `as2d models install {fp32_dir.name}`")
-    graph = onnx.load(str(fp32_dir / ALIGNER_FILE))
-    nodes = untie_output_projection(graph, meta["dims"]["n_vocab"])
-    tmp = out_dir / (ALIGNER_FILE + ".tmp")
-    quantize_dynamic(graph, str(tmp), weight_type=QuantType.QInt8, per_channel=True,
-                     op_types_to_quantize=["MatMul"], nodes_to_quantize=nodes)
-    model = onnx.load(str(tmp))
-    per_row_activations(model)
-    onnx.save(model, str(tmp))
-    tmp.replace(out_dir / ALIGNER_FILE)
+    nodes = quantize_decoder(onnx.load(str(fp32_dir / ALIGNER_FILE)), meta["dims"]["n_vocab"], out_dir / ALIGNER_FILE)
     diff, _ = _against_decoder(out_dir, meta["dims"], tol=1e-3)
     _write_meta(out_dir, {**meta["alignment"], "validation_max_abs_diff": diff,
                           "int8": {"from": fp32_dir.name, "nodes": nodes,

@@ -149,6 +149,31 @@ def untie_output_projection(model, n_vocab: int) -> list[str]:
     return [n.name for n in model.graph.node if n.op_type == "MatMul" and set(n.input) & set(weights)]
 
 
+def quantize_decoder(graph, n_vocab: int, out_path: Path) -> list[str]:
+    """A decoder graph (the decoder, its windows graph, the aligner) quantized as the int8 target's decoder is
+    (``quantize_target``) and written to ``out_path``; returns the output projection's nodes."""
+    nodes = untie_output_projection(graph, n_vocab)
+    _quantize(graph, out_path, nodes_to_quantize=nodes)
+    return nodes
+
+
+def _quantize(graph, out_path: Path, check=None, **options) -> None:
+    """``graph``'s weight products in int8, a scale per column, their activations per row (``per_row_activations``),
+    written to ``out_path`` once whole; ``check`` sees the quantized model first."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    quantize_dynamic(graph, str(tmp), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"],
+                     **options)
+    model = onnx.load(str(tmp))
+    per_row_activations(model)
+    if check is not None:
+        check(model)
+    onnx.save(model, str(tmp))
+    tmp.replace(out_path)
+
+
 def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     """Make an int8 model folder (``whisper-base-int8``) from a converted fp32 ONNX folder.
 
@@ -173,7 +198,6 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     other; the model is one of its own, exact against its own greedy output.
     """
     import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     started = time.perf_counter()
     fp32_dir, out_dir = Path(fp32_dir).expanduser(), Path(out_dir).expanduser()
@@ -184,21 +208,12 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     meta = json.loads((fp32_dir / "model.json").read_text())
     out_dir.mkdir(parents=True, exist_ok=True)
     decoders = [f for f in (DECODER_FILE, WINDOWS_FILE) if (fp32_dir / f).is_file()]
-    graphs = {f: onnx.load(str(fp32_dir / f)) for f in (ENCODER_FILE, *decoders)}
-    outputs = {f: untie_output_projection(graphs[f], meta["dims"]["n_vocab"]) for f in decoders}
+    outputs = {f: quantize_decoder(onnx.load(str(fp32_dir / f)), meta["dims"]["n_vocab"], out_dir / f) for f in decoders}
     output_nodes = outputs[DECODER_FILE]
-    kept_fp32 = first_layer_products(graphs[ENCODER_FILE])
-    plan = ((ENCODER_FILE, {"op_types_to_quantize": ["MatMul"], "nodes_to_exclude": _excluded(kept_fp32)}),
-            *((f, {"op_types_to_quantize": ["MatMul"], "nodes_to_quantize": outputs[f]}) for f in decoders))
-    for name, options in plan:
-        tmp = out_dir / (name + ".tmp")
-        quantize_dynamic(graphs[name], str(tmp), weight_type=QuantType.QInt8, per_channel=True, **options)
-        model = onnx.load(str(tmp))
-        per_row_activations(model)
-        if name == ENCODER_FILE:
-            _check_kept_fp32(model, kept_fp32)
-        onnx.save(model, str(tmp))
-        tmp.replace(out_dir / name)
+    encoder = onnx.load(str(fp32_dir / ENCODER_FILE))
+    kept_fp32 = first_layer_products(encoder)
+    _quantize(encoder, out_dir / ENCODER_FILE, lambda model: _check_kept_fp32(model, kept_fp32),
+              nodes_to_exclude=_excluded(kept_fp32))
     shutil.copyfile(fp32_dir / "tokenizer.json", out_dir / "tokenizer.json")
     meta.pop("mnn", None)
     meta["name"] = f"{meta['name']}-int8"
