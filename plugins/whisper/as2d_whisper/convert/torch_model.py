@@ -28,6 +28,18 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [..., H, T, hd]
             return self.out_proj(out.transpose(-3, -2).reshape(*out.shape[:-3], out.shape[-2], -1))
 
+        def attend_audio(self, q, k, v):
+            """Cross-attention of B rows [B, H, K, hd] on A windows' audio [A, H, T, hd], A = B (a window a row)
+            or A = 1 (every row on one window: beam search). A window's rows are one block of queries, so each
+            head's audio K and V are read once a call rather than once a row: a 5-beam step of whisper-base
+            costs a sixth less (BENCHMARKS.md section 18)."""
+            heads, width, hd = q.shape[1:]
+            rows = q.reshape(k.shape[0], -1, heads, width, hd).transpose(1, 2).reshape(k.shape[0], heads, -1, hd)
+            scores = torch.matmul(rows, k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_dim))
+            out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [A, H, R * K, hd]
+            out = out.reshape(k.shape[0], heads, -1, width, hd).permute(0, 2, 3, 1, 4)  # [A, R, K, H, hd]
+            return self.out_proj(out.reshape(-1, width, heads * hd))
+
     class EncoderLayer(nn.Module):
         def __init__(self, d: int, heads: int):
             super().__init__()
@@ -58,7 +70,8 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             v = torch.cat([past_v, a.split(v_new)], dim=-2)
             x = x + a.attend(a.split(a.q_proj(h)), k, v, mask)
             c = self.encoder_attn
-            x = x + c.attend(c.split(c.q_proj(self.encoder_attn_layer_norm(x))), cross_k, cross_v)
+            q = c.split(c.q_proj(self.encoder_attn_layer_norm(x)))
+            x = x + (c.attend_audio(q, cross_k, cross_v) if q.dim() == 4 else c.attend(q, cross_k, cross_v))
             x = x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
             shape = (*k_new.shape[:-1], a.heads, a.head_dim)
             return x, k_new.reshape(shape), v_new.reshape(shape)
@@ -142,7 +155,8 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
 
             ``cache`` [P, B, L, 2, H, hd] is position-major, so the first P positions of every window are one
             contiguous block; window b's first ``lengths[b]`` positions are its own, the rest are masked.
-            ``audio[i]`` is layer i's (K, V), each [B, H, T, hd]. Returns the logits [B, K, V] and the new
+            ``audio[i]`` is layer i's (K, V), each [B, H, T, hd], or [1, H, T, hd] for rows on one window (beams,
+            ``attend_audio``). Returns the logits [B, K, V] and the new
             K/V [B, K, L, 2, H, hd].
             """
             dec = self.model.decoder
