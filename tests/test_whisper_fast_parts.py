@@ -221,6 +221,32 @@ def test_int8_encoder_stays_close_to_fp32(whisper_int8_target):
     assert relative_rms < 0.07, relative_rms
 
 
+def test_int8_beams_read_their_own_graph_with_every_layer_in_int8(whisper_int8_target):
+    """Beam search on the int8 target reads decoder.beams.onnx, whose every weight product is int8 (its window
+    groups and verification keep the layers fp32); as2d's beams are target-only's, on the same graph."""
+    import onnx
+
+    from as2d_core.decode.beam import BeamOptions, run_beam_request
+    from as2d_whisper.graph_io import BEAMS_FILE
+
+    graph = onnx.load(str(whisper_int8_target.model.dir / BEAMS_FILE))
+    weights = {i.name for i in graph.graph.initializer}
+    assert not [n.name for n in graph.graph.node if n.op_type in ("MatMul", "Gemm") and set(n.input) & weights]
+    dims = whisper_int8_target.model.meta["dims"]
+    products = sum(n.op_type == "MatMulInteger" for n in graph.graph.node)
+    assert products == dims["decoder_layers"] * 8 + 1  # q, k, v, out, cross q and out, fc1, fc2; the projection
+    request = _example_request()
+    session = whisper_int8_target.prepare(request, threads=2)
+    rows = session.beam_rows(5)
+    try:
+        assert rows.graph_file == BEAMS_FILE
+    finally:
+        rows.close()
+        session.close()
+    result = run_beam_request(request, whisper_int8_target, BeamOptions(5))
+    assert "printing" in result.text.lower() and "arts and crafts" in result.text.lower(), result.text
+
+
 def test_int8_missing_model_files_say_how_to_install(tmp_path):
     from as2d_core.setup.plugins import load_registry
 

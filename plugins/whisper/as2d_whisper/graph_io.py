@@ -12,6 +12,9 @@ import numpy as np
 # A target's decoder over several windows in one call (``torch_model.decode_windows``): the single decoder's
 # contract with a window axis, its cache position-major (see ``window_group``).
 WINDOWS_FILE = "decoder.windows.onnx"
+# Beam search's windows graph where a folder has one of its own (the int8 target's: every weight product in int8,
+# ``convert.quantize``); beams read only it, so both as2d and target-only beams decode on it. Else WINDOWS_FILE.
+BEAMS_FILE = "decoder.beams.onnx"
 
 
 def audio_input_names(layers: int) -> list[str]:

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..graph_io import WINDOWS_FILE
+from ..graph_io import BEAMS_FILE, WINDOWS_FILE
 from .onnx_export import DECODER_FILE, ENCODER_FILE
 from .weights import package_version
 
 # model.json's ``int8.recipe``: a folder quantized by an older recipe is quantized again on install
-# (2: weights per column, activations per row, the encoder's first layer fp32, the token lookup untied;
-# 1: per tensor)
-INT8_RECIPE = 2
+# (3: and a beams graph with every decoder layer in int8; 2: weights per column, activations per row, the
+# encoder's first layer fp32, the token lookup untied; 1: per tensor)
+INT8_RECIPE = 3
 
 
 def per_row_activations(model) -> int:
@@ -149,11 +149,12 @@ def untie_output_projection(model, n_vocab: int) -> list[str]:
     return [n.name for n in model.graph.node if n.op_type == "MatMul" and set(n.input) & set(weights)]
 
 
-def quantize_decoder(graph, n_vocab: int, out_path: Path) -> list[str]:
+def quantize_decoder(graph, n_vocab: int, out_path: Path, layers: bool = False) -> list[str]:
     """A decoder graph (the decoder, its windows graph, the aligner) quantized as the int8 target's decoder is
-    (``quantize_target``) and written to ``out_path``; returns the output projection's nodes."""
+    (``quantize_target``) and written to ``out_path``; returns the output projection's nodes. ``layers``: every
+    weight product in int8, the layers' too (the beams graph)."""
     nodes = untie_output_projection(graph, n_vocab)
-    _quantize(graph, out_path, nodes_to_quantize=nodes)
+    _quantize(graph, out_path, **({} if layers else {"nodes_to_quantize": nodes}))
     return nodes
 
 
@@ -193,6 +194,10 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
       batched verification differ from one-token steps on real speech: the fp32 attention's last-bit
       differences between call widths flip a rounding, and the flip grows through the quantized
       layers after it. At the last layer nothing follows, so only a near-tie of the logits could differ.
+    - Beam search's own graph (``decoder.beams.onnx``, from the windows graph): every weight product in int8,
+      the layers' too, as CTranslate2's int8 has them. Beams compare no batched call with one-token steps (as2d
+      runs beams as target-only does, ``as2d_core.decode.beam``), so nothing needs the layers in fp32 there, and
+      a 5-beam step costs 27% less (BENCHMARKS.md section 18).
 
     The graphs keep the fp32 folder's file names, so the runtime reads the folder like any
     other; the model is one of its own, exact against its own greedy output.
@@ -209,6 +214,10 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     decoders = [f for f in (DECODER_FILE, WINDOWS_FILE) if (fp32_dir / f).is_file()]
     outputs = {f: quantize_decoder(onnx.load(str(fp32_dir / f)), meta["dims"]["n_vocab"], out_dir / f) for f in decoders}
+    if (fp32_dir / WINDOWS_FILE).is_file():
+        quantize_decoder(onnx.load(str(fp32_dir / WINDOWS_FILE)), meta["dims"]["n_vocab"], out_dir / BEAMS_FILE,
+                         layers=True)
+        meta["files"] = [*meta["files"], BEAMS_FILE]
     output_nodes = outputs[DECODER_FILE]
     encoder = onnx.load(str(fp32_dir / ENCODER_FILE))
     kept_fp32 = first_layer_products(encoder)
@@ -221,7 +230,7 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
                     "recipe": INT8_RECIPE,
                     "method": "onnxruntime.quantization.quantize_dynamic, QInt8 weights per column: the encoder's "
                               "products after its first layer, the decoder's output projection and, untied from it, "
-                              "the token lookup; activations per row",
+                              "the token lookup; activations per row; the beams graph: every decoder product",
                     "decoder_nodes": output_nodes,
                     "onnxruntime_version": package_version("onnxruntime")}
     tmp = out_dir / "model.json.tmp"
