@@ -223,7 +223,8 @@ def test_int8_encoder_stays_close_to_fp32(whisper_int8_target):
 
 def test_int8_beams_read_their_own_graph_with_every_layer_in_int8(whisper_int8_target):
     """Beam search on the int8 target reads decoder.beams.onnx, whose every weight product is int8 (its window
-    groups and verification keep the layers fp32); as2d's beams are target-only's, on the same graph."""
+    groups and verification keep the layers fp32); as2d's beams are target-only's, on the same graph, one
+    position a row a call: drafted tokens are refused there."""
     import onnx
 
     from as2d_core.decode.beam import BeamOptions, run_beam_request
@@ -240,6 +241,8 @@ def test_int8_beams_read_their_own_graph_with_every_layer_in_int8(whisper_int8_t
     rows = session.beam_rows(5)
     try:
         assert rows.graph_file == BEAMS_FILE
+        with pytest.raises(ValueError, match="drafted tokens"):  # a wider call would round otherwise
+            rows.advance([(0, 0, [session.first_token(), session.first_token()])] * 5)
     finally:
         rows.close()
         session.close()

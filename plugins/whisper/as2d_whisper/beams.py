@@ -8,7 +8,8 @@ a drafter's folder) each row is a decoder state of its own and appends in a call
 step of whisper-base with 5 rows took 23 ms in one call against 13 ms for each row alone on 2 cores.
 The int8 target's folder has a graph for beams alone (``decoder.beams.onnx``: its layers in int8 too, as
 CTranslate2 quantizes them; a step 27% cheaper). Its window groups and verification keep the layers in fp32,
-since a batched call must equal one-token steps there; beams have no such pair (as2d's beams are target-only's).
+since a batched call must equal one-token steps there; beams have no such pair (as2d's beams are target-only's),
+so long as each call scores one position a row: rows on that graph refuse drafted tokens.
 Each row's logits get the suppressions and, in timestamp mode, the timestamp rules for that row's
 response, as the session's own verification applies them.
 """
@@ -24,6 +25,8 @@ from .graph_io import BEAMS_FILE, WINDOWS_FILE, audio_feed
 
 class _Rows:
     """What both layouts share: each row's response tokens, and the masks on its logits."""
+
+    max_appended: int | None = None  # tokens a row may append in one call (None: any)
 
     def __init__(self, session, width: int):
         if width < 1:
@@ -41,6 +44,9 @@ class _Rows:
     def advance(self, rows: Sequence[tuple[int, int, Sequence[int]]]) -> list[np.ndarray]:
         if len(rows) != self.width:
             raise ValueError(f"advance takes one entry per row ({self.width}), got {len(rows)}")
+        if self.max_appended is not None and max(len(tokens) for _, _, tokens in rows) > self.max_appended:
+            raise ValueError(f"{self.graph_file} scores {self.max_appended} position a row a call: drafted tokens "
+                             "would be scored by other arithmetic than beams without them (its layers are int8)")
         for parent, kept, _ in rows:
             if not (0 <= parent < self.width and 0 <= kept <= len(self._responses[parent])):
                 raise ValueError(f"row {parent} holds {len(self._responses[parent])} response tokens, "
@@ -74,6 +80,8 @@ class WindowsRows(_Rows):
         super().__init__(session, width)
         model, alone = self._model, session.state
         self.graph_file = BEAMS_FILE if (model.dir / BEAMS_FILE).is_file() else WINDOWS_FILE
+        if self.graph_file == BEAMS_FILE:  # int8 layers: a wider call rounds otherwise (``convert.quantize``)
+            self.max_appended = 1
         self._graph = model.executor.session(self.graph_file, alone.threads)
         # one window's audio K/V for every row: the graph attends with all rows' queries in one block and reads
         # each head's K/V once a step (a sixth less time a step for 5 rows than a copy per row, and 36 MB a row
