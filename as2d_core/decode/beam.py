@@ -84,8 +84,8 @@ class Hypothesis:
 def log_softmax(rows: np.ndarray) -> np.ndarray:
     """Row-wise log-softmax in float64 (a masked entry stays -inf), in a new array.
 
-    Computed in place in two arrays, not in five: a beam step's rows are 2 MB in float64, and fresh memory
-    of that size is a page fault every 4 kB (a third of the step's Python time on this machine)."""
+    Computed in place in two arrays, not in five: a 5-beam step's rows are 2 MB in float64, and fresh memory
+    of that size costs a page fault every 4 kB (1.4 ms against 2.2 ms a step here, the same bits)."""
     rows = np.array(rows, dtype=np.float64)
     top = rows.max(axis=-1, keepdims=True)
     shifted = rows - top

@@ -84,8 +84,8 @@ class WindowsRows(_Rows):
             self.max_appended = 1
         self._graph = model.executor.session(self.graph_file, alone.threads)
         # one window's audio K/V for every row: the graph attends with all rows' queries in one block and reads
-        # each head's K/V once a step (a sixth less time a step for 5 rows than a copy per row, and 36 MB a row
-        # not copied; the conversion checks it against the single-window decoder)
+        # each head's K/V once a step (a sixth less time a step for 5 rows than reading it once a row, and 36 MB
+        # a row not copied; the conversion checks it against the single-window decoder)
         self._audio = {name: block[None] for name, block in audio_feed(alone.audio).items()}
         self._cache = np.empty((model.max_length, width, *alone.cache.shape[1:]), np.float32)
         self._cache[: self._prompt] = alone.cache[: self._prompt, None]
