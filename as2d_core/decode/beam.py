@@ -130,7 +130,7 @@ def beam_search(rows: BeamRows, eos_token: int, max_steps: int, beam: BeamOption
     cum = np.zeros(1)
     finished: list[Hypothesis] = []
     for step in range(max_steps):
-        flat = log_softmax(np.stack([logits[0] for logits in ahead]))
+        flat = log_softmax([logits[0] for logits in ahead])  # float64 straight from the rows: one copy
         vocab = flat.shape[1]
         flat += cum[:, None]
         flat = flat.reshape(-1)

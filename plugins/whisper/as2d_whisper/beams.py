@@ -26,8 +26,6 @@ from .graph_io import BEAMS_FILE, WINDOWS_FILE, audio_feed
 class _Rows:
     """What both layouts share: each row's response tokens, and the masks on its logits."""
 
-    max_appended: int | None = None  # tokens a row may append in one call (None: any)
-
     def __init__(self, session, width: int):
         if width < 1:
             raise ValueError(f"beam rows need a width of at least 1, got {width}")
@@ -44,9 +42,6 @@ class _Rows:
     def advance(self, rows: Sequence[tuple[int, int, Sequence[int]]]) -> list[np.ndarray]:
         if len(rows) != self.width:
             raise ValueError(f"advance takes one entry per row ({self.width}), got {len(rows)}")
-        if self.max_appended is not None and max(len(tokens) for _, _, tokens in rows) > self.max_appended:
-            raise ValueError(f"{self.graph_file} scores {self.max_appended} position a row a call: drafted tokens "
-                             "would be scored by other arithmetic than beams without them (its layers are int8)")
         for parent, kept, _ in rows:
             if not (0 <= parent < self.width and 0 <= kept <= len(self._responses[parent])):
                 raise ValueError(f"row {parent} holds {len(self._responses[parent])} response tokens, "
@@ -80,8 +75,6 @@ class WindowsRows(_Rows):
         super().__init__(session, width)
         model, alone = self._model, session.state
         self.graph_file = BEAMS_FILE if (model.dir / BEAMS_FILE).is_file() else WINDOWS_FILE
-        if self.graph_file == BEAMS_FILE:  # int8 layers: a wider call rounds otherwise (``convert.quantize``)
-            self.max_appended = 1
         self._graph = model.executor.session(self.graph_file, alone.threads)
         # one window's audio K/V for every row: the graph attends with all rows' queries in one block and reads
         # each head's K/V once a step (a sixth less time a step for 5 rows than reading it once a row, and 36 MB
@@ -89,6 +82,12 @@ class WindowsRows(_Rows):
         self._audio = {name: block[None] for name, block in audio_feed(alone.audio).items()}
         self._cache = np.empty((model.max_length, width, *alone.cache.shape[1:]), np.float32)
         self._cache[: self._prompt] = alone.cache[: self._prompt, None]
+
+    def advance(self, rows: Sequence[tuple[int, int, Sequence[int]]]) -> list[np.ndarray]:
+        if self.graph_file == BEAMS_FILE and any(len(tokens) > 1 for _, _, tokens in rows):
+            raise ValueError(f"{BEAMS_FILE} scores one position a row a call: drafted tokens would be scored by "
+                             "other arithmetic than beams without them (its layers are int8; ``convert.quantize``)")
+        return super().advance(rows)
 
     def _reorder(self, parents: list[int], kept: int) -> None:
         moved = [i for i, parent in enumerate(parents) if parent != i]

@@ -212,12 +212,10 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
                                 f"(`as2d models install {fp32_dir.name}`)")
     meta = json.loads((fp32_dir / "model.json").read_text())
     out_dir.mkdir(parents=True, exist_ok=True)
-    decoders = [f for f in (DECODER_FILE, WINDOWS_FILE) if (fp32_dir / f).is_file()]
-    outputs = {f: quantize_decoder(onnx.load(str(fp32_dir / f)), meta["dims"]["n_vocab"], out_dir / f) for f in decoders}
-    if (fp32_dir / WINDOWS_FILE).is_file():
-        quantize_decoder(onnx.load(str(fp32_dir / WINDOWS_FILE)), meta["dims"]["n_vocab"], out_dir / BEAMS_FILE,
-                         layers=True)
-        meta["files"] = [*meta["files"], BEAMS_FILE]
+    plan = ((DECODER_FILE, DECODER_FILE, False), (WINDOWS_FILE, WINDOWS_FILE, False), (WINDOWS_FILE, BEAMS_FILE, True))
+    outputs = {out: quantize_decoder(onnx.load(str(fp32_dir / source)), meta["dims"]["n_vocab"], out_dir / out, layers)
+               for source, out, layers in plan if (fp32_dir / source).is_file()}
+    meta["files"] = [*meta["files"], *(f for f in outputs if f not in meta["files"])]
     output_nodes = outputs[DECODER_FILE]
     encoder = onnx.load(str(fp32_dir / ENCODER_FILE))
     kept_fp32 = first_layer_products(encoder)
