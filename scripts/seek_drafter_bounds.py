@@ -55,10 +55,10 @@ class _Recorded:
 
 
 class _Recording:
-    """A draft job passing its pieces on and keeping them, with the request they drafted."""
+    """A draft job passing its pieces on and keeping them, once it has drafted them all, under ``key``."""
 
-    def __init__(self, job: DraftJob, kept: list) -> None:
-        self._job, self._kept, self.ended_with_eos = job, kept, False
+    def __init__(self, job: DraftJob, drafts: dict, key: tuple) -> None:
+        self._job, self._drafts, self._key, self.ended_with_eos = job, drafts, key, False
 
     def pieces(self):
         made = []
@@ -66,26 +66,30 @@ class _Recording:
             made.append(piece)
             yield piece
         self.ended_with_eos = bool(self._job.ended_with_eos)
-        self._kept.append((made, self.ended_with_eos))
+        self._drafts[self._key] = (made, self.ended_with_eos)
 
     def close(self) -> None:
         self._job.close()
 
 
 class RecordingSource(SourceWrapper):
-    """Drafts as the source does and records, per request, the request and its pieces; replays them if asked."""
+    """Drafts as the source does and records the requests and their pieces the first time; replays them if asked."""
 
     def __init__(self, source: Source) -> None:
         super().__init__(source)
         self.requests: list[Request] = []
-        self.drafts: dict[tuple, list] = {}
+        self.drafts: dict[tuple, tuple[list[DraftPiece], bool]] = {}
         self.replay = False
 
     def prepare(self, request: Request, language: str, threads: int) -> DraftJob:
+        key = _key(request)
         if self.replay:
-            return _Recorded(*self.drafts[_key(request)][0])
+            return _Recorded(*self.drafts[key])
+        job = self.inner.prepare(request, language, threads)
+        if key in self.drafts:
+            return job
         self.requests.append(request)
-        return _Recording(self.inner.prepare(request, language, threads), self.drafts.setdefault(_key(request), []))
+        return _Recording(job, self.drafts, key)
 
 
 def transcribe(pipeline, samples, request_id: str, decode=None) -> dict:
