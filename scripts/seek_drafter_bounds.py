@@ -11,7 +11,8 @@ exact tokens):
 - ``free``: every request's draft pieces replayed from that first run at once: a drafter that costs nothing.
 
 Prints, per method, the wall, the summed prepare and decode seconds and the process's CPU seconds (medians of
-the rounds), and whether every request's tokens equal target-only's.
+the rounds), and whether every request's tokens equal target-only's; then what the drafter costs alone on the
+same requests (no target beside it): its wall for all of them on its threads, and per drafted token.
 
     .venv/bin/python scripts/seek_drafter_bounds.py bench-out/long_once.wav --target whisper-base-int8 --rounds 2
 """
@@ -127,6 +128,16 @@ def drafting_ahead(pipeline, plan: list[Request], ahead: LookaheadSource):
     return decode
 
 
+def drafter_alone(source: Source, plan: list[Request], language: str, threads: int) -> tuple[float, int]:
+    """The drafter's wall for every planned request, one after another with nothing beside it, and its tokens."""
+    start, tokens = time.perf_counter(), 0
+    for request in plan:
+        job = source.prepare(request, language, threads)
+        tokens += sum(len(piece.tokens) for piece in job.pieces())
+        job.close()
+    return time.perf_counter() - start, tokens
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("audio", type=Path)
@@ -163,6 +174,11 @@ def main() -> None:
         exact = all(r["tokens"] == reference for r in rows)
         print(f"| {name} | {median['wall_s']:.2f} | {base / median['wall_s']:.2f}x | {median['prepare_s']:.2f} | "
               f"{median['decode_s']:.2f} | {median['cpu_s']:.1f} | {rows[0]['accepted']} | {'yes' if exact else 'NO'} |")
+    threads = options.decode.drafter_threads
+    alone = [drafter_alone(recording.inner, plan, options.language, threads) for _ in range(args.rounds)]
+    wall, tokens = statistics.median(w for w, _ in alone), alone[0][1]
+    print(f"\nThe drafter alone on the same {len(plan)} requests ({threads} thread(s), nothing beside it): {wall:.2f} s, "
+          f"{tokens} tokens drafted, {1000 * wall / max(tokens, 1):.2f} ms a token (encoding included)")
 
 
 if __name__ == "__main__":

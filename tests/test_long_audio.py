@@ -299,3 +299,21 @@ def test_the_whole_file_benchmark_runs_interleaved_rounds_and_quotes_medians(tmp
     assert rows[0]["windows"] >= 2 and rows[0]["tokens"] == rows[1]["tokens"] > 0
     table = capsys.readouterr().out
     assert "| as2d | " in table and "2 rounds" in table and "| yes |" in table
+
+
+def test_where_the_words_go_lists_the_stretches_where_two_systems_differ(tmp_path, monkeypatch, capsys):
+    """``scripts/where_words_go.py``: a lost last clip shows as one stretch of deletions, a single-word choice as
+    another, each with both systems' errors there; stretches where both err alike are left out."""
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    reference = tmp_path / "long.json"
+    reference.write_text(json.dumps([{"text": "The cat sat on the mat."}, {"text": "Ten of clubs."}]))
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps({"method": method, "text": text}) for method, text in [
+        ("greedy", "The cat sat on a mat."), ("beams", "The hat sat on a mat. Ten of clubs.")]) + "\n")
+    monkeypatch.setattr("sys.argv", ["where_words_go.py", str(rows), str(reference)])
+    _script("where_words_go").main()
+    out = capsys.readouterr().out
+    assert "reference words 1-2: 'cat'" in out and "reference words 6-9: 'ten of clubs'" in out
+    assert "'the'" not in out  # "a" for "the": both systems alike
+    assert "    greedy  3 errors: - | - | -" in out
+    assert out.rstrip().endswith("errors where the systems differ: greedy 3, beams 1")
