@@ -31,12 +31,19 @@ class Segment:
 
 @dataclass
 class VadOptions:
-    """The voice-activity detector's options (the Silero VAD plugin's): where long audio is cut."""
+    """The voice-activity detector's options (the Silero VAD plugin's), with faster-whisper's defaults for its
+    sequential ``transcribe(vad_filter=True)``: speech split at pauses of 2 s, padded by 0.4 s, spans as long as
+    the speech runs. The batched pipeline starts from ``WINDOWS_VAD`` instead."""
 
     threshold: float = 0.5
-    min_silence_duration_ms: int = 500
-    speech_pad_ms: int = 300
-    max_speech_duration_s: float = 30.0  # a window's limit
+    min_silence_duration_ms: int = 2000
+    speech_pad_ms: int = 400
+    max_speech_duration_s: float = float("inf")
+
+
+# the windows route's (``BatchedInferencePipeline``'s) defaults: shorter pauses cut the audio into windows of at
+# most 30 s (faster-whisper's batched pipeline also caps its spans at its 30 s chunk)
+WINDOWS_VAD = VadOptions(min_silence_duration_ms=500, speech_pad_ms=300, max_speech_duration_s=30.0)
 
 
 @dataclass

@@ -7,14 +7,13 @@ reset, ``vad_filter``. One that as2d does not have is refused with a ValueError 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import attrs
 
 from as2d_core.decode.options import DecodeOptions, temperatures
 
-from .objects import DEFAULT_PUNCTUATION, TranscriptionOptions, VadOptions
+from .objects import DEFAULT_PUNCTUATION, WINDOWS_VAD, TranscriptionOptions, VadOptions
 
 # faster-whisper's transcribe() option -> as2d's decoding option of the same meaning (the same name unless given)
 AS_DECODE_OPTIONS = {"beam_size": "beam_size", "best_of": "best_of", "patience": "patience",
@@ -69,14 +68,19 @@ def decode_options(given: dict[str, Any], base: DecodeOptions) -> DecodeOptions:
     return attrs.evolve(base, **values)
 
 
-def vad_options(parameters: dict | Any | None) -> VadOptions:
-    """The detector's options from faster-whisper's ``vad_parameters`` (a dict or its ``VadOptions``)."""
+def vad_options(parameters: dict | Any | None, route: str = "seek") -> VadOptions:
+    """The detector's options from faster-whisper's ``vad_parameters`` (a dict or its ``VadOptions``), over the
+    route's defaults: faster-whisper's sequential ones on the seek route, ``WINDOWS_VAD`` on the windows route,
+    whose spans are at most a window long whatever is given (as faster-whisper's batched pipeline caps them)."""
+    base = WINDOWS_VAD if route == "windows" else VadOptions()
     if parameters is None:
-        return VadOptions()
+        return base
     given = dict(parameters) if isinstance(parameters, dict) else (
         dataclasses.asdict(parameters) if dataclasses.is_dataclass(parameters) else dict(vars(parameters)))
-    fixed = {"neg_threshold": None, "min_speech_duration_ms": 0, "max_speech_duration_s": math.inf}
+    fixed = {"neg_threshold": None, "min_speech_duration_ms": 0, "max_speech_duration_s": base.max_speech_duration_s}
     ours = {f.name for f in dataclasses.fields(VadOptions)} - {"max_speech_duration_s"}
+    if route == "windows":
+        given.pop("max_speech_duration_s", None)
     for name, value in given.items():
         if name in ours:
             continue
@@ -84,7 +88,7 @@ def vad_options(parameters: dict | Any | None) -> VadOptions:
             raise ValueError(f"unknown VAD parameter {name!r}; as2d's detector takes {', '.join(sorted(ours))}")
         if value != fixed[name]:
             raise refuse(f"vad_parameters[{name!r}]", value, f"as2d's detector takes only {', '.join(sorted(ours))}")
-    return VadOptions(**{k: v for k, v in given.items() if k in ours})
+    return dataclasses.replace(base, **{k: v for k, v in given.items() if k in ours})
 
 
 def transcription_options(given: dict[str, Any], decode: DecodeOptions) -> TranscriptionOptions:

@@ -126,7 +126,7 @@ class WhisperModel:
         given = dict(locals())
         given.pop("self")
         check_options(given)
-        vad = vad_options(vad_parameters) if vad_filter else None
+        vad = vad_options(vad_parameters, self.decode_options.route) if vad_filter else None
         samples = audio_samples(audio)
         if samples.size == 0:
             raise ValueError("the audio is empty")
@@ -238,10 +238,9 @@ def _window_segments(window: WindowResult, word_timestamps: bool, count: int) ->
     words = []
     if word_timestamps:  # the words of the kept segments: a long-form request's last one may be decoded again
         words = [w.shifted(window.window.start_s) for w in window.result.words]
-        if window.speech is not None:  # times in speech joined by vad_filter, back to the file's
-            original = window.speech.original_s
-            words = [attrs.evolve(w, start_s=original(w.start_s), end_s=original(w.end_s)) for w in words]
         end = segments[-1].end_s if segments else window.start_s
+        if window.speech is not None:  # times in speech joined by vad_filter, back to the file's
+            words = window.speech.words(words)
         words = [w for w in words if w.start_s < end]
     grouped = words_by_segment(segments, words) if word_timestamps else [None] * len(segments)
     ratio = compression_ratio(window.result.text.strip())  # as faster-whisper: the decoded text, stripped

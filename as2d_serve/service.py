@@ -23,7 +23,8 @@ import attrs
 import numpy as np
 
 from as2d_core.workers.cleanup import reported
-from as2d_core.setup.build import build_parts, build_source, default_detector, pipeline_options, source_spec
+from as2d_core.setup.build import (build_parts, build_source, default_detector, long_form_detector,
+                                   pipeline_options, source_spec)
 from as2d_core.setup.config import Config, Report
 from as2d_core.capabilities import Closable, WindowBatching
 from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Request, Target
@@ -131,6 +132,7 @@ class Worker:
         self.sources: dict[str, object] = {}
         self.bridges: dict[str, BridgeFactory] = {}  # each source's bridge to the target, resolved as it loads
         self.detector = default_detector()  # voice activity, to cut audio over 30 s at pauses
+        self.long_form_detector = long_form_detector()  # the speech that the seek route's vad_filter keeps
         self._sources_lock = threading.Lock()  # with slots, requests at once build and drop sources
         self.options = pipeline_options(settings.config)
         self.target, source = build_parts(settings.config, settings.report, with_source=True)
@@ -196,7 +198,8 @@ class Worker:
                                decode=decode, lookahead=self.options.lookahead and fault is None,
                                task="translate" if ask.task == "translate" else self.options.task,
                                scores=ask.scores)
-        pipeline = Pipeline(target, source, options, detector=self.detector, bridge=bridge)
+        pipeline = Pipeline(target, source, options, detector=self.detector, bridge=bridge,
+                            long_form_detector=self.long_form_detector)
         transcript = pipeline.transcribe(ask.samples, request_id=f"serve-{id(cancel):x}", check=ask.check,
                                          on_text=on_text)
         outcome = Transcription(transcript, ask.duration_s, words=decode.word_timestamps)

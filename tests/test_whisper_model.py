@@ -168,6 +168,7 @@ def test_an_as2d_model_folder_works_and_other_folders_say_why_not(tmp_path):
 
 # each window alone, as faster-whisper decodes it greedily without fallback
 ALONE = {"language": "en", "temperature": 0.0, "condition_on_previous_text": False, "vad_filter": False}
+VAD_ALONE = {k: v for k, v in ALONE.items() if k != "vad_filter"}
 SCORED = ["cmu_cards_en_w00", "librivox_sense_en_w00", "ljspeech_en_w00"]
 # measured here: at most 4e-5 and 3e-6 apart on these windows (float32 both; see the test's docstring)
 AVG_LOGPROB_TOLERANCE, NO_SPEECH_TOLERANCE = 2e-4, 1e-4
@@ -229,6 +230,44 @@ def test_scores_are_faster_whispers_on_the_same_audio_and_tokens(fp32_model, fas
         assert ours[0].avg_logprob == pytest.approx(avg_logprob, abs=AVG_LOGPROB_TOLERANCE), item
         assert ours[0].no_speech_prob == pytest.approx(no_speech_prob, abs=NO_SPEECH_TOLERANCE), item
         assert ours[0].compression_ratio == pytest.approx(compression_ratio(faster_whisper, tokens)), item
+
+
+BUNDLED_CLIPS = ["librivox_sense_0870", "cmu_cards_001", "librivox_sense_0880", "cmu_cards_002", "librivox_sense_0890",
+                 "cmu_cards_003", "librivox_sense_0920", "cmu_cards_004", "librivox_sense_0930", "cmu_cards_005"]
+
+
+def test_vad_filter_cuts_the_silences_faster_whisper_cuts_and_gives_its_segments(fp32_model, faster_whisper):
+    """``vad_filter=True`` on the bundled clips with 3 s of silence between them (about 70 s): both drop the same
+    silences (faster-whisper's sequential defaults: pauses of 2 s, 0.4 s of padding, spans as long as the speech
+    runs), walk the joined speech by the seek (two requests at least), and give the same segments word for word
+    at the same times in the file, mapped back as faster-whisper maps them (a start at the end of a span moves
+    to the next one, an end stays). The last segment's end aside: as2d keeps it within the audio."""
+    pause = np.zeros(3 * 16_000, np.float32)
+    audio = np.concatenate([part for clip in BUNDLED_CLIPS for part in (speech_audio(clip), pause)])
+    theirs = list(faster_whisper.transcribe(audio, beam_size=1, vad_filter=True, **VAD_ALONE)[0])
+    segments, info = fp32_model.transcribe(audio, vad_filter=True, **VAD_ALONE)
+    ours = list(segments)
+    assert info.vad_options.min_silence_duration_ms == 2000 and info.vad_options.speech_pad_ms == 400
+    assert info.duration - info.duration_after_vad > 9 * 2 and len({s.seek for s in ours}) >= 2
+    assert [s.text for s in ours] == [s.text for s in theirs]
+    assert [(s.start, s.end) for s in ours][:-1] == [(s.start, s.end) for s in theirs][:-1]
+    assert ours[-1].start == theirs[-1].start and ours[-1].end <= audio.size / 16_000
+
+
+def test_speech_map_moves_times_as_faster_whisper_restores_them():
+    """Spans at 1-3 s and 5-6 s of the file: 2 s into the joined speech is the end of the first span, so a start
+    there belongs to the second (5 s) and an end to the first (3 s); a word belongs wholly to the span of its
+    middle; times are rounded to 10 ms."""
+    from as2d_core.decode.timestamps import Segment
+    from as2d_core.input.seek import SpeechMap
+
+    speech = SpeechMap(((16_000, 48_000), (80_000, 96_000)))
+    assert (speech.original_s(0.0), speech.original_s(2.0), speech.original_s(2.0, is_end=True)) == (1.0, 5.0, 3.0)
+    assert speech.original_s(2.123456) == 5.12
+    segment = speech.segments([Segment(0.5, 2.0, " a", ())])[0]
+    assert (segment.start_s, segment.end_s) == (1.5, 3.0)
+    early, late = speech.words([Segment(1.9, 2.06, " b", ()), Segment(1.98, 2.5, " c", ())])
+    assert (early.start_s, early.end_s, late.start_s, late.end_s) == (2.9, 3.06, 4.98, 5.5)
 
 
 def compression_ratio(model, tokens: list[int]) -> float:

@@ -74,6 +74,13 @@ class PipelineOptions:
     scores: bool = False
 
 
+def _made(detector: DetectorOrMaker) -> SpeechDetector | None:
+    """A detector, made now if it was given as what makes one (once, when a file first needs it)."""
+    if callable(detector) and not isinstance(detector, SpeechDetector):
+        return detector()
+    return detector
+
+
 def _first_commit_then(action: Callable[[], None], then: OnCommit | None) -> OnCommit:
     """An ``OnCommit`` that runs ``action`` at the first commit (the target is prepared), then ``then`` each time."""
     pending = [action]
@@ -94,7 +101,8 @@ class Pipeline:
     bridge for the pair, the installed voice-activity detector). ``decode`` replaces the engine call per
     request (for a baseline such as serial speculative decoding); by default every request goes to
     ``run_request``. ``bridge`` carries the source's tokens to the target: a method that drafts needs one.
-    ``detector`` cuts audio over 30 s at pauses: a detector, None, or a callable that makes one when first needed.
+    ``detector`` cuts audio over 30 s at pauses: a detector, None, or a callable that makes one when first needed;
+    ``long_form_detector`` (the same kinds) finds the speech that the seek route's ``vad_filter`` keeps.
     """
 
     def __init__(
@@ -105,6 +113,7 @@ class Pipeline:
         detector: DetectorOrMaker = None,
         decode: Decoder | None = None,
         bridge: BridgeFactory | None = None,
+        long_form_detector: DetectorOrMaker = None,
     ) -> None:
         self.options = options or PipelineOptions()
         drafts = get_method(self.options.method).needs_source and decode is None
@@ -121,6 +130,7 @@ class Pipeline:
         self._source = source
         self.source = self._ahead or source
         self._detector = detector
+        self._long_form_detector = long_form_detector
         self._decode = decode
         self._lock = threading.Lock()
         self.device_profile()  # a file that is no device profile fails here, before any audio is read
@@ -129,13 +139,17 @@ class Pipeline:
         """The same parts with ``PipelineOptions`` changed: a new pipeline, since the options decide how the
         source is wrapped (never change ``options`` of a pipeline that is built)."""
         return Pipeline(self.target, self._source, attrs.evolve(self.options, **changes), self._detector,
-                        self._decode, self.bridge)
+                        self._decode, self.bridge, self._long_form_detector)
 
     @property
     def detector(self) -> SpeechDetector | None:
-        if callable(self._detector) and not isinstance(self._detector, SpeechDetector):
-            self._detector = self._detector()  # made once, when a file first needs it
+        self._detector = _made(self._detector)
         return self._detector
+
+    @property
+    def long_form_detector(self) -> SpeechDetector | None:
+        self._long_form_detector = _made(self._long_form_detector)
+        return self._long_form_detector
 
     def device_profile(self) -> dict | None:
         """The device profile ``decode.profile`` names, or None; ``decode.profile.NotAProfile`` (a ValueError)
@@ -242,7 +256,7 @@ class Pipeline:
         """``transcribe`` by Whisper's long-form rules (``input.sequential``); ``on_text`` hears each request's kept
         text once the request is done (a request's last segment may be decoded again by the next one)."""
         mode = self.options.decode
-        detector = self.detector if mode.vad_filter else None
+        detector = self.long_form_detector if mode.vad_filter else None
         if mode.vad_filter and detector is None:
             raise ValueError("vad_filter needs a voice-activity detector: pip install ./plugins/silero_vad")
         with self._lock:

@@ -13,7 +13,10 @@ decoding's in the same mode: every decision of the loop is taken on the same tok
 """
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 import numpy as np
@@ -99,26 +102,45 @@ def seek_steps(samples: np.ndarray, make_request: Callable[[Window, str | None, 
 @attrs.frozen
 class SpeechMap:
     """Speech spans cut out of long audio and joined (faster-whisper's ``vad_filter`` in sequential mode); maps
-    times in the joined audio back to the original."""
+    times in the joined audio back to the original as faster-whisper's ``restore_speech_timestamps`` does: a
+    time belongs to the span whose joined end comes after it (an end time exactly at a span's end, to that span;
+    a word, wholly to the span of its middle), and moves by the silence cut before that span, rounded to 10 ms."""
 
     spans: tuple[tuple[int, int], ...]  # (start, end) samples of the original
 
     @classmethod
     def detect(cls, samples: np.ndarray, detector: SpeechDetector) -> "SpeechMap":
-        return cls(tuple(detector.speech_spans(samples, MAX_WINDOW_S)))
+        """The detector's speech spans, as long as the speech runs (faster-whisper's ``max_speech_duration_s``
+        is unbounded here: the joined audio is walked by the seek, not cut into windows)."""
+        return cls(tuple(detector.speech_spans(samples, math.inf)))
 
     def joined(self, samples: np.ndarray) -> np.ndarray:
         parts = [samples[a:b] for a, b in self.spans]
         return np.concatenate(parts) if parts else samples[:0]
 
-    def original_s(self, joined_s: float) -> float:
-        """The original time of a time in the joined audio (the end of a span stays in it)."""
-        at = round(joined_s * SAMPLE_RATE)
+    def _joined_ends(self) -> tuple[list[int], list[float]]:
+        """Each span's end in the joined audio (samples) and the silence cut before it (seconds)."""
+        ends, silences, cut, previous = [], [], 0, 0
         for start, end in self.spans:
-            if at <= end - start:
-                return (start + at) / SAMPLE_RATE
-            at -= end - start
-        return self.spans[-1][1] / SAMPLE_RATE if self.spans else joined_s
+            cut += start - previous
+            previous = end
+            ends.append(end - cut)
+            silences.append(cut / SAMPLE_RATE)
+        return ends, silences
+
+    def span_of(self, joined_s: float, is_end: bool = False) -> int:
+        ends, _ = self._joined_ends()
+        sample = int(joined_s * SAMPLE_RATE)
+        if is_end and sample in ends:
+            return ends.index(sample)
+        return min(bisect.bisect(ends, sample), len(ends) - 1)
+
+    def original_s(self, joined_s: float, is_end: bool = False, span: int | None = None) -> float:
+        """The original time of a time in the joined audio (``span``: the span it is known to belong to)."""
+        if not self.spans:
+            return joined_s
+        span = self.span_of(joined_s, is_end) if span is None else span
+        return round(self._joined_ends()[1][span] + joined_s, 2)
 
     def skipped(self, total: int) -> tuple[tuple[float, float], ...]:
         edges = [0] + [x for span in self.spans for x in span] + [total]
@@ -126,5 +148,15 @@ class SpeechMap:
 
     def segments(self, segments: Sequence[Segment]) -> list[Segment]:
         """``segments`` (times in the joined audio) with their times in the original."""
-        return [attrs.evolve(s, start_s=self.original_s(s.start_s), end_s=self.original_s(s.end_s))
+        return [attrs.evolve(s, start_s=self.original_s(s.start_s), end_s=self.original_s(s.end_s, is_end=True))
                 for s in segments]
+
+    def words(self, words: Sequence[Any]) -> list[Any]:
+        """``words`` (``start_s``, ``end_s`` in the joined audio) with their times in the original, each word's
+        two times moved by the silence before the span of its middle."""
+        out = []
+        for word in words:
+            span = self.span_of((word.start_s + word.end_s) / 2)
+            out.append(attrs.evolve(word, start_s=self.original_s(word.start_s, span=span),
+                                    end_s=self.original_s(word.end_s, span=span)))
+        return out

@@ -23,14 +23,11 @@ class WindowResult:
 
     @property
     def start_s(self) -> float:
-        return self._original(self.window.start_s)
+        return self.window.start_s if self.speech is None else self.speech.original_s(self.window.start_s)
 
     @property
     def end_s(self) -> float:
-        return self._original(self.window.end_s)
-
-    def _original(self, seconds: float) -> float:
-        return seconds if self.speech is None else self.speech.original_s(seconds)
+        return self.window.end_s if self.speech is None else self.speech.original_s(self.window.end_s, is_end=True)
 
     @property
     def text(self) -> str:

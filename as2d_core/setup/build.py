@@ -115,22 +115,35 @@ def parts_from_config(path: Path, overrides: dict | None = None, with_source: bo
     return (config, report, *build_parts(config, report, with_source))
 
 
-def default_detector() -> SpeechDetector | None:
-    """The first installed voice-activity detector plugin, or None."""
+# faster-whisper's VadOptions defaults, which its sequential transcribe(vad_filter=True) uses: speech split at
+# pauses of 2 s, padded by 0.4 s, spans as long as the speech (``SpeechMap.detect``); the windows route keeps the
+# detector's own defaults, which cut at shorter pauses into windows of at most 30 s
+LONG_FORM_VAD = {"threshold": 0.5, "min_silence_ms": 2000, "pad_ms": 400}
+
+
+def default_detector(options: dict | None = None) -> SpeechDetector | None:
+    """The first installed voice-activity detector plugin (with ``options``, ``hookspecs.DETECTOR_OPTIONS``), or None."""
     registry = load_registry()
     names = registry.names("detector")
-    return registry.get("detector", names[0]).factory({}) if names else None
+    return registry.get("detector", names[0]).factory(options or {}) if names else None
+
+
+def long_form_detector() -> SpeechDetector | None:
+    """The detector of the seek route's ``vad_filter``, with faster-whisper's defaults (``LONG_FORM_VAD``)."""
+    return default_detector(LONG_FORM_VAD)
 
 
 def build_pipeline(target, source=None, options: PipelineOptions | None = None,
-                   detector: DetectorOrMaker = default_detector, decode: Decoder | None = None) -> Pipeline:
+                   detector: DetectorOrMaker = default_detector, decode: Decoder | None = None,
+                   long_form_detector: DetectorOrMaker = long_form_detector) -> Pipeline:
     """A pipeline on loaded models with its parts from the registry: the bridge that carries the source's tokens
     to the target, found once here, so a pair that no bridge connects fails before any audio is read
-    (``LookupError``); by default the first installed voice-activity detector, made when a file first needs it."""
+    (``LookupError``); by default the first installed voice-activity detector, made when a file first needs it
+    (for the seek route's ``vad_filter``, with faster-whisper's options)."""
     options = options or PipelineOptions()
     drafts = source is not None and decode is None and get_method(options.method).needs_source
     bridge = resolve_bridge(source, target) if drafts else None
-    return Pipeline(target, source, options, detector, decode, bridge)
+    return Pipeline(target, source, options, detector, decode, bridge, long_form_detector)
 
 
 def pipeline_from_config(path: str | Path, overrides: dict | None = None, **fields) -> Pipeline:
