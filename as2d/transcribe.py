@@ -21,10 +21,10 @@ import attrs
 import numpy as np
 
 from as2d_core.cli.progress import AudioProgress
-from as2d_core.cli.subtitles import words_by_segment
 from as2d_core.capabilities import LanguageDetector
 from as2d_core.contracts import SAMPLE_RATE, Recording, Request
 from as2d_core.decode.options import DEFAULT_TEMPERATURES, DecodeOptions
+from as2d_core.decode.words import words_by_segment
 from as2d_core.decode.scores import compression_ratio, is_silent
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from as2d_core.input.sequential import speech_only
@@ -235,14 +235,16 @@ def _score(value: float | None) -> float:
 def _window_segments(window: WindowResult, word_timestamps: bool, count: int) -> list[Segment]:
     """A decoded request's (kept) segments as faster-whisper's, numbered after ``count``, with their words."""
     segments = window.segments
-    words = []
-    if word_timestamps:  # the words of the kept segments: a long-form request's last one may be decoded again
+    grouped: list = [None] * len(segments)
+    if word_timestamps:  # the words of the kept segments, in the file's time, to 10 ms as faster-whisper's
         words = [w.shifted(window.window.start_s) for w in window.result.words]
-        end = segments[-1].end_s if segments else window.start_s
         if window.speech is not None:  # times in speech joined by vad_filter, back to the file's
             words = window.speech.words(words)
-        words = [w for w in words if w.start_s < end]
-    grouped = words_by_segment(segments, words) if word_timestamps else [None] * len(segments)
+        words = [attrs.evolve(w, start_s=round(w.start_s, 2), end_s=round(w.end_s, 2)) for w in words]
+        grouped = words_by_segment(segments, words)
+        if window.speech is not None:  # a segment spans its words, as faster-whisper restores it
+            segments = [attrs.evolve(s, start_s=group[0].start_s, end_s=group[-1].end_s) if group else s
+                        for s, group in zip(segments, grouped)]
     ratio = compression_ratio(window.result.text.strip())  # as faster-whisper: the decoded text, stripped
     temperature = 0.0 if window.temperature is None else window.temperature
     return [Segment(id=count + i + 1, seek=window.window.start // HOP, start=s.start_s, end=s.end_s, text=s.text,

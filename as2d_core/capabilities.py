@@ -128,21 +128,34 @@ class Word:
         return {"word": self.word, "start_s": self.start_s, "end_s": self.end_s, "probability": self.probability}
 
 
+@attrs.frozen
+class TimedWords:
+    """A response's words and its segments' times as the words fit them: as Whisper's word timestamps do, a
+    segment's start and end move to its first and last word's, unless that word runs far past the segment's
+    timestamp (then the word is cut back instead). Times in seconds from the request's start."""
+
+    words: list[Word]
+    segments: list[tuple[float, float]]  # (start_s, end_s) of each of the response's segments with text, in order
+
+
 @runtime_checkable
 class WordAligner(Protocol):
     """Optional for a target: word timestamps for a committed response, in one pass after decoding.
 
-    They depend only on the request and the tokens, so every method that commits the same tokens gets
-    the same words at the same cost. A request that wants them says so (``Request.word_timestamps``),
-    so its session can keep what the pass needs (the audio's encoding); the target lists
-    ``"word_timestamps"`` in its ``features``.
+    They depend only on the request, the tokens and where the speech before them ended, so every method that
+    commits the same tokens gets the same words at the same cost. A request that wants them says so
+    (``Request.word_timestamps``), so its session can keep what the pass needs (the audio's encoding); the
+    target lists ``"word_timestamps"`` in its ``features``.
     """
 
     def prepare_words(self, threads: int) -> None:
         """Load what aligning needs (once), or raise saying what to install."""
 
-    def align_words(self, request: Request, language: str, tokens: Sequence[int], threads: int) -> list[Word]:
-        """The words of ``tokens`` (response tokens, timestamp tokens included) in order, inside their segments."""
+    def align_words(self, request: Request, language: str, tokens: Sequence[int], threads: int,
+                    last_speech_s: float = 0.0) -> TimedWords:
+        """The words of ``tokens`` (response tokens, timestamp tokens included) in order, and their segments'
+        times; ``last_speech_s``: where the speech before them ended, in seconds of the audio the request is cut
+        from (its ``offset``), as Whisper's long form carries it from request to request."""
 
 
 @runtime_checkable

@@ -254,6 +254,26 @@ def test_vad_filter_cuts_the_silences_faster_whisper_cuts_and_gives_its_segments
     assert ours[-1].start == theirs[-1].start and ours[-1].end <= audio.size / 16_000
 
 
+def test_word_timestamps_seek_to_the_last_words_end_as_faster_whispers_do(fp32_model, faster_whisper):
+    """``word_timestamps=True`` over the bundled clips with 1 s pauses (about 50 s): faster-whisper times the
+    words of the segments it keeps, moves each segment's ends to its words' and seeks to the last word's end,
+    not to the last timestamp. as2d gives the same requests (their seeks), segments, times and words (to
+    faster-whisper's own float noise), the last segment's end aside (kept within the audio)."""
+    pause = np.zeros(16_000, np.float32)
+    audio = np.concatenate([part for clip in BUNDLED_CLIPS for part in (speech_audio(clip), pause)])
+    theirs = list(faster_whisper.transcribe(audio, beam_size=1, word_timestamps=True, **ALONE)[0])
+    ours = list(fp32_model.transcribe(audio, word_timestamps=True, **ALONE)[0])
+    assert [s.seek for s in ours] == [s.seek for s in theirs] and len({s.seek for s in ours}) >= 2
+    second = next(s.seek for s in ours if s.seek)  # the second request starts where a word ended
+    assert round(second / 100, 2) in {round(w.end, 2) for s in ours for w in s.words}
+    assert [s.text for s in ours] == [s.text for s in theirs]
+    times = [t for s in ours[:-1] for t in (s.start, s.end)]
+    assert times == pytest.approx([t for s in theirs[:-1] for t in (s.start, s.end)], abs=1e-9)
+    assert [w.word for s in ours for w in s.words] == [w.word for s in theirs for w in s.words]
+    times = [t for s in ours for w in s.words for t in (w.start, w.end)]
+    assert times == pytest.approx([t for s in theirs for w in s.words for t in (w.start, w.end)], abs=1e-9)
+
+
 def test_speech_map_moves_times_as_faster_whisper_restores_them():
     """Spans at 1-3 s and 5-6 s of the file: 2 s into the joined speech is the end of the first span, so a start
     there belongs to the second (5 s) and an end to the first (3 s); a word belongs wholly to the span of its

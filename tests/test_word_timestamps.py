@@ -151,7 +151,10 @@ def test_words_match_faster_whisper_word_timestamps(transcripts):
                                                                                np.percentile(diffs, 95))
 
 
-def test_timestamp_mode_words_are_inside_their_segments(whisper_target, whisper_ct2_source):
+def test_timestamp_mode_segments_span_their_words(whisper_target, whisper_ct2_source):
+    """Each segment's words spell its text, and the segment runs from its first word's start to its last word's
+    end (faster-whisper moves a segment's ends to its words'; a word that runs far past its segment's timestamp
+    is cut back to it instead, so a word never starts after its segment nor ends before it)."""
     row = speech_row("librivox_sense_en_w00")
     options = PipelineOptions(language="en", decode=attrs.evolve(WORDS, timestamps="segment"))
     transcript = build_pipeline(whisper_target, whisper_ct2_source, options).transcribe(load_audio(row["file"]), check=True)
@@ -164,7 +167,8 @@ def test_timestamp_mode_words_are_inside_their_segments(whisper_target, whisper_
         while words and "".join(w.word for w in mine).strip() != segment.text.strip():
             mine.append(words.pop(0))
         assert "".join(w.word for w in mine).strip() == segment.text.strip()
-        assert all(segment.start_s <= w.start_s <= w.end_s <= segment.end_s for w in mine), segment
+        assert mine[0].start_s <= segment.start_s and mine[-1].end_s >= segment.end_s, segment
+        assert all(a.end_s <= b.start_s for a, b in zip(mine, mine[1:])), segment
     assert not words
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from as2d_core.decode.words import words_by_segment
+
 MAX_CHARS = 42  # per line: the usual limit of broadcast and streaming subtitle guidelines
 MAX_LINES = 2  # per cue
 
@@ -117,22 +119,6 @@ def split_cue(start_s: float, end_s: float, text: str, words: Sequence[Any] | No
         cues.append((a, max(a, b), wrap(" ".join(group), max_chars, max_lines) or " ".join(group)))
         at += len(group)
     return cues
-
-
-def words_by_segment(segments: Sequence[Any], words: Sequence[Any]) -> list[list[Any]]:
-    """Each segment's words: the next words until they hold as many non-space characters as its text (a
-    window's words spell its text, and its segments split it)."""
-    out, at = [], 0
-    for segment in segments:
-        need, mine = len("".join(segment.text.split())), []
-        while at < len(words) and need > 0:
-            need -= len("".join(words[at].word.split()))
-            mine.append(words[at])
-            at += 1
-        out.append(mine)
-    if out and at < len(words):
-        out[-1].extend(words[at:])
-    return out
 
 
 def transcript_cues(transcript, max_chars: int = MAX_CHARS, max_lines: int = MAX_LINES) -> list[Cue]:

@@ -190,21 +190,29 @@ class Pipeline:
                        instruction=o.instruction, previous_text=previous_text, scores=o.scores, **fields)
 
     def decode(self, request: Request, options: DecodeOptions | None = None,
-               on_commit: OnCommit | None = None, method: str | None = None) -> DecodeResult:
+               on_commit: OnCommit | None = None, method: str | None = None, words: bool = True) -> DecodeResult:
         """One request; ``on_commit`` hears its tokens as they are committed (not with a ``decode`` of its own);
-        ``method``: another than the options' (target-only, where a file's route does not draft)."""
+        ``method``: another than the options' (target-only, where a file's route does not draft); ``words``: its
+        words timed when it asks for them (the long form times them itself, on the segments it keeps)."""
         options = options or self.options.decode
         if self._decode is not None:
-            return add_words(self.target, request, self._decode(request), options.target_threads)
-        method = method or self.options.method
-        source = self.source if get_method(method).needs_source else None
-        return add_words(self.target, request, self._in_mode(request, method, options, on_commit, source),
-                         options.target_threads)
+            result = self._decode(request)
+        else:
+            method = method or self.options.method
+            source = self.source if get_method(method).needs_source else None
+            result = self._in_mode(request, method, options, on_commit, source)
+        return add_words(self.target, request, result, options.target_threads) if words else result
 
-    def reference(self, request: Request) -> DecodeResult:
+    def reference(self, request: Request, words: bool = True) -> DecodeResult:
         """Target-only decoding of the same request in the same mode: what every method must reproduce."""
-        return add_words(self.target, request, self._in_mode(request, "target-only", self.options.decode),
-                         self.options.decode.target_threads)
+        result = self._in_mode(request, "target-only", self.options.decode)
+        return add_words(self.target, request, result, self.options.decode.target_threads) if words else result
+
+    def time_words(self, request: Request, result: DecodeResult, tokens: list[int],
+                   last_speech_s: float) -> DecodeResult:
+        """``result`` with the words of ``tokens`` (the segments it keeps) timed and its segments fitted to them,
+        the speech before them having ended at ``last_speech_s`` (Whisper's long form)."""
+        return add_words(self.target, request, result, self.options.decode.target_threads, last_speech_s, tokens)
 
     def _in_mode(self, request: Request, method: str, options: DecodeOptions, on_commit: OnCommit | None = None,
                  source: Source | None = None) -> DecodeResult:

@@ -26,6 +26,7 @@ from as2d_core.decode.fallback import Attempt, decode_with_fallback, is_silence
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.timestamps import TIME_PRECISION_S, Segment, marked_up
+from as2d_core.decode.words import speech_end_s, words_by_segment
 from as2d_core.input.windows import MAX_WINDOW_S, SpeechDetector, Window
 
 HOP = SAMPLE_RATE // 100  # one mel frame: the unit of the seek
@@ -56,26 +57,42 @@ def kept_segments(result: DecodeResult, segment_frames: int) -> tuple[list[Segme
     begin = result.timestamp_ids[0]
     tokens = result.tokens
     pairs = [i for i in range(1, len(tokens)) if tokens[i] >= begin and tokens[i - 1] >= begin]
-    single_ending = len(tokens) >= 2 and tokens[-2] < begin <= tokens[-1]
     segments = list(result.segments)
-    if not pairs or single_ending:
+    if not pairs or ends_on_single_timestamp(result):
         return segments, segment_frames
     if segments and segments[-1].tokens[-1] < begin:  # the unfinished segment is decoded again
         segments.pop()
     return segments, (tokens[pairs[-1] - 1] - begin) * FRAMES_PER_TIMESTAMP
 
 
+def ends_on_single_timestamp(result: DecodeResult) -> bool:
+    """Whether a timestamped response's text ends on one timestamp: the model saw no speech after it."""
+    if result.timestamp_ids is None:
+        return False
+    begin, tokens = result.timestamp_ids[0], result.tokens
+    return len(tokens) >= 2 and tokens[-2] < begin <= tokens[-1]
+
+
+# with word timestamps: (request, its kept result, the kept segments' tokens, where the speech before them ended in
+# seconds of the walked audio) -> the result with its words and its segments' times as they fit them
+TimeWords = Callable[[Request, DecodeResult, list[int], float], DecodeResult]
+
+
 def seek_steps(samples: np.ndarray, make_request: Callable[[Window, str | None, bool], Request],
-               decode: Callable[[Request], DecodeResult], mode: DecodeOptions, initial_prompt: bool = False):
+               decode: Callable[[Request], DecodeResult], mode: DecodeOptions, initial_prompt: bool = False,
+               time_words: TimeWords | None = None):
     """Walk ``samples`` as faster-whisper's sequential transcription does, yielding each :class:`SeekStep`.
 
     ``make_request(window, previous_text, first)`` builds the request on ``samples[window.start : window.end]``
     (``first``: the user's prompt, if
     any, still applies); ``decode`` decodes one request in its mode (greedy, sampled or beam search).
+    With ``time_words`` (word timestamps) the kept segments' words are timed, and, as faster-whisper does, the
+    seek moves to the last word's end unless the response ended on a single timestamp.
     """
     content_frames = samples.size // HOP
     seek, index = 0, 0
     history: list[str] = []  # marked-up text of the kept segments since the last prompt reset
+    last_speech_s = 0.0  # with word timestamps: where the speech of the kept segments so far ended
     prompt_on = initial_prompt
     while seek < content_frames:
         size = min(SEGMENT_FRAMES, content_frames - seek)
@@ -91,12 +108,42 @@ def seek_steps(samples: np.ndarray, make_request: Callable[[Window, str | None, 
             continue
         segments, advance = kept_segments(result, size)
         kept = attrs.evolve(result, segments=segments, text="".join(s.text for s in segments))
+        if time_words is not None:
+            kept = time_words(request, kept, [t for s in segments for t in s.tokens], last_speech_s)
+            end = speech_end_s(kept)
+            if end is not None:
+                last_speech_s = window.start_s + end
+                if not ends_on_single_timestamp(result) and last_speech_s > window.start_s:
+                    advance = round(last_speech_s * SAMPLE_RATE / HOP) - seek
+        kept, segments = without_empty_segments(kept, segments, time_words is not None)
         yield SeekStep(window, attempt, attempts, kept, False)
         if not mode.condition_on_previous_text or attempt.temperature > mode.prompt_reset_on_temperature:
             history, prompt_on = [], False
         else:
             history.append(marked_up(segments))
         seek, index = seek + max(advance, 1), index + 1
+
+
+def without_empty_segments(kept: DecodeResult, segments: list[Segment], timed: bool
+                           ) -> tuple[DecodeResult, list[Segment]]:
+    """The kept result and its segments as decoded, less those that start where they end, which faster-whisper
+    neither gives nor feeds to the next prompt: by their timestamps, or with word timestamps by their words'
+    times (their words go with them)."""
+    begin = kept.timestamp_ids[0] if kept.timestamp_ids else None
+
+    def empty(decoded: Segment, fitted: Segment) -> bool:
+        if timed:
+            return fitted.start_s == fitted.end_s
+        return begin is not None and decoded.tokens[0] >= begin and decoded.tokens[0] == decoded.tokens[-1]
+
+    drop = [empty(decoded, fitted) for decoded, fitted in zip(segments, kept.segments)]
+    if not any(drop):
+        return kept, segments
+    words = words_by_segment(kept.segments, kept.words) if kept.words else [[] for _ in segments]
+    fitted = [s for s, out in zip(kept.segments, drop) if not out]
+    kept = attrs.evolve(kept, segments=fitted, text="".join(s.text for s in fitted),
+                        words=[w for group, out in zip(words, drop) if not out for w in group])
+    return kept, [s for s, out in zip(segments, drop) if not out]
 
 
 @attrs.frozen

@@ -6,6 +6,7 @@ every decision of the loop is taken on exact tokens, both runs make the same req
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
@@ -22,16 +23,21 @@ from as2d_core.input.windows import SpeechDetector, Window
 
 
 class Decoding(Protocol):
-    """What the loop needs of a pipeline (``Pipeline``): its target, its requests and its two ways of decoding one."""
+    """What the loop needs of a pipeline (``Pipeline``): its target, its requests, its two ways of decoding one
+    (``words=False``: the loop times the words of the segments it keeps) and its timing of words."""
 
     target: Target
 
     def request(self, request_id: str, samples: np.ndarray, first: bool = True,
                 previous_text: str | None = None) -> Request: ...
 
-    def decode(self, request: Request, options=None, on_commit=None) -> DecodeResult: ...
+    def decode(self, request: Request, options=None, on_commit=None, method=None, words: bool = True
+               ) -> DecodeResult: ...
 
-    def reference(self, request: Request) -> DecodeResult: ...
+    def reference(self, request: Request, words: bool = True) -> DecodeResult: ...
+
+    def time_words(self, request: Request, result: DecodeResult, tokens: list[int],
+                   last_speech_s: float) -> DecodeResult: ...
 
 
 def speech_only(samples: np.ndarray, detector: SpeechDetector | None) -> tuple[np.ndarray, SpeechMap | None]:
@@ -59,8 +65,9 @@ def fitted_mode(target: Target, mode: DecodeOptions) -> tuple[DecodeOptions, lis
 def long_form_steps(pipeline: Decoding, audio: np.ndarray, request_id: str, mode: DecodeOptions,
                     decode: Callable[[Request], DecodeResult] | None = None,
                     recording: Recording | None = None) -> Iterator[SeekStep]:
-    """The loop's requests on ``audio``, each decoded (by ``decode``, default the pipeline's method) when reached;
-    ``recording``: ``audio`` as a ``Recording`` another request already used (its features are kept there)."""
+    """The loop's requests on ``audio``, each decoded (by ``decode``, default the pipeline's method, without the
+    words, which the loop times on the segments it keeps) when reached; ``recording``: ``audio`` as a ``Recording``
+    another request already used (its features are kept there)."""
 
     mode, _notes = fitted_mode(pipeline.target, mode)
 
@@ -75,7 +82,9 @@ def long_form_steps(pipeline: Decoding, audio: np.ndarray, request_id: str, mode
         return attrs.evolve(request, timestamps="none" if mode.timestamps == "none" else "segment",
                             recording=recording, offset=window.start)
 
-    return seek_steps(audio, make, decode or pipeline.decode, mode, initial_prompt=True)
+    decode = decode or functools.partial(pipeline.decode, words=False)
+    return seek_steps(audio, make, decode, mode, initial_prompt=True,
+                      time_words=pipeline.time_words if mode.word_timestamps else None)
 
 
 def window_result(step: SeekStep, speech: SpeechMap | None, reference: SeekStep | None = None) -> WindowResult:
@@ -108,7 +117,8 @@ def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str,
             on_progress(window_result(step, speech).end_s)
     references: list[SeekStep | None] = [None] * len(steps)
     if check:
-        checked = list(long_form_steps(pipeline, audio, request_id, mode, pipeline.reference, recording))
+        checked = list(long_form_steps(pipeline, audio, request_id, mode,
+                                       functools.partial(pipeline.reference, words=False), recording))
         if len(checked) != len(steps):
             notes.append(f"target-only decoding made {len(checked)} requests, this method {len(steps)}")
         references = [*checked[: len(steps)], *references[len(checked):]]  # None where the check made fewer

@@ -10,7 +10,9 @@ warping through the negative of that matrix assigns each token the frame (20 ms)
 Tokens are grouped into words (at leading spaces and punctuation; character by character in languages
 written without spaces), a word's probability is the mean of its tokens' probabilities in the same
 pass, and Whisper's corrections follow: over-long words at sentence ends and after a pause are cut,
-punctuation joins its neighbour, and each word is kept inside its segment.
+punctuation joins its neighbour, and each segment's start and end move to its first and last word's unless
+such a word runs far past the segment's timestamp (faster-whisper's ``add_word_timestamps``, in the times of
+the audio the request is cut from, so the long form's seek by the last word's end is faster-whisper's).
 
 The words depend on the committed tokens and the audio only, so as2d's words are target-only's. The
 session keeps the request's encoder output for the pass (``keep_audio``), so the words cost one decoder
@@ -27,7 +29,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from as2d_core.capabilities import Word
+from as2d_core.capabilities import TimedWords, Word
 from as2d_core.contracts import Request
 from as2d_core.setup.paths import ModelFilesMissing
 from as2d_core.decode.timestamps import split_segments
@@ -195,9 +197,11 @@ def merge_punctuation(words: list[_Timed], prepended: str = PREPENDED, appended:
 
 
 def _fit_segment(words: list[_Timed], start: float, end: float, median: float, longest: float,
-                 last_speech: float) -> float:
-    """Whisper's guards for one segment's words (the first word after a pause, words far past the segment's
-    ends), then each word inside the segment; returns where the segment's speech ends (the next pause's start)."""
+                 last_speech: float) -> tuple[float, float]:
+    """Whisper's guards for one segment's words, in the times of the audio the request is cut from: the first
+    word after a pause is cut to twice the median word; then the segment's start moves to its first word's,
+    unless that word starts over 0.5 s before it (then the word is cut back), and its end to its last word's,
+    unless that word ends over 0.5 s after it. Returns the segment's (start, end)."""
     first, last = words[0], words[-1]
     if first.end - last_speech > median * 4 and (
             first.end - first.start > longest or (len(words) > 1 and words[1].end - first.start > longest * 2)):
@@ -207,15 +211,13 @@ def _fit_segment(words: list[_Timed], start: float, end: float, median: float, l
         first.start = max(0.0, first.end - longest)
     if start < first.end and start - 0.5 > first.start:
         first.start = max(0.0, min(first.end - median, start))
-    speech_end = end
+    else:
+        start = first.start
     if end > last.start and end + 0.5 < last.end:
         last.end = max(last.start + median, end)
     else:
-        speech_end = last.end
-    for w in words:  # as2d's segments are the engine's: the words move into them, never the reverse
-        w.start = min(max(w.start, start), end)
-        w.end = min(max(w.end, w.start), end)
-    return speech_end
+        end = last.end
+    return start, end
 
 
 # --------------------------------------------------------------------------- the aligner
@@ -307,12 +309,15 @@ class WordTimestamps:
         aligner.token_timing(cross, 2 * dims["n_audio_ctx"], [model.sot], [model.eot - 1], model.eot, threads)
         self._words.warm.add(threads)
 
-    def align_words(self, request: Request, language: str, tokens: Sequence[int], threads: int) -> list[Word]:
-        """The words of ``tokens`` (a response to ``request`` in ``language``), seconds from the request's start."""
+    def align_words(self, request: Request, language: str, tokens: Sequence[int], threads: int,
+                    last_speech_s: float = 0.0) -> TimedWords:
+        """The words of ``tokens`` (a response to ``request`` in ``language``) and their segments' times, in
+        seconds from the request's start; ``last_speech_s`` in the audio the request is cut from."""
         model = self.model
         text = [int(t) for t in tokens if int(t) < model.eot]
+        bounds = self._segment_bounds(request, tokens)
         if not text:
-            return []
+            return TimedWords([], [(start, end) for start, end, _ in bounds])
         aligner = self._aligner()
         with self._words.lock:
             cross = self._words.kept.pop(request.request_id, None)
@@ -325,20 +330,28 @@ class WordTimestamps:
         words = timed_words(text, starts, probabilities, model.decode_text, language not in UNSPACED)
         median, longest = _cut_long_words(words)
         merge_punctuation(words)
-        return self._in_segments(request, tokens, words, median, longest)
+        return self._in_segments(request, bounds, words, median, longest, last_speech_s)
 
-    def _in_segments(self, request: Request, tokens: Sequence[int], words: list[_Timed], median: float,
-                     longest: float) -> list[Word]:
-        """Words shared out to the response's segments by their tokens, each fitted into its segment."""
+    def _segment_bounds(self, request: Request, tokens: Sequence[int]) -> list[tuple[float, float, int]]:
+        """Each segment with text of the response: its start and end (seconds from the request's start) and how
+        many text tokens it holds."""
         model = self.model
         if request.timestamps == "none":
-            bounds = [(0.0, request.duration_s, sum(1 for t in tokens if t < model.eot))]
-        else:
-            segments = split_segments(tokens, model.timestamp_begin, model.decode_text, request.duration_s,
-                                      model.time_precision_s)
-            bounds = [(s.start_s, s.end_s, sum(1 for t in s.tokens if t < model.eot)) for s in segments]
+            count = sum(1 for t in tokens if t < model.eot)
+            return [(0.0, request.duration_s, count)] if model.decode_text([t for t in tokens if t < model.eot]).strip() else []
+        segments = split_segments(tokens, model.timestamp_begin, model.decode_text, request.duration_s,
+                                  model.time_precision_s)
+        return [(s.start_s, s.end_s, sum(1 for t in s.tokens if t < model.eot)) for s in segments]
+
+    def _in_segments(self, request: Request, bounds: list[tuple[float, float, int]], words: list[_Timed],
+                     median: float, longest: float, last_speech_s: float) -> TimedWords:
+        """Words shared out to the segments by their tokens and fitted with them, as faster-whisper fits them: in
+        the times of the audio the request is cut from (its ``offset``), rounded to 10 ms, the speech's end carried
+        from segment to segment."""
+        offset = request.offset / request.sample_rate
         out: list[Word] = []
-        index, last_speech = 0, 0.0
+        times: list[tuple[float, float]] = []
+        index, last_speech = 0, last_speech_s
         for start, end, count in bounds:
             mine: list[_Timed] = []
             taken = 0
@@ -347,12 +360,15 @@ class WordTimestamps:
                     mine.append(words[index])
                 taken += len(words[index].tokens)
                 index += 1
+            start, end = offset + start, offset + end
             for w in mine:
-                w.start, w.end = round(w.start, 2), round(w.end, 2)
+                w.start, w.end = round(offset + w.start, 2), round(offset + w.end, 2)
             if mine:
-                last_speech = _fit_segment(mine, start, end, median, longest, last_speech)
-            out += [Word(w.word, w.start, w.end, w.probability) for w in mine]
-        return out
+                start, end = _fit_segment(mine, start, end, median, longest, last_speech)
+                last_speech = end
+            times.append((start - offset, end - offset))
+            out += [Word(w.word, w.start - offset, w.end - offset, w.probability) for w in mine]
+        return TimedWords(out, times)
 
     def _aligner(self) -> WhisperAligner:
         state = self._words
