@@ -266,7 +266,8 @@ class Pipeline:
         mode = self.options.decode
         detector = self.long_form_detector if mode.vad_filter else None
         if mode.vad_filter and detector is None:
-            raise ValueError("vad_filter needs a voice-activity detector: pip install ./plugins/silero_vad")
+            raise ValueError("vad_filter needs a voice-activity detector for the seek route (build_pipeline gives the "
+                             "installed one as long_form_detector): pip install ./plugins/silero_vad")
         with self._lock:
             self._prepare_words()
             start = time.perf_counter()

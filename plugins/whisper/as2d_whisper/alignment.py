@@ -337,8 +337,8 @@ class WordTimestamps:
         many text tokens it holds."""
         model = self.model
         if request.timestamps == "none":
-            count = sum(1 for t in tokens if t < model.eot)
-            return [(0.0, request.duration_s, count)] if model.decode_text([t for t in tokens if t < model.eot]).strip() else []
+            text = [t for t in tokens if t < model.eot]
+            return [(0.0, request.duration_s, len(text))] if model.decode_text(text).strip() else []
         segments = split_segments(tokens, model.timestamp_begin, model.decode_text, request.duration_s,
                                   model.time_precision_s)
         return [(s.start_s, s.end_s, sum(1 for t in s.tokens if t < model.eot)) for s in segments]
