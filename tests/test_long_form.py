@@ -76,6 +76,26 @@ def test_kept_segments_follow_faster_whisper():
     assert len(kept) == 1 and advance == 2000
 
 
+def test_a_segment_that_starts_where_it_ends_is_dropped_as_faster_whisper_drops_it():
+    """faster-whisper neither gives a segment whose start equals its end nor feeds it to the next prompt: by its
+    timestamp tokens, or with word timestamps by its fitted times; its words go with it."""
+    from as2d_core.capabilities import Word
+    from as2d_core.input.seek import without_empty_segments
+
+    t = lambda seconds: BEGIN + round(seconds / 0.02)  # noqa: E731
+    result = _result([t(0), 5, t(1), t(1), 6, t(1), t(2), 7, t(3)])
+    kept, segments = without_empty_segments(result, list(result.segments), timed=False)
+    assert [s.tokens for s in segments] == [s.tokens for s in kept.segments] == [(t(0), 5, t(1)), (t(2), 7, t(3))]
+    assert kept.text == "t5t7" and without_empty_segments(kept, segments, timed=False)[0] is kept
+
+    timed = attrs.evolve(result, segments=[attrs.evolve(s, start_s=x, end_s=y) for s, (x, y) in
+                                           zip(result.segments, [(0.1, 0.9), (1.5, 1.6), (2.2, 2.2)])],
+                         words=[Word(" t5", 0.1, 0.9, 1.0), Word(" t6", 1.5, 1.6, 1.0), Word(" t7", 2.2, 2.2, 1.0)])
+    kept, segments = without_empty_segments(timed, list(result.segments), timed=True)
+    assert [s.tokens for s in segments] == [(t(0), 5, t(1)), (t(1), 6, t(1))]  # the prompt keeps what is given
+    assert [w.word for w in kept.words] == [" t5", " t6"] and [s.end_s for s in kept.segments] == [0.9, 1.6]
+
+
 def test_fallback_follows_faster_whisper_rules():
     mode = DecodeOptions(temperature=(0.0, 0.5, 1.0), best_of=2)
     tried = []
