@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from as2d_core.input.seek import LONG_FORM_VAD
+
 DEFAULT_PUNCTUATION = ("\"'“¿([{-", "\"'.。,，!！?？:：”)]}、")  # faster-whisper's (prepend, append)
 
 
@@ -35,9 +37,9 @@ class VadOptions:
     sequential ``transcribe(vad_filter=True)``: speech split at pauses of 2 s, padded by 0.4 s, spans as long as
     the speech runs. The batched pipeline starts from ``WINDOWS_VAD`` instead."""
 
-    threshold: float = 0.5
-    min_silence_duration_ms: int = 2000
-    speech_pad_ms: int = 400
+    threshold: float = LONG_FORM_VAD["threshold"]
+    min_silence_duration_ms: int = LONG_FORM_VAD["min_silence_ms"]
+    speech_pad_ms: int = LONG_FORM_VAD["pad_ms"]
     max_speech_duration_s: float = float("inf")
 
 

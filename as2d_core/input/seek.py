@@ -146,6 +146,12 @@ def without_empty_segments(kept: DecodeResult, segments: list[Segment], timed: b
     return kept, [s for s, out in zip(segments, drop) if not out]
 
 
+# faster-whisper's VadOptions defaults, which its sequential transcribe(vad_filter=True) uses (the detector's option
+# names, ``hookspecs.DETECTOR_OPTIONS``): speech split at pauses of 2 s, padded by 0.4 s, spans as long as the speech
+# (``SpeechMap.detect``); the windows route keeps the detector's own defaults, shorter pauses into windows of 30 s
+LONG_FORM_VAD = {"threshold": 0.5, "min_silence_ms": 2000, "pad_ms": 400}
+
+
 @attrs.frozen
 class SpeechMap:
     """Speech spans cut out of long audio and joined (faster-whisper's ``vad_filter`` in sequential mode); maps
@@ -154,6 +160,18 @@ class SpeechMap:
     a word, wholly to the span of its middle), and moves by the silence cut before that span, rounded to 10 ms."""
 
     spans: tuple[tuple[int, int], ...]  # (start, end) samples of the original
+    # each span's end in the joined audio (samples) and the silence cut before it (seconds), made once
+    _joined: tuple[list[int], list[float]] = attrs.field(init=False, eq=False, repr=False)
+
+    @_joined.default
+    def _joined_ends(self) -> tuple[list[int], list[float]]:
+        ends, silences, cut, previous = [], [], 0, 0
+        for start, end in self.spans:
+            cut += start - previous
+            previous = end
+            ends.append(end - cut)
+            silences.append(cut / SAMPLE_RATE)
+        return ends, silences
 
     @classmethod
     def detect(cls, samples: np.ndarray, detector: SpeechDetector) -> "SpeechMap":
@@ -165,18 +183,8 @@ class SpeechMap:
         parts = [samples[a:b] for a, b in self.spans]
         return np.concatenate(parts) if parts else samples[:0]
 
-    def _joined_ends(self) -> tuple[list[int], list[float]]:
-        """Each span's end in the joined audio (samples) and the silence cut before it (seconds)."""
-        ends, silences, cut, previous = [], [], 0, 0
-        for start, end in self.spans:
-            cut += start - previous
-            previous = end
-            ends.append(end - cut)
-            silences.append(cut / SAMPLE_RATE)
-        return ends, silences
-
     def span_of(self, joined_s: float, is_end: bool = False) -> int:
-        ends, _ = self._joined_ends()
+        ends = self._joined[0]
         sample = int(joined_s * SAMPLE_RATE)
         if is_end and sample in ends:
             return ends.index(sample)
@@ -187,7 +195,7 @@ class SpeechMap:
         if not self.spans:
             return joined_s
         span = self.span_of(joined_s, is_end) if span is None else span
-        return round(self._joined_ends()[1][span] + joined_s, 2)
+        return round(self._joined[1][span] + joined_s, 2)
 
     def skipped(self, total: int) -> tuple[tuple[float, float], ...]:
         edges = [0] + [x for span in self.spans for x in span] + [total]

@@ -18,6 +18,7 @@ from as2d_core.setup.config import Config, Report, check_file, parse, set_values
 from as2d_core.setup.paths import models_dir
 from as2d_core.input.pipeline import DetectorOrMaker, Decoder, Pipeline, PipelineOptions
 from as2d_core.input.windows import SpeechDetector
+from as2d_core.input.seek import LONG_FORM_VAD
 from as2d_core.setup.catalog import resolve_bridge
 from as2d_core.setup.plugins import load_registry, registered_source
 from as2d_core.setup.source_spec import SourceSpec
@@ -113,12 +114,6 @@ def parts_from_config(path: Path, overrides: dict | None = None, with_source: bo
     """
     config, report = resolve_config(Path(path), overrides or {}, {})
     return (config, report, *build_parts(config, report, with_source))
-
-
-# faster-whisper's VadOptions defaults, which its sequential transcribe(vad_filter=True) uses: speech split at
-# pauses of 2 s, padded by 0.4 s, spans as long as the speech (``SpeechMap.detect``); the windows route keeps the
-# detector's own defaults, which cut at shorter pauses into windows of at most 30 s
-LONG_FORM_VAD = {"threshold": 0.5, "min_silence_ms": 2000, "pad_ms": 400}
 
 
 def default_detector(options: dict | None = None) -> SpeechDetector | None:
