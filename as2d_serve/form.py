@@ -6,12 +6,17 @@ server runs. ``srt``, ``vtt`` and ``verbose_json`` are answered in Whisper's tim
 the server was started with ``--timestamps none`` (OpenAI gives segments there too, and so does
 ``as2d run --format srt``); ``timestamp_granularities`` segment asks for them whatever the server's mode.
 ``stream=true`` decodes on the windows route, each window once, so that each piece of text goes out as the
-target commits it (Whisper's long-form seeks may decode the end of a request again).
+target commits it (Whisper's long-form seeks may decode the end of a request again). Beside OpenAI's fields a
+request may set faster-whisper's decoding options under their names (``beam_size``, ``vad_filter``, ...:
+``REQUEST_OPTIONS``) and as2d's own (``method``, ``source``, ``budget``, ``check``); any other field is refused,
+never ignored.
 """
 from __future__ import annotations
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
+
+from as2d_core.setup.options import REQUEST_OPTIONS, option_from_text, truth
 
 from .formats import FORMATS
 from .service import Ask, InputError, TranscriptionService
@@ -22,6 +27,10 @@ MODEL_ALIASES = ("whisper-1",)
 GRANULARITIES = ("word", "segment")  # timestamp_granularities: words, and Whisper's timestamp segments
 STREAMED = ("json", "text")  # response formats a stream can carry whole (text only; OpenAI's rule too)
 SEGMENTED = ("srt", "vtt", "verbose_json")  # formats in Whisper's segments unless the server's mode says none
+OPENAI_FIELDS = ("file", "model", "language", "prompt", "response_format", "temperature", "stream",
+                 "timestamp_granularities[]", "timestamp_granularities")
+AS2D_FIELDS = ("method", "source", "check")
+FIELDS = OPENAI_FIELDS + AS2D_FIELDS + REQUEST_OPTIONS
 
 
 class MissingParameter(InputError):
@@ -41,13 +50,27 @@ def form_field(form, name: str) -> str | None:
 
 
 def flag(value: str | None, name: str) -> bool:
-    if value is None:
-        return False
-    if value.lower() in ("1", "true", "yes"):
-        return True
-    if value.lower() in ("0", "false", "no"):
-        return False
-    raise InputError(f"'{name}' must be true or false, not {value!r}")
+    try:
+        return value is not None and truth(value, name)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def decoding(form) -> dict:
+    """The request's own decoding options (``REQUEST_OPTIONS``), read as their declarations say; the rest are the
+    server's. A field this server does not know is refused, as ``WhisperModel.transcribe`` refuses an option."""
+    unknown = [name for name in form.keys() if name not in FIELDS]
+    if unknown:
+        raise InputError(f"unknown form field {unknown[0]!r}; a request may set {', '.join(FIELDS[1:])}")
+    values = {}
+    for name in REQUEST_OPTIONS:
+        text = form_field(form, name)
+        if text is not None:
+            try:
+                values[name] = option_from_text(name, text)
+            except ValueError as exc:
+                raise InputError(str(exc)) from None
+    return values
 
 
 def granularities(form) -> tuple[str, ...]:
@@ -79,7 +102,7 @@ def temperature(text: str | None) -> float | None:
 async def read_ask(request, task: str, service: TranscriptionService) -> tuple[Ask, str, bool]:
     """The request's ``Ask``, response format and whether it streams; an ``InputError`` names what is wrong."""
     try:
-        form = await request.form(max_files=1, max_fields=24)
+        form = await request.form(max_files=1, max_fields=2 * len(FIELDS))
     except Exception as exc:  # malformed multipart
         raise InputError(f"the request body is not a valid multipart form ({exc})") from exc
     upload = form.get("file")
@@ -102,19 +125,15 @@ async def read_ask(request, task: str, service: TranscriptionService) -> tuple[A
         raise InputError(f"stream=true sends text only: response_format must be {' or '.join(STREAMED)}, "
                          f"not {response_format!r} (its segments and times would be lost)")
     language, method, source = (form_field(form, name) for name in ("language", "method", "source"))
-    budget_text = form_field(form, "budget")
-    try:
-        budget = None if budget_text is None else int(budget_text)
-    except ValueError:
-        raise InputError(f"budget must be a whole number, not {budget_text!r}") from None
+    options = decoding(form)
     check = flag(form_field(form, "check"), "check")
-    service.check(language, method, source, budget)
+    service.check(language, method, source, options)
     data = await upload.read()
     samples = await run_in_threadpool(decode_upload, data)
     # Whisper's previous-text prompt: the target refuses one over its limit (400), as the command line does
     # words only where the format has room for them: named granularities, else the server's word_timestamps
     verbose = response_format == "verbose_json"
-    ask = Ask(samples, language=language, method=method, source=source, budget=budget, check=check, task=task,
+    ask = Ask(samples, language=language, method=method, source=source, decoding=options, check=check, task=task,
               temperature=temperature(form_field(form, "temperature")),
               prompt=form_field(form, "prompt"), timestamps="segment" if "segment" in named else None,
               format_timestamps="segment" if response_format in SEGMENTED else None,

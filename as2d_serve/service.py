@@ -74,7 +74,7 @@ class Ask:
     language: str | None = None
     method: str = "as2d"
     source: str | None = None
-    budget: int | None = None
+    decoding: dict = attrs.field(factory=dict)  # its own decoding options (form.decoding), over the server's
     check: bool = False  # also decode target-only and say whether the tokens are equal
     task: str = "asr"  # translate: POST /v1/audio/translations
     prompt: str | None = None  # Whisper's previous-text prompt, over the server's own (--prompt)
@@ -167,7 +167,7 @@ class Worker:
         method = ask.method or self.options.method
         if not drafts and get_method(method).needs_source:
             method = "target-only"
-        decode = self.options.decode if ask.budget is None else attrs.evolve(self.options.decode, budget=ask.budget)
+        decode = attrs.evolve(self.options.decode, **ask.decoding)
         decode = decode if ask.prompt is None else attrs.evolve(decode, prompt=ask.prompt)
         decode = decode if not ask.temperature else attrs.evolve(decode, temperature=ask.temperature)
         decode = attrs.evolve(decode, timestamps=ask.timestamps or decode.timestamps or ask.format_timestamps)
@@ -271,15 +271,14 @@ class TranscriptionService:
             names.append(self.default_source)
         return sorted(names)
 
-    def check(self, language: str | None, method: str | None, source: str | None, budget: int | None) -> None:
+    def check(self, language: str | None, method: str | None, source: str | None, decoding: dict) -> None:
         """Refuse what no worker could do, before the request waits for one."""
         if method is not None and method not in method_names():
             raise InputError(f"unknown method {method!r}; choose one of {', '.join(method_names())}")
-        if budget is not None:
-            try:
-                DecodeOptions(budget=budget)
-            except ValueError as exc:
-                raise InputError(str(exc)) from exc
+        try:
+            DecodeOptions(**decoding)
+        except ValueError as exc:  # a value out of its range
+            raise InputError(str(exc)) from exc
         if source is not None:
             available = self.available_sources()
             if SourceSpec.parse(source).name not in available and source != self.default_source:

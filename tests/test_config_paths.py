@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from as2d_core.setup import catalog, plugins
 from as2d_core.decode.options import DecodeOptions
-from as2d_core.setup.options import user_fields
+from as2d_core.setup.options import REQUEST_OPTIONS, option_from_text, user_fields
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from tiny_lm import ScriptedSource, TinyLM
 
@@ -234,3 +234,19 @@ def test_word_timestamps_is_a_setting_of_every_command(command, built, arrived, 
     _invoke(command, path, files, tmp_path, "--no-word-timestamps")
     options, _ = _arrived(command, arrived)
     assert options.decode.word_timestamps is False
+
+
+def test_a_requests_options_read_from_text_as_declared():
+    """The server's form fields (``REQUEST_OPTIONS``) are decoding options with a flag and a key; each default
+    written as text reads back as itself, and ``none`` turns off only an option that None turns off."""
+    declared = {f.name: f for f in user_fields()}
+    for name in REQUEST_OPTIONS:
+        default = declared[name].default
+        text = "none" if default is None else str(default).lower()
+        assert option_from_text(name, text) == default, name
+    assert option_from_text("log_prob_threshold", "None") is None
+    assert option_from_text("vad_filter", "True") is True and option_from_text("seed", "42") == 42
+    with pytest.raises(ValueError, match="beam_size must be a whole number, not 'none'"):
+        option_from_text("beam_size", "none")
+    with pytest.raises(ValueError, match="length_penalty must be a number, not 'inf'"):
+        option_from_text("length_penalty", "inf")

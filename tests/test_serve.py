@@ -171,6 +171,25 @@ def test_translations_and_prompts_are_served(server, clips):
     assert sampled.segments and all(s.temperature == 0.7 for s in sampled.segments)
 
 
+def test_faster_whispers_options_in_the_form_give_its_segments(server, speech):
+    """A request sets faster-whisper's decoding options under its names (the openai client's ``extra_body``):
+    beam 5, conditioning, vad_filter and no log-probability threshold give faster-whisper's own segments at
+    those settings, exact against the target's own beam search."""
+    pytest.importorskip("faster_whisper", reason="compares with faster-whisper: pip install 'as2d[bench]'")
+    from as2d_whisper import word_check
+
+    paused = np.concatenate([speech[: 5 * 16_000], np.zeros(3 * 16_000, speech.dtype), speech[5 * 16_000: 10 * 16_000]])
+    settings = {"beam_size": 5, "condition_on_previous_text": True, "vad_filter": True, "log_prob_threshold": None}
+    served = _openai(server).audio.transcriptions.create(
+        model="whisper-1", file=("paused.wav", _wav(paused)), response_format="verbose_json",
+        extra_body={**{k: str(v).lower() for k, v in settings.items()}, "check": "true"})
+    assert served.model_extra["as2d"]["exact"] is True and served.model_extra["as2d"]["method"] == "beam"
+    theirs, _ = word_check.faster_whisper_model().transcribe(paused.astype(np.float32) / 32768, language="en",
+                                                             **settings)
+    # the times too: vad_filter moves them (without it both give 8.64 s and 12.56 s here, with it 8.62 s and 12.58 s)
+    assert [(s.start, s.end, s.text) for s in served.segments] == [(s.start, s.end, s.text) for s in theirs]
+
+
 def test_openai_client_streams_verified_deltas(server, clips, target_only):
     """stream=True: OpenAI's transcription events, whose deltas spell the final text, which is as2d's
     non-streamed answer (the target's own greedy text); each delta is verified text, never revised."""
@@ -236,6 +255,12 @@ def _bad_inputs(speech, clips):
         ("long prompt", clips["a"], {"prompt": "one " * 300}, 400, "the prompt is 300 tokens; whisper-base takes"),
         ("temperature", clips["a"], {"temperature": 1.7}, 400, "temperature must be a number from 0 to 1"),
         ("response format", clips["a"], {"response_format": "xml"}, 400, "unknown response_format"),
+        ("beam size 0", clips["a"], {"beam_size": 0}, 400, "beam_size must be between 1 and 16, got 0"),
+        ("beam size text", clips["a"], {"beam_size": "wide"}, 400, "beam_size must be a whole number, not 'wide'"),
+        ("patience nan", clips["a"], {"patience": "nan"}, 400, "patience must be a number, not 'nan'"),
+        ("vad flag", clips["a"], {"vad_filter": "maybe"}, 400, "'vad_filter' must be true or false"),
+        ("threshold", clips["a"], {"log_prob_threshold": "low"}, 400, "log_prob_threshold must be a number or none"),
+        ("unknown field", clips["a"], {"repetition_penalty": 1.2}, 400, "unknown form field 'repetition_penalty'"),
         ("model", clips["a"], {"model": "gpt-4o-transcribe"}, 400, "unknown model"),
         ("method", clips["a"], {"method": "beam"}, 400, "unknown method"),
         ("granularity", clips["a"], {"timestamp_granularities[]": "sentence", "response_format": "verbose_json"}, 400,

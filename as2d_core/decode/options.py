@@ -78,7 +78,7 @@ def _option(default, config: str, help: str, low: int | None = None, high: int |
     if converter is not None:
         return attrs.field(default=default, converter=converter, metadata={  # a flag's text, or a list in a file
             "config": config, "help": help, "choices": None, "low": None, "high": None, "kind": str,
-            "config_kinds": config_kinds})
+            "config_kinds": config_kinds, "optional": False})
     if choices:
         validator = attrs.validators.in_(choices)
     elif kind in (str, bool):
@@ -88,7 +88,8 @@ def _option(default, config: str, help: str, low: int | None = None, high: int |
     if default is None or optional:
         validator = attrs.validators.optional(validator)
     return attrs.field(default=default, validator=validator, metadata={
-        "config": config, "help": help, "choices": choices, "low": low, "high": high, "kind": kind})
+        "config": config, "help": help, "choices": choices, "low": low, "high": high, "kind": kind,
+        "optional": default is None or optional})
 
 
 @attrs.frozen

@@ -8,6 +8,7 @@ decoding option (the server's queue, a stream's block) are :class:`Setting` rows
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +50,45 @@ def config_schema() -> dict[str, dict[str, tuple]]:
         kind = meta.get("config_kinds", meta["kind"])
         schema.setdefault(table, {})[key] = (kind, meta["low"], meta["high"], meta["choices"])
     return schema
+
+
+# The decoding options one request may set (the server's form fields): faster-whisper's ``transcribe`` options that
+# change the tokens, under its names, and as2d's budget; threads, routes and drafting stay the server's own.
+REQUEST_OPTIONS = ("beam_size", "best_of", "patience", "length_penalty", "compression_ratio_threshold",
+                   "log_prob_threshold", "no_speech_threshold", "condition_on_previous_text",
+                   "prompt_reset_on_temperature", "hotwords", "vad_filter", "seed", "budget")
+NONE = ("none", "null")  # turns off an optional option (faster-whisper's None thresholds)
+
+
+def truth(text: str, name: str) -> bool:
+    """A yes/no setting written as text (a form field)."""
+    if text.lower() in ("1", "true", "yes"):
+        return True
+    if text.lower() in ("0", "false", "no"):
+        return False
+    raise ValueError(f"'{name}' must be true or false, not {text!r}")
+
+
+def option_from_text(name: str, text: str) -> Any:
+    """A decoding option's value from text, read as its declaration says (a whole number, a number, yes/no, a
+    word; ``none`` where None turns it off); its range is checked where the options are made. A ValueError
+    names the option."""
+    meta = attrs.fields_dict(DecodeOptions)[name].metadata
+    kind = meta["kind"]
+    if meta["optional"] and text.lower() in NONE:
+        return None
+    if kind is bool:
+        return truth(text, name)
+    if kind is str:
+        return text
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or (kind is float and not math.isfinite(value)):
+        what = "a whole number" if kind is int else "a number"
+        raise ValueError(f"{name} must be {what}{' or none' if meta['optional'] else ''}, not {text!r}")
+    return value
 
 
 def flag(name: str) -> str:
