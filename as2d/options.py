@@ -2,7 +2,8 @@
 
 Every option that changes the tokens and that as2d has means what it means in faster-whisper, with the same
 default: beams, the temperature fallback and its thresholds, ``best_of``, conditioning on previous text and its
-reset, ``vad_filter``. One that as2d does not have is refused with a ValueError naming it and why: never ignored.
+reset, ``vad_filter``, ``clip_timestamps``. One that as2d does not have is refused with a ValueError naming it
+and why: never ignored.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ AS_DECODE_OPTIONS = {"beam_size": "beam_size", "best_of": "best_of", "patience":
                      "log_prob_threshold": "log_prob_threshold", "no_speech_threshold": "no_speech_threshold",
                      "condition_on_previous_text": "condition_on_previous_text",
                      "prompt_reset_on_temperature": "prompt_reset_on_temperature", "initial_prompt": "prompt",
-                     "hotwords": "hotwords", "word_timestamps": "word_timestamps", "vad_filter": "vad_filter"}
+                     "hotwords": "hotwords", "word_timestamps": "word_timestamps", "vad_filter": "vad_filter",
+                     "clip_timestamps": "clip_timestamps"}
 
 
 def refuse(name: str, value: Any, why: str) -> ValueError:
@@ -37,7 +39,6 @@ def check_options(given: dict[str, Any]) -> None:
         ("prefix", None, "as2d does not force a decoding prefix; give it as initial_prompt (previous text) instead"),
         ("max_new_tokens", None, "as2d decodes each request to its end token or the model's context"),
         ("chunk_length", None, "as2d's requests are Whisper's 30 s"),
-        ("clip_timestamps", "0", "as2d transcribes the whole audio; slice the samples instead"),
         ("hallucination_silence_threshold", None, "as2d does not skip silences by word timestamps"),
         ("language_detection_segments", 1, "as2d detects the language on the first 30 s"),
         ("max_initial_timestamp", 1.0, "as2d's timestamp rules are Whisper's, with the first timestamp at most 1 s"),
@@ -60,10 +61,23 @@ def check_options(given: dict[str, Any]) -> None:
         raise ValueError("vad_parameters need vad_filter=True (they configure the voice-activity detector)")
 
 
+def clip_seconds(clips: str | list | None) -> str | list[float]:
+    """``clip_timestamps`` as the sequential ``transcribe`` takes it (``"0"``, ``"start,end,..."``, seconds), from
+    that or from the batched pipeline's list of ``{"start": s, "end": s}``."""
+    if not clips:
+        return "0"
+    if isinstance(clips, (list, tuple)) and all(isinstance(clip, dict) for clip in clips):
+        if any(set(clip) != {"start", "end"} for clip in clips):
+            raise ValueError(f"clip_timestamps as dicts need 'start' and 'end' (seconds) each, got {clips!r}")
+        return [float(clip[key]) for clip in clips for key in ("start", "end")]
+    return clips
+
+
 def decode_options(given: dict[str, Any], base: DecodeOptions) -> DecodeOptions:
     """``base`` (the model's threads, its route) with the call's decoding mode; a value out of range is a
     ValueError naming the option."""
     values = {ours: given[theirs] for theirs, ours in AS_DECODE_OPTIONS.items()}
+    values["clip_timestamps"] = clip_seconds(given["clip_timestamps"])
     values["timestamps"] = "none" if given["without_timestamps"] else "segment"
     return attrs.evolve(base, **values)
 

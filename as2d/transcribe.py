@@ -27,7 +27,7 @@ from as2d_core.decode.options import DEFAULT_TEMPERATURES, DecodeOptions
 from as2d_core.decode.words import words_by_segment
 from as2d_core.decode.scores import compression_ratio, is_silent
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
-from as2d_core.input.sequential import speech_only
+from as2d_core.input.sequential import fitted_mode, speech_only
 from as2d_core.input.transcript import WindowResult
 from as2d_core.setup import catalog
 from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source
@@ -126,11 +126,11 @@ class WhisperModel:
         given = dict(locals())
         given.pop("self")
         check_options(given)
-        vad = vad_options(vad_parameters, self.decode_options.route) if vad_filter else None
         samples = audio_samples(audio)
         if samples.size == 0:
             raise ValueError("the audio is empty")
         decode = decode_options(given, self.decode_options)
+        vad = vad_options(vad_parameters, decode.route) if decode.filters_speech else None  # clips: no VAD
         options = PipelineOptions(method="as2d" if self.source is not None else "target-only",
                                   task="translate" if task == "translate" else "asr", decode=decode, scores=True)
         with self._lock:
@@ -167,8 +167,13 @@ class WhisperModel:
             recording = Recording(audio)  # the language is read from its first 30 s, as the first request
             windows = lambda p: p.decode_long_form(samples, "whisper-model", detector, recording)  # noqa: E731
             notes = [f"Whisper's long-form rules: 30 s requests from a seek offset, temperatures "
-                     f"{', '.join(map(str, decode.temperature))}, beam_size {decode.beam_size}"]
-            first = Request("language", audio[: 30 * SAMPLE_RATE], recording=recording) if audio.size else None
+                     f"{', '.join(map(str, decode.temperature))}, beam_size {decode.beam_size}",
+                     *fitted_mode(pipeline.target, decode)[1]]
+            hop = SAMPLE_RATE // 100  # a mel frame: faster-whisper reads the language from the first clip's frame
+            start = int(decode.clip_timestamps[0] * 100) * hop if decode.clip_timestamps else 0
+            start = start if start < audio.size - hop else 0  # and from 0 s where that is past the end
+            first = (Request("language", audio[start: start + 30 * SAMPLE_RATE], recording=recording, offset=start)
+                     if audio.size else None)
             return windows, audio.size / SAMPLE_RATE, first, notes, pipeline.route(0)
         plan = pipeline.plan(samples)
         silent = lambda result: _silent(result, decode.no_speech_threshold, decode.log_prob_threshold)  # noqa: E731

@@ -66,3 +66,20 @@ def test_batched_refuses_what_it_cannot_do(model, audio):
         BatchedInferencePipeline(model, profile=str(BUNDLED))
     with pytest.raises(TypeError, match="as2d WhisperModel"):
         BatchedInferencePipeline(object())
+
+
+def test_clips_are_the_windows_as_faster_whispers_batched_pipeline_takes_them(model, audio):
+    """``clip_timestamps`` as the batched pipeline's list of ``{"start", "end"}`` (seconds): each clip one window,
+    no voice-activity detector, its segment at the clip's times; faster-whisper's batched pipeline gives the
+    same segments."""
+    pytest.importorskip("faster_whisper", reason="compares with faster-whisper: pip install 'as2d[bench]'")
+    from as2d_whisper import word_check
+    from faster_whisper import BatchedInferencePipeline as TheirBatched
+
+    clips = [{"start": 1.0, "end": 9.5}, {"start": 12.0, "end": 25.0}, {"start": 26.5, "end": 38.5}]
+    segments, info = BatchedInferencePipeline(model).transcribe(audio, language="en", clip_timestamps=clips)
+    ours = [(s.start, s.end, s.text) for s in segments]
+    theirs, _ = TheirBatched(word_check.faster_whisper_model()).transcribe(audio, language="en", beam_size=1,
+                                                                           clip_timestamps=clips)
+    assert ours == [(s.start, s.end, s.text) for s in theirs]
+    assert [start for start, _end, _text in ours] == [1.0, 12.0, 26.5] and info.vad_options is None

@@ -243,9 +243,10 @@ def test_a_requests_options_read_from_text_as_declared():
     for name in REQUEST_OPTIONS:
         default = declared[name].default
         text = "none" if default is None else str(default).lower()
-        assert option_from_text(name, text) == default, name
+        assert getattr(DecodeOptions(**{name: option_from_text(name, text)}), name) == default, name
     assert option_from_text("log_prob_threshold", "None") is None
     assert option_from_text("vad_filter", "True") is True and option_from_text("seed", "42") == 42
+    assert DecodeOptions(clip_timestamps=option_from_text("clip_timestamps", "2.5,9")).clip_timestamps == (2.5, 9.0)
     with pytest.raises(ValueError, match="beam_size must be a whole number, not 'none'"):
         option_from_text("beam_size", "none")
     with pytest.raises(ValueError, match="length_penalty must be a number, not 'inf'"):

@@ -118,15 +118,21 @@ def test_fallback_follows_faster_whisper_rules():
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 1000), temperatures=st.sampled_from(["0", "0,0.4,1.0", "0.7"]),
        best_of=st.integers(1, 3), threshold=st.sampled_from([-0.5, -1.5, None]),
-       condition=st.booleans(), drafted=st.lists(st.integers(2, 40), max_size=60), budget=st.integers(1, 9))
+       condition=st.booleans(), drafted=st.lists(st.integers(2, 40), max_size=60), budget=st.integers(1, 9),
+       clips=st.sampled_from(["", "0.5,2.2,3", "1,4.5,0.2,2"]))
 def test_long_form_is_exact_for_any_proposals_and_mode(seed, temperatures, best_of, threshold, condition, drafted,
-                                                       budget):
+                                                       budget, clips):
     mode = DecodeOptions(temperature=temperatures, best_of=best_of, log_prob_threshold=threshold, seed=seed,
-                         condition_on_previous_text=condition, budget=budget)
+                         condition_on_previous_text=condition, budget=budget, clip_timestamps=clips)
     pipeline = build_pipeline(MODEL, ScriptedSource(drafted + [BEGIN + 3]), PipelineOptions(decode=mode, lookahead=False),
                         detector=None)
     transcript = pipeline.transcribe(_audio(seed, 5.0), check=True)
     assert transcript.exact is True and not transcript.notes
+    starts = [w.window.start_s for w in transcript.windows]
+    clip_starts = [float(t) for t in clips.split(",")[::2]] if clips else [0.0]
+    assert set(clip_starts) <= set(starts) and all(  # each clip walked from its start, within it
+        any(a <= t < b for a, b in zip(clip_starts, [*map(float, clips.split(",")[1::2]), 5.0]))
+        for t in starts) if clips else starts[0] == 0.0
 
 
 def test_a_request_cut_short_is_decoded_again_from_its_last_timestamp():
@@ -166,7 +172,8 @@ def bundled_recording():
     {"temperature": "0,0.6", "log_prob_threshold": 0.0, "best_of": 2},  # every request falls back: seeded sampling
     {"condition_on_previous_text": True},  # conditioning on the text before, with the default fallback
     {"temperature": "0", "beam_size": 3},  # beam search, its seek following its timestamps too
-], ids=["greedy", "sampling", "conditioned", "beams"])
+    {"condition_on_previous_text": True, "clip_timestamps": "1,25,27"},  # clips, the text carried across them
+], ids=["greedy", "sampling", "conditioned", "beams", "clips"])
 def test_real_speech_long_form_is_exact_in_every_mode(served_whisper_target, served_whisper_source, bundled_recording,
                                                      fields):
     """Every mode on the parts as the commands build them (no audio cache)."""
@@ -175,6 +182,10 @@ def test_real_speech_long_form_is_exact_in_every_mode(served_whisper_target, ser
     transcript = pipeline.transcribe(bundled_recording, request_id="long", check=True)
     assert transcript.exact is True and not transcript.notes
     assert len(transcript.windows) >= 2 and transcript.windows[1].window.start < 30 * 16_000  # seek, not fixed cuts
+    if "clip_timestamps" in fields:
+        starts = [w.window.start_s for w in transcript.windows]
+        assert starts[0] == 1.0 and 27.0 in starts and all(1 <= t < 25 or t >= 27 for t in starts)
+        assert transcript.skipped[:2] == ((0.0, 1.0), (25.0, 27.0))
     assert "dashwood" in transcript.text.lower() and "disposed" in transcript.text.lower()
     if "log_prob_threshold" in fields:
         assert all(w.attempts == 2 for w in transcript.windows)  # the sampled attempts are checked too

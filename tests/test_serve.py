@@ -261,6 +261,7 @@ def _bad_inputs(speech, clips):
         ("vad flag", clips["a"], {"vad_filter": "maybe"}, 400, "'vad_filter' must be true or false"),
         ("threshold", clips["a"], {"log_prob_threshold": "low"}, 400, "log_prob_threshold must be a number or none"),
         ("unknown field", clips["a"], {"repetition_penalty": 1.2}, 400, "unknown form field 'repetition_penalty'"),
+        ("clips", clips["a"], {"clip_timestamps": "1,soon"}, 400, "clip_timestamps must be seconds of at least 0"),
         ("model", clips["a"], {"model": "gpt-4o-transcribe"}, 400, "unknown model"),
         ("method", clips["a"], {"method": "beam"}, 400, "unknown method"),
         ("granularity", clips["a"], {"timestamp_granularities[]": "sentence", "response_format": "verbose_json"}, 400,

@@ -87,7 +87,8 @@ def test_the_readmes_first_snippet_runs_with_beams(model, audio_mp3):
     ({"repetition_penalty": 1.1}, "repetition_penalty=1.1"),
     ({"initial_prompt": [50363, 1012]}, "give the prompt as text"),
     ({"prefix": "And"}, "does not force a decoding prefix"),
-    ({"clip_timestamps": "0,5"}, "clip_timestamps"),
+    ({"clip_timestamps": "0,soon"}, "clip_timestamps must be seconds of at least 0"),
+    ({"clip_timestamps": [{"start": 1.0}]}, "clip_timestamps as dicts need 'start' and 'end'"),
     ({"vad_filter": True, "vad_parameters": {"min_speech_duration_ms": 250}}, "min_speech_duration_ms"),
     ({"vad_filter": False, "vad_parameters": {"threshold": 0.6}}, "vad_parameters need vad_filter=True"),
     ({"task": "summarize"}, "unknown task 'summarize'"),
@@ -272,6 +273,32 @@ def test_word_timestamps_seek_to_the_last_words_end_as_faster_whispers_do(fp32_m
     assert [w.word for s in ours for w in s.words] == [w.word for s in theirs for w in s.words]
     times = [t for s in ours for w in s.words for t in (w.start, w.end)]
     assert times == pytest.approx([t for s in theirs for w in s.words for t in (w.start, w.end)], abs=1e-9)
+
+
+def test_clip_timestamps_walk_each_clip_as_faster_whispers_do(fp32_model, faster_whisper):
+    """``clip_timestamps`` over the bundled clips joined (34 s): each clip is walked by the seek from its start (an
+    odd count: the last one to the end; a clip that starts before the seek goes back), so the 33 s clip takes
+    two requests; greedy and beam 5 give faster-whisper's segments at its times, and its words; ``vad_filter``
+    is not used with clips, as faster-whisper ignores it, and info says so."""
+    audio = np.concatenate([speech_audio(clip) for clip in BUNDLED_CLIPS])
+    for options in ({"clip_timestamps": "2.5,9.3,1"}, {"clip_timestamps": [1.0, 20.0, 25.0], "beam_size": 5},
+                    {"clip_timestamps": "4,12", "word_timestamps": True, "vad_filter": True}):
+        theirs = list(faster_whisper.transcribe(audio, **{"beam_size": 1, **ALONE, **options})[0])
+        segments, info = fp32_model.transcribe(audio, **{**ALONE, **options})
+        ours = list(segments)
+        assert ours and [(s.seek, s.text) for s in ours] == [(s.seek, s.text) for s in theirs], options
+        assert [t for s in ours for t in (s.start, s.end)] == pytest.approx(  # to faster-whisper's float noise
+            [t for s in theirs for t in (s.start, s.end)], abs=1e-9), options
+        first, *_ = options["clip_timestamps"] if isinstance(options["clip_timestamps"], list) else (
+            float(t) for t in options["clip_timestamps"].split(","))
+        assert ours[0].start == first and ours[0].seek == round(first * 100), options
+        if options.get("word_timestamps"):
+            assert [(w.word, round(w.start, 2), round(w.end, 2)) for s in ours for w in s.words] == [
+                (w.word, round(w.start, 2), round(w.end, 2)) for s in theirs for w in s.words]
+            assert ours[-1].end <= 12 and info.vad_options is None
+            assert any("vad_filter not used" in note for note in info.notes)
+        elif options["clip_timestamps"] == "2.5,9.3,1":
+            assert len({s.seek for s in ours}) >= 3 and ours[-1].end > 30
 
 
 def test_speech_map_moves_times_as_faster_whisper_restores_them():

@@ -14,6 +14,7 @@ from as2d_core.setup import catalog
 from as2d_core.workers import lifetimes
 from as2d_core.contracts import SAMPLE_RATE
 from as2d_core.input.audio import AudioError, read_audio
+from as2d_core.input.windows import CLIPS
 from as2d_core.cli.shared import MethodChoice, fail, model_flags, pipeline_from_flags
 from as2d_core.setup.config import check_file
 from as2d_core.decode.result import DecodeResult
@@ -124,7 +125,8 @@ def _transcript_line(transcript) -> str:
         f"{totals['tokens']} tokens, audio to last token {totals['e2e_s']:.2f} s summed over windows, "
         f"decode clock {totals['decode_s']:.2f} s ({totals['tps']:.1f} tok/s)",
         f"wall {totals['wall_s']:.2f} s (RTF {totals['rtf']:.2f})",
-        f"silence skipped {sum(b - a for a, b in transcript.skipped):.1f} s",
+        f"{'outside the clips' if transcript.detector == CLIPS else 'silence'} skipped "
+        f"{sum(b - a for a, b in transcript.skipped):.1f} s",
     ]
     if "speedup" in totals:
         parts.append(f"target-only {totals['target_only_e2e_s']:.2f} s -> {totals['e2e_speedup']:.2f}x end to end "

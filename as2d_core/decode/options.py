@@ -7,6 +7,7 @@ configuration files cannot drift apart.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -27,6 +28,21 @@ def temperatures(value) -> tuple[float, ...]:
     if not values or any(t < 0 for t in values):
         raise ValueError(f"temperature must be one or more values of at least 0, got {value!r}")
     return values
+
+
+def clip_times(value) -> tuple[float, ...]:
+    """faster-whisper's ``clip_timestamps``: seconds ``start,end,start,end,...`` as text (a flag's) or numbers; an
+    odd count runs the last clip to the end. ``()`` (its default ``"0"``, or nothing): the whole audio."""
+    given = value
+    if isinstance(value, str):
+        value = [part for part in value.strip("()[] ").replace(" ", "").split(",") if part]
+    try:
+        values = tuple(float(t) for t in value)
+    except (TypeError, ValueError):
+        values = (-1.0,)
+    if any(not math.isfinite(t) or t < 0 for t in values):
+        raise ValueError(f"clip_timestamps must be seconds of at least 0, start,end,start,end,..., got {given!r}")
+    return () if values == (0.0,) else values
 
 
 AUTO = "auto"  # batch_windows: the wave size and drafting priced from the device profile (``input.waves``)
@@ -178,10 +194,21 @@ class DecodeOptions:
     seed: int = _option(0, "seed", "The sampling noise's seed: the same seed gives the same transcript.", 0)
     vad_filter: bool = _option(False, "vad_filter", "Seek route: decode only the speech the voice-activity detector "
                                "finds, joined, as faster-whisper's vad_filter (times stay the file's).")
+    clip_timestamps: tuple[float, ...] = _option(
+        (), "clip_timestamps", "Decode only these spans of the audio, in seconds start,end,start,end,... (an odd "
+        "count: the last to the end), as faster-whisper's clip_timestamps: on the seek route each clip is walked "
+        "from its start, on the windows route each is one window of at most 30 s; the voice-activity detector is "
+        "then not used (faster-whisper ignores vad_filter with clips). Files only; unset: the whole audio.",
+        converter=clip_times, config_kinds=(str, list))
     drain_timeout_s: float = 2.0
     # as2d-no-bc (SpecASR's budget rule kept with decoupled drafting): candidates end at the first
     # published token whose confidence is below this (that token included); None keeps the fixed budget.
     confidence_stop: float | None = attrs.field(default=None)
+
+    @property
+    def filters_speech(self) -> bool:
+        """Whether the voice-activity detector picks the speech to decode: ``vad_filter``, unless clips are given."""
+        return self.vad_filter and not self.clip_timestamps
 
     def request_fields(self) -> dict[str, Any]:
         """What these options put in a request on their own (the pipeline adds each window's previous text)."""

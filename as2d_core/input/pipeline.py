@@ -52,7 +52,8 @@ from as2d_core.input.stream import BLOCK_S, CONTEXT_S, StreamSession
 from as2d_core.input.sequential import long_form_steps, sequential_windows, speech_only, window_result
 from as2d_core.input.transcript import Transcript, WindowResult
 from as2d_core.input.waves import WaveRoute, choose_waves, decoded_in_waves
-from as2d_core.input.windows import MAX_WINDOW_S, SpeechDetector, Window, WindowPlan, plan_windows
+from as2d_core.input.windows import (CLIPS, MAX_WINDOW_S, SpeechDetector, Window, WindowPlan, clip_windows, outside_clips,
+                                     plan_windows)
 
 Decoder = Callable[[Request], DecodeResult]
 # a voice-activity detector, or what makes one when a file first needs it (loading one costs; most requests are short)
@@ -264,8 +265,8 @@ class Pipeline:
         """``transcribe`` by Whisper's long-form rules (``input.sequential``); ``on_text`` hears each request's kept
         text once the request is done (a request's last segment may be decoded again by the next one)."""
         mode = self.options.decode
-        detector = self.long_form_detector if mode.vad_filter else None
-        if mode.vad_filter and detector is None:
+        detector = self.long_form_detector if mode.filters_speech else None
+        if mode.filters_speech and detector is None:
             raise ValueError("vad_filter needs a voice-activity detector for the seek route (build_pipeline gives the "
                              "installed one as long_form_detector): pip install ./plugins/silero_vad")
         with self._lock:
@@ -274,10 +275,11 @@ class Pipeline:
             windows, speech, notes = sequential_windows(self, samples, request_id, mode, detector, check, on_text,
                                                         on_progress)
             wall_s = time.perf_counter() - start
-        skipped = speech.skipped(samples.size) if speech is not None else ()
+        skipped = speech.skipped(samples.size) if speech is not None else outside_clips(samples, mode.clip_timestamps)
         notes += list(info.warnings) if info else []
-        return Transcript(windows, skipped, samples.size / SAMPLE_RATE, wall_s, detector.name if detector else None,
-                          info, notes, self.route(len(windows)).as_dict())
+        cut_by = CLIPS if mode.clip_timestamps else detector.name if detector else None
+        return Transcript(windows, skipped, samples.size / SAMPLE_RATE, wall_s, cut_by, info, notes,
+                          self.route(len(windows)).as_dict())
 
     def decode_long_form(self, samples: np.ndarray, request_id: str = "audio", detector: SpeechDetector | None = None,
                          recording: Recording | None = None) -> Iterator[WindowResult]:
@@ -295,6 +297,8 @@ class Pipeline:
                 steps.close()
 
     def plan(self, samples: np.ndarray) -> WindowPlan:
+        if self.options.decode.clip_timestamps:  # the caller's clips, a window each, as faster-whisper's batched
+            return clip_windows(samples, self.options.decode.clip_timestamps, self.options.max_window_s)
         needs_detector = samples.size > self.options.max_window_s * SAMPLE_RATE
         return plan_windows(samples, self.detector if needs_detector else None, self.options.max_window_s)
 

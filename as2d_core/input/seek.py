@@ -27,7 +27,7 @@ from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.timestamps import TIME_PRECISION_S, Segment, marked_up
 from as2d_core.decode.words import speech_end_s, words_by_segment
-from as2d_core.input.windows import MAX_WINDOW_S, SpeechDetector, Window
+from as2d_core.input.windows import MAX_WINDOW_S, SpeechDetector, Window, clip_spans
 
 HOP = SAMPLE_RATE // 100  # one mel frame: the unit of the seek
 SEGMENT_FRAMES = round(MAX_WINDOW_S * 100)
@@ -90,38 +90,40 @@ def seek_steps(samples: np.ndarray, make_request: Callable[[Window, str | None, 
     seek moves to the last word's end unless the response ended on a single timestamp.
     """
     content_frames = samples.size // HOP
-    seek, index = 0, 0
+    index = 0
     history: list[str] = []  # marked-up text of the kept segments since the last prompt reset
     last_speech_s = 0.0  # with word timestamps: where the speech of the kept segments so far ended
     prompt_on = initial_prompt
-    while seek < content_frames:
-        size = min(SEGMENT_FRAMES, content_frames - seek)
-        last = seek + size >= content_frames  # the last request also takes the samples after the last whole frame
-        window = Window(index, seek * HOP, samples.size if last else (seek + size) * HOP)
-        previous = "".join(history) if history and mode.condition_on_previous_text else None
-        request = make_request(window, previous, prompt_on)
-        attempt, attempts = decode_with_fallback(request, decode, mode, key=seek)
-        result = attempt.result
-        if is_silence(attempt, mode):
-            yield SeekStep(window, attempt, attempts, attrs.evolve(result, segments=[], text=""), True)
-            seek, index = seek + size, index + 1
-            continue
-        segments, advance = kept_segments(result, size)
-        kept = attrs.evolve(result, segments=segments, text="".join(s.text for s in segments))
-        if time_words is not None:
-            kept = time_words(request, kept, [t for s in segments for t in s.tokens], last_speech_s)
-            end = speech_end_s(kept)
-            if end is not None:
-                last_speech_s = window.start_s + end
-                if not ends_on_single_timestamp(result) and last_speech_s > window.start_s:
-                    advance = round(last_speech_s * SAMPLE_RATE / HOP) - seek
-        kept, segments = without_empty_segments(kept, segments, time_words is not None)
-        yield SeekStep(window, attempt, attempts, kept, False)
-        if not mode.condition_on_previous_text or attempt.temperature > mode.prompt_reset_on_temperature:
-            history, prompt_on = [], False
-        else:
-            history.append(marked_up(segments))
-        seek, index = seek + max(advance, 1), index + 1
+    # each clip (clip_timestamps; the whole audio by default) walked from its start, the text carried across them
+    for seek, clip_end in clip_spans(mode.clip_timestamps, content_frames, lambda s: round(s * SAMPLE_RATE / HOP)):
+        while seek < clip_end:
+            size = min(SEGMENT_FRAMES, clip_end - seek)
+            last = seek + size >= content_frames  # the last request also takes the samples after the last whole frame
+            window = Window(index, seek * HOP, samples.size if last else (seek + size) * HOP)
+            previous = "".join(history) if history and mode.condition_on_previous_text else None
+            request = make_request(window, previous, prompt_on)
+            attempt, attempts = decode_with_fallback(request, decode, mode, key=seek)
+            result = attempt.result
+            if is_silence(attempt, mode):
+                yield SeekStep(window, attempt, attempts, attrs.evolve(result, segments=[], text=""), True)
+                seek, index = seek + size, index + 1
+                continue
+            segments, advance = kept_segments(result, size)
+            kept = attrs.evolve(result, segments=segments, text="".join(s.text for s in segments))
+            if time_words is not None:
+                kept = time_words(request, kept, [t for s in segments for t in s.tokens], last_speech_s)
+                end = speech_end_s(kept)
+                if end is not None:
+                    last_speech_s = window.start_s + end
+                    if not ends_on_single_timestamp(result) and last_speech_s > window.start_s:
+                        advance = round(last_speech_s * SAMPLE_RATE / HOP) - seek
+            kept, segments = without_empty_segments(kept, segments, time_words is not None)
+            yield SeekStep(window, attempt, attempts, kept, False)
+            if not mode.condition_on_previous_text or attempt.temperature > mode.prompt_reset_on_temperature:
+                history, prompt_on = [], False
+            else:
+                history.append(marked_up(segments))
+            seek, index = seek + max(advance, 1), index + 1
 
 
 def without_empty_segments(kept: DecodeResult, segments: list[Segment], timed: bool

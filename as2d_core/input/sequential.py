@@ -50,7 +50,8 @@ def speech_only(samples: np.ndarray, detector: SpeechDetector | None) -> tuple[n
 
 def fitted_mode(target: Target, mode: DecodeOptions) -> tuple[DecodeOptions, list[str]]:
     """The mode as ``target`` can run it, and what was left out: a target without timestamps seeks by whole
-    requests (as faster-whisper's ``without_timestamps``), one that cannot sample has no temperature fallback."""
+    requests (as faster-whisper's ``without_timestamps``), one that cannot sample has no temperature fallback;
+    clips leave the voice-activity detector out."""
     offered = target.features if isinstance(target, FeatureList) else frozenset()
     notes = []
     if mode.timestamps != "none" and "timestamps" not in offered:
@@ -59,6 +60,8 @@ def fitted_mode(target: Target, mode: DecodeOptions) -> tuple[DecodeOptions, lis
     if len(mode.temperature) > 1 and "sampling" not in offered:
         mode = attrs.evolve(mode, temperature=mode.temperature[:1])
         notes.append(f"target {target.name} does not sample: no temperature fallback")
+    if mode.vad_filter and mode.clip_timestamps:
+        notes.append("vad_filter not used: clip_timestamps names the audio to decode (faster-whisper ignores it too)")
     return mode, notes
 
 

@@ -67,7 +67,7 @@ class WindowResult:
 @attrs.define
 class Transcript:
     windows: list[WindowResult]
-    skipped: tuple[tuple[float, float], ...]  # stretches the detector found no speech in
+    skipped: tuple[tuple[float, float], ...]  # stretches the detector found no speech in, or outside the clips
     duration_s: float
     wall_s: float  # whole file: windowing, every window's preparation and decoding (checks excluded)
     detector: str | None

@@ -8,6 +8,7 @@ without the caller being told.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -16,6 +17,7 @@ import numpy as np
 from as2d_core.contracts import SAMPLE_RATE
 
 MAX_WINDOW_S = 30.0
+CLIPS = "clip_timestamps"  # what cut the audio (a plan's or transcript's ``detector``) where the caller gave clips
 
 
 @runtime_checkable
@@ -47,8 +49,39 @@ class Window:
 class WindowPlan:
     windows: tuple[Window, ...]
     skipped: tuple[tuple[float, float], ...]  # (start_s, end_s) not inside any window
-    detector: str | None  # None: the audio fit in one window, or fixed cuts without a detector
+    detector: str | None  # None: the audio fit in one window, or fixed cuts without a detector; CLIPS: the caller's
     note: str | None = None
+
+
+def clip_spans(times: Sequence[float], total: int, unit: Callable[[float], int]) -> list[tuple[int, int]]:
+    """faster-whisper's ``clip_timestamps`` (seconds ``start,end,...``; an odd count runs the last clip to the end)
+    as (start, end) pairs in the units ``unit`` turns seconds into (mel frames, samples), each end at most
+    ``total``; no times: the whole audio."""
+    points = [unit(t) for t in times] or [0]
+    if len(points) % 2:
+        points.append(total)
+    return [(start, min(end, total)) for start, end in zip(points[::2], points[1::2])]
+
+
+def clip_windows(audio: np.ndarray, times: Sequence[float], max_window_s: float = MAX_WINDOW_S) -> WindowPlan:
+    """A window for each clip, as faster-whisper's batched pipeline takes ``clip_timestamps``: one chunk each, of
+    at most ``max_window_s`` (the rest of a longer clip is not decoded), with no voice-activity detector."""
+    limit = int(max_window_s * SAMPLE_RATE)
+    clips = [(start, end) for start, end in clip_spans(times, audio.size, _samples_of) if end > start]
+    windows = _numbered([(start, min(end, start + limit)) for start, end in clips])
+    longer = sum(end - start > limit for start, end in clips)
+    note = f"{longer} clip(s) longer than {max_window_s:g} s: only their first {max_window_s:g} s decoded" if longer \
+        else None
+    return WindowPlan(windows, _gaps(windows, int(audio.size)), CLIPS, note)
+
+
+def outside_clips(audio: np.ndarray, times: Sequence[float]) -> tuple[tuple[float, float], ...]:
+    """The (start_s, end_s) stretches of ``audio`` that no clip covers: skipped, and reported as skipped."""
+    return _gaps(_numbered(clip_spans(times, audio.size, _samples_of)), int(audio.size))
+
+
+def _samples_of(seconds: float) -> int:
+    return int(seconds * SAMPLE_RATE)  # faster-whisper's batched pipeline truncates the clips' times to samples
 
 
 def plan_windows(
