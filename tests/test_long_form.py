@@ -11,7 +11,9 @@ from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.request import run_request
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.sampling import Sampling
-from as2d_core.decode.timestamps import split_segments
+from as2d_core.capabilities import Word
+from as2d_core.decode.timestamps import Segment, split_segments
+from as2d_core.input.hallucinations import Cut, hallucination_cut, is_anomaly
 from as2d_core.input.pipeline import PipelineOptions
 from as2d_core.setup.build import build_pipeline
 from as2d_core.input.seek import HOP, kept_segments, seek_steps
@@ -190,3 +192,27 @@ def test_real_speech_long_form_is_exact_in_every_mode(served_whisper_target, ser
     if "log_prob_threshold" in fields:
         assert all(w.attempts == 2 for w in transcript.windows)  # the sampled attempts are checked too
         assert sum(w.result.accepted for w in transcript.windows) > 0  # drafts verified against sampled tokens
+
+
+def test_hallucination_cut_follows_faster_whispers_rules():
+    """The rule on timed words (seconds from the request's start at frame 1000): an improbable first segment after a
+    gap over the threshold drops the request and seeks past the gap; one surrounded by silence is cut with what
+    follows, the seek moving to it; words that look right are kept."""
+    def words(start, count, probability, length=0.3):
+        return [Word(f" w{i}", start + i * length, start + (i + 1) * length, probability) for i in range(count)]
+
+    def segment(group):
+        return Segment(group[0].start_s, group[-1].end_s, "".join(w.word for w in group), ())
+
+    sure, unsure = words(0.5, 4, 0.9), words(12.0, 3, 0.05)
+    late_unsure = words(5.0, 3, 0.05)
+    assert not is_anomaly(sure) and is_anomaly(unsure) and not is_anomaly([])
+    args = dict(seek=1000, size=3000, last_speech_s=10.0, threshold=2.0, content_frames=9000)
+    assert hallucination_cut([segment(sure)], [sure], **args) is None
+    assert hallucination_cut([segment(late_unsure)], [late_unsure], **args) == Cut(0, 1500, whole=True)
+    early = words(1.5, 3, 0.05)  # its gap is within the threshold, but a request's first 2 s count as silence
+    assert hallucination_cut([segment(early)], [early], **args) == Cut(0, 1150)
+    cut = hallucination_cut([segment(sure), segment(unsure)], [sure, unsure], **args)
+    assert cut == Cut(1, 1000 + 1200)  # silence before (10.7 s gap) and after (its request's end): cut at its start
+    near_end = hallucination_cut([segment(sure), segment(unsure)], [sure, unsure], **{**args, "content_frames": 2400})
+    assert near_end == Cut(1, 2400)  # under the threshold from the audio's end: nothing more is decoded

@@ -301,6 +301,23 @@ def test_clip_timestamps_walk_each_clip_as_faster_whispers_do(fp32_model, faster
             assert len({s.seek for s in ours}) >= 3 and ours[-1].end > 30
 
 
+def test_hallucination_silence_threshold_skips_made_up_segments_as_faster_whisper_does(fp32_model, faster_whisper):
+    """``hallucination_silence_threshold`` with word timestamps, on five bundled clips 15 s of silence apart (the
+    silences make whisper-base write "He was not an ill-disposed young man." again and again): the segments
+    whose words look made up are dropped and the seek moves past them, so both give the same four segments at
+    the same times, where without the option both give seven."""
+    parts = [part for clip in BUNDLED_CLIPS[:5] for part in (speech_audio(clip), np.zeros(15 * 16_000, np.float32))]
+    audio = np.concatenate(parts[:-1])
+    options = {"language": "en", "word_timestamps": True}
+    plain = [s.text for s in fp32_model.transcribe(audio, **options)[0]]
+    theirs = list(faster_whisper.transcribe(audio, beam_size=1, hallucination_silence_threshold=1.0, **options)[0])
+    ours = list(fp32_model.transcribe(audio, hallucination_silence_threshold=1.0, **options)[0])
+    assert [(s.seek, s.text) for s in ours] == [(s.seek, s.text) for s in theirs]
+    assert [t for s in ours for t in (s.start, s.end)] == pytest.approx(
+        [t for s in theirs for t in (s.start, s.end)], abs=1e-9)
+    assert len(ours) < len(plain) and plain.count(" He was not an ill-disposed young man.") > 1
+
+
 def test_speech_map_moves_times_as_faster_whisper_restores_them():
     """Spans at 1-3 s and 5-6 s of the file: 2 s into the joined speech is the end of the first span, so a start
     there belongs to the second (5 s) and an end to the first (3 s); a word belongs wholly to the span of its

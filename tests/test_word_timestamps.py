@@ -34,7 +34,9 @@ WORDS = DecodeOptions(word_timestamps=True)  # ``--word-timestamps``, a decoding
 
 
 def test_dtw_is_openai_whispers_path():
-    """The vectorized warping path equals the plain cell-by-cell recurrence (ties to the left neighbour)."""
+    """The vectorized warping path equals the plain cell-by-cell recurrence (ties to the left neighbour), and
+    walks the edges to the corner as openai-whisper's trace does, so a path through costs that compare as
+    nothing (NaN: a request of one audio frame, its scores' spread zero) still gives every row a start."""
     from as2d_whisper.alignment import dtw
 
     def plain(x):
@@ -42,13 +44,14 @@ def test_dtw_is_openai_whispers_path():
         cost = np.full((n + 1, m + 1), np.inf, np.float32)
         came = np.zeros((n + 1, m + 1), int)
         cost[0, 0] = 0
+        came[0, :], came[:, 0] = 2, 1  # along the first row: left; along the first column: up
         for j in range(1, m + 1):
             for i in range(1, n + 1):
                 c = (cost[i - 1, j - 1], cost[i - 1, j], cost[i, j - 1])
                 k = 0 if c[0] < c[1] and c[0] < c[2] else 1 if c[1] < c[0] and c[1] < c[2] else 2
                 cost[i, j], came[i, j] = x[i - 1, j - 1] + c[k], k
         i, j, path = n, m, []
-        while i > 0 and j > 0:
+        while i > 0 or j > 0:
             path.append((i - 1, j - 1))
             i, j = [(i - 1, j - 1), (i - 1, j), (i, j - 1)][came[i, j]]
         return np.array(path[::-1]).T
@@ -59,6 +62,9 @@ def test_dtw_is_openai_whispers_path():
         x[:, ::5] = 0.0  # equal costs, so ties are decided too
         rows, frames = dtw(x)
         np.testing.assert_array_equal(np.stack([rows, frames]), plain(x), err_msg=str(shape))
+    rows, frames = dtw(np.full((13, 1), np.nan, np.float32))
+    np.testing.assert_array_equal(np.stack([rows, frames]), plain(np.full((13, 1), np.nan, np.float32)))
+    assert np.count_nonzero(np.diff(rows, prepend=-1)) == 13  # a start for each row
 
 
 def test_median_filter_is_the_median_of_mirrored_windows():

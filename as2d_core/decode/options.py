@@ -194,6 +194,11 @@ class DecodeOptions:
     seed: int = _option(0, "seed", "The sampling noise's seed: the same seed gives the same transcript.", 0)
     vad_filter: bool = _option(False, "vad_filter", "Seek route: decode only the speech the voice-activity detector "
                                "finds, joined, as faster-whisper's vad_filter (times stay the file's).")
+    hallucination_silence_threshold: float | None = _option(
+        None, "hallucination_silence_threshold", "With --word-timestamps, seconds of silence around a segment whose "
+        "words look made up (improbable, too short or too long) for it to be dropped, with what follows it in its "
+        "request, and the seek moved to it, as faster-whisper's option of this name (input.hallucinations). Seek "
+        "route; unset: off.", 0, optional=True, kind=float)
     clip_timestamps: tuple[float, ...] = _option(
         (), "clip_timestamps", "Decode only these spans of the audio, in seconds start,end,start,end,... (an odd "
         "count: the last to the end), as faster-whisper's clip_timestamps: on the seek route each clip is walked "

@@ -27,6 +27,7 @@ from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.timestamps import TIME_PRECISION_S, Segment, marked_up
 from as2d_core.decode.words import speech_end_s, words_by_segment
+from as2d_core.input.hallucinations import hallucination_cut
 from as2d_core.input.windows import MAX_WINDOW_S, SpeechDetector, Window, clip_spans
 
 HOP = SAMPLE_RATE // 100  # one mel frame: the unit of the seek
@@ -113,10 +114,20 @@ def seek_steps(samples: np.ndarray, make_request: Callable[[Window, str | None, 
             if time_words is not None:
                 kept = time_words(request, kept, [t for s in segments for t in s.tokens], last_speech_s)
                 end = speech_end_s(kept)
-                if end is not None:
-                    last_speech_s = window.start_s + end
-                    if not ends_on_single_timestamp(result) and last_speech_s > window.start_s:
-                        advance = round(last_speech_s * SAMPLE_RATE / HOP) - seek
+                if end is not None and end > 0 and not ends_on_single_timestamp(result):
+                    advance = round((window.start_s + end) * SAMPLE_RATE / HOP) - seek
+                cut = None if mode.hallucination_silence_threshold is None else hallucination_cut(
+                    kept.segments, words_by_segment(kept.segments, kept.words or []), seek, size, last_speech_s,
+                    mode.hallucination_silence_threshold, content_frames)
+                if cut is not None and cut.whole:  # nothing of it is given, nor prompts the next request
+                    yield SeekStep(window, attempt, attempts, only_segments(kept, segments, [])[0], False)
+                    seek, index = max(cut.seek, seek + 1), index + 1
+                    continue
+                if cut is not None:
+                    kept, segments = only_segments(kept, segments, range(cut.keep))
+                    advance = cut.seek - seek
+                end = speech_end_s(kept)
+                last_speech_s = last_speech_s if end is None else window.start_s + end
             kept, segments = without_empty_segments(kept, segments, time_words is not None)
             yield SeekStep(window, attempt, attempts, kept, False)
             if not mode.condition_on_previous_text or attempt.temperature > mode.prompt_reset_on_temperature:
@@ -141,11 +152,17 @@ def without_empty_segments(kept: DecodeResult, segments: list[Segment], timed: b
     drop = [empty(decoded, fitted) for decoded, fitted in zip(segments, kept.segments)]
     if not any(drop):
         return kept, segments
+    return only_segments(kept, segments, [i for i, out in enumerate(drop) if not out])
+
+
+def only_segments(kept: DecodeResult, segments: list[Segment], chosen) -> tuple[DecodeResult, list[Segment]]:
+    """The kept result and its segments as decoded, with only the ``chosen`` segments (indices) and their words."""
+    chosen = set(chosen)
     words = words_by_segment(kept.segments, kept.words) if kept.words else [[] for _ in segments]
-    fitted = [s for s, out in zip(kept.segments, drop) if not out]
+    fitted = [s for i, s in enumerate(kept.segments) if i in chosen]
     kept = attrs.evolve(kept, segments=fitted, text="".join(s.text for s in fitted),
-                        words=[w for group, out in zip(words, drop) if not out for w in group])
-    return kept, [s for s, out in zip(segments, drop) if not out]
+                        words=[w for i, group in enumerate(words) if i in chosen for w in group])
+    return kept, [s for i, s in enumerate(segments) if i in chosen]
 
 
 # faster-whisper's VadOptions defaults, which its sequential transcribe(vad_filter=True) uses (the detector's option

@@ -51,7 +51,7 @@ def speech_only(samples: np.ndarray, detector: SpeechDetector | None) -> tuple[n
 def fitted_mode(target: Target, mode: DecodeOptions) -> tuple[DecodeOptions, list[str]]:
     """The mode as ``target`` can run it, and what was left out: a target without timestamps seeks by whole
     requests (as faster-whisper's ``without_timestamps``), one that cannot sample has no temperature fallback;
-    clips leave the voice-activity detector out."""
+    clips leave the voice-activity detector out, and the hallucination rule needs word timestamps."""
     offered = target.features if isinstance(target, FeatureList) else frozenset()
     notes = []
     if mode.timestamps != "none" and "timestamps" not in offered:
@@ -62,6 +62,9 @@ def fitted_mode(target: Target, mode: DecodeOptions) -> tuple[DecodeOptions, lis
         notes.append(f"target {target.name} does not sample: no temperature fallback")
     if mode.vad_filter and mode.clip_timestamps:
         notes.append("vad_filter not used: clip_timestamps names the audio to decode (faster-whisper ignores it too)")
+    if mode.hallucination_silence_threshold is not None and not mode.word_timestamps:
+        notes.append("hallucination_silence_threshold not used: it reads the word timestamps (word_timestamps=True), "
+                     "as faster-whisper's does")
     return mode, notes
 
 

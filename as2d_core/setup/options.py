@@ -56,7 +56,8 @@ def config_schema() -> dict[str, dict[str, tuple]]:
 # change the tokens, under its names, and as2d's budget; threads, routes and drafting stay the server's own.
 REQUEST_OPTIONS = ("beam_size", "best_of", "patience", "length_penalty", "compression_ratio_threshold",
                    "log_prob_threshold", "no_speech_threshold", "condition_on_previous_text",
-                   "prompt_reset_on_temperature", "hotwords", "vad_filter", "clip_timestamps", "seed", "budget")
+                   "prompt_reset_on_temperature", "hotwords", "vad_filter", "clip_timestamps",
+                   "hallucination_silence_threshold", "seed", "budget")
 NONE = ("none", "null")  # turns off an optional option (faster-whisper's None thresholds)
 
 

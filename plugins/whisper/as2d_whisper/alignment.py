@@ -98,9 +98,9 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         step[d, lo : hi + 1] = 2 - 2 * take_diagonal - take_up
     path = []
     i, j = n, m
-    while i > 0 and j > 0:
+    while i > 0 or j > 0:  # along the edges to the corner, as openai-whisper's trace (row 0: left, column 0: up)
         path.append((i - 1, j - 1))
-        s = step[i + j, i]
+        s = 1 if j == 0 else 2 if i == 0 else step[i + j, i]
         i, j = (i - 1, j - 1) if s == 0 else (i - 1, j) if s == 1 else (i, j - 1)
     path.reverse()
     return np.array([p[0] for p in path]), np.array([p[1] for p in path])
