@@ -2,8 +2,8 @@
 
 Every option that changes the tokens and that as2d has means what it means in faster-whisper, with the same
 default: beams, the temperature fallback and its thresholds, ``best_of``, conditioning on previous text and its
-reset, ``vad_filter``, ``clip_timestamps``, ``hallucination_silence_threshold``. One that as2d does not have is
-refused with a ValueError naming it and why: never ignored.
+reset, ``vad_filter``, ``clip_timestamps``, ``hallucination_silence_threshold``, ``max_new_tokens``. One that as2d
+does not have is refused with a ValueError naming it and why: never ignored.
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ AS_DECODE_OPTIONS = {"beam_size": "beam_size", "best_of": "best_of", "patience":
                      "prompt_reset_on_temperature": "prompt_reset_on_temperature", "initial_prompt": "prompt",
                      "hotwords": "hotwords", "word_timestamps": "word_timestamps", "vad_filter": "vad_filter",
                      "clip_timestamps": "clip_timestamps",
-                     "hallucination_silence_threshold": "hallucination_silence_threshold"}
+                     "hallucination_silence_threshold": "hallucination_silence_threshold",
+                     "max_new_tokens": "max_new_tokens"}
 
 
 def refuse(name: str, value: Any, why: str) -> ValueError:
@@ -38,7 +39,6 @@ def check_options(given: dict[str, Any]) -> None:
         ("repetition_penalty", 1, "it changes the target's scores, so the tokens would not be the target's own"),
         ("no_repeat_ngram_size", 0, "it bans tokens, so the tokens would not be the target's own"),
         ("prefix", None, "as2d does not force a decoding prefix; give it as initial_prompt (previous text) instead"),
-        ("max_new_tokens", None, "as2d decodes each request to its end token or the model's context"),
         ("chunk_length", None, "as2d's requests are Whisper's 30 s"),
         ("language_detection_segments", 1, "as2d detects the language on the first 30 s"),
         ("max_initial_timestamp", 1.0, "as2d's timestamp rules are Whisper's, with the first timestamp at most 1 s"),

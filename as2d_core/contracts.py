@@ -131,6 +131,8 @@ class Request:
     # drafts greedily whatever the mode (its tokens are only proposals)
     temperature: float = attrs.field(default=0.0, validator=attrs.validators.ge(0.0))
     seed: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    # at most this many response tokens (faster-whisper's ``max_new_tokens``); None: what the model's context holds
+    max_new_tokens: int | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.ge(1)))
     # what the request's target and drafter compute from its audio once for both; not a field of the request
     # (not compared, not in ``fields``), so a copy made with ``attrs.evolve`` or in a drafter process starts empty
     # a long-form request: the recording it is cut from and its first sample there (``audio`` is

@@ -140,7 +140,7 @@ def test_timestamps_prompts_and_a_task_the_drafter_cannot_draft(tmp_path, whispe
     assert (options.timestamps, options.prompt, options.hotwords, options.condition_on_previous_text) == (
         "segment", "as2d, Whisper", "CTranslate2", True)
     assert options.request_fields() == {"timestamps": "segment", "prompt": "as2d, Whisper", "hotwords": "CTranslate2",
-                                        "word_timestamps": True, "temperature": 0.0, "seed": 0}
+                                        "word_timestamps": True, "temperature": 0.0, "seed": 0, "max_new_tokens": None}
 
 
 def test_parts_of_absent_plugins_are_checked_by_name_only(tmp_path, registry):

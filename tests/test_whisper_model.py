@@ -87,6 +87,7 @@ def test_the_readmes_first_snippet_runs_with_beams(model, audio_mp3):
     ({"repetition_penalty": 1.1}, "repetition_penalty=1.1"),
     ({"initial_prompt": [50363, 1012]}, "give the prompt as text"),
     ({"prefix": "And"}, "does not force a decoding prefix"),
+    ({"max_new_tokens": 0}, "max_new_tokens must be at least 1, got 0"),
     ({"clip_timestamps": "0,soon"}, "clip_timestamps must be seconds of at least 0"),
     ({"clip_timestamps": [{"start": 1.0}]}, "clip_timestamps as dicts need 'start' and 'end'"),
     ({"vad_filter": True, "vad_parameters": {"min_speech_duration_ms": 250}}, "min_speech_duration_ms"),
@@ -316,6 +317,28 @@ def test_hallucination_silence_threshold_skips_made_up_segments_as_faster_whispe
     assert [t for s in ours for t in (s.start, s.end)] == pytest.approx(
         [t for s in theirs for t in (s.start, s.end)], abs=1e-9)
     assert len(ours) < len(plain) and plain.count(" He was not an ill-disposed young man.") > 1
+
+
+def test_max_new_tokens_cuts_each_response_as_faster_whisper_does(fp32_model, faster_whisper):
+    """``max_new_tokens`` over the bundled clips joined (34 s): each response stops where faster-whisper's does
+    (CTranslate2's bound: half the prompt and the tokens asked, at most one past them), a cut response feeds the
+    next prompt as decoded, and a result kept after every temperature failed carries the last one; the same
+    segments, times and temperatures as faster-whisper's, with and without timestamps and with word timestamps
+    (the last end aside: as2d ends a response cut short where the audio ends, not at its last whole frame).
+    A prompt that leaves less room than asked is refused, as faster-whisper refuses it."""
+    audio = np.concatenate([speech_audio(clip) for clip in BUNDLED_CLIPS])
+    for options in ({"max_new_tokens": 10}, {"max_new_tokens": 7, "without_timestamps": True},
+                    {"max_new_tokens": 12, "word_timestamps": True, "condition_on_previous_text": False}):
+        theirs = list(faster_whisper.transcribe(audio, language="en", beam_size=1, **options)[0])
+        ours = list(fp32_model.transcribe(audio, language="en", **options)[0])
+        assert [(s.seek, s.text, s.tokens, s.temperature) for s in ours] == [
+            (s.seek, s.text, s.tokens, s.temperature) for s in theirs], options
+        assert [t for s in ours for t in (s.start, s.end)][:-1] == pytest.approx(
+            [t for s in theirs for t in (s.start, s.end)][:-1], abs=1e-9), options
+        assert ours[-1].end == pytest.approx(theirs[-1].end, abs=0.01)  # as2d ends a cut one where the audio does
+        assert max(len(s.tokens) for s in ours) <= options["max_new_tokens"] + 1
+    with pytest.raises(ValueError, match="the prompt is 24 tokens and max_new_tokens 440"):
+        list(fp32_model.transcribe(audio, language="en", max_new_tokens=440, initial_prompt="word " * 20)[0])
 
 
 def test_speech_map_moves_times_as_faster_whisper_restores_them():

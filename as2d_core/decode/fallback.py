@@ -74,7 +74,10 @@ def decode_with_fallback(request: Request, decode: Callable[[Request], DecodeRes
             return attempt, attempts
     below = [a for a in attempts if mode.compression_ratio_threshold is None
              or a.compression_ratio <= mode.compression_ratio_threshold]
-    return max(below or attempts, key=lambda a: a.avg_logprob), attempts
+    best = max(below or attempts, key=lambda a: a.avg_logprob)
+    # every temperature failed: faster-whisper keeps the likeliest result with the last temperature, which its
+    # segments report and the prompt reset reads (``prompt_reset_on_temperature``)
+    return attrs.evolve(best, temperature=attempts[-1].temperature), attempts
 
 
 def _ranked(length_penalty: float) -> Callable[[Attempt], float]:

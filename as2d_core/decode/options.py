@@ -194,6 +194,10 @@ class DecodeOptions:
     seed: int = _option(0, "seed", "The sampling noise's seed: the same seed gives the same transcript.", 0)
     vad_filter: bool = _option(False, "vad_filter", "Seek route: decode only the speech the voice-activity detector "
                                "finds, joined, as faster-whisper's vad_filter (times stay the file's).")
+    max_new_tokens: int | None = _option(
+        None, "max_new_tokens", "At most this many tokens in each response (timestamps included), as faster-whisper's "
+        "option of this name; a prompt that leaves less room than this in the model's context is refused, as "
+        "faster-whisper refuses it. Unset: what the context holds.", 1, optional=True, kind=int)
     hallucination_silence_threshold: float | None = _option(
         None, "hallucination_silence_threshold", "With --word-timestamps, seconds of silence around a segment whose "
         "words look made up (improbable, too short or too long) for it to be dropped, with what follows it in its "
@@ -218,7 +222,8 @@ class DecodeOptions:
     def request_fields(self) -> dict[str, Any]:
         """What these options put in a request on their own (the pipeline adds each window's previous text)."""
         return {"timestamps": self.timestamps or "none", "prompt": self.prompt, "hotwords": self.hotwords,
-                "word_timestamps": self.word_timestamps, "temperature": self.temperature[0], "seed": self.seed}
+                "word_timestamps": self.word_timestamps, "temperature": self.temperature[0], "seed": self.seed,
+                "max_new_tokens": self.max_new_tokens}
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> "DecodeOptions":

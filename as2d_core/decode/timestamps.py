@@ -197,10 +197,16 @@ def time_reach_s(request: Request) -> float:
     return max(request.duration_s, (request.recording.audio.size - request.offset) / request.sample_rate)
 
 
-def marked_up(segments: Sequence[Segment]) -> str:
+def marked_up(segments: Sequence[Segment], begin: int | None = None) -> str:
     """Segments as text with Whisper's timestamp markup (``<|0.00|> Hello.<|2.40|>``), times from the request's start:
-    how a response conditions the next window's prompt in timestamp mode, as Whisper feeds its tokens back."""
-    return "".join(f"<|{s.start_s:.2f}|>{s.text}<|{s.end_s:.2f}|>" for s in segments)
+    how a response conditions the next window's prompt in timestamp mode, as Whisper feeds its tokens back. With
+    ``begin`` (the first timestamp token) a timestamp is written only where the segment has its token, so a
+    response cut short (``max_new_tokens``) is fed back as decoded, without an end it never had."""
+    def has(token: int) -> bool:
+        return begin is None or token >= begin
+
+    return "".join((f"<|{s.start_s:.2f}|>" if not s.tokens or has(s.tokens[0]) else "") + s.text
+                   + (f"<|{s.end_s:.2f}|>" if not s.tokens or has(s.tokens[-1]) else "") for s in segments)
 
 
 def response_segments(request: Request, session, tokens: Sequence[int], text: str) -> list[Segment]:

@@ -20,6 +20,19 @@ from .model_files import DecoderState, ModelFiles, chosen_logprobs, probability,
 from .vocabulary import INSTALL_HINT
 
 
+def response_room(max_length: int, prompt_length: int, asked: int | None) -> int:
+    """How many response tokens a session allows, as CTranslate2 bounds faster-whisper's: of the length allowed
+    (the model's context, or the prompt and ``asked``, faster-whisper's ``max_new_tokens``), half, and no more
+    than what follows the prompt's last token (so a plain response stops at 224 tokens, as openai-whisper's
+    ``sample_len``). A prompt and ``asked`` over the context are refused, as faster-whisper refuses them."""
+    if asked is not None and prompt_length + asked > max_length:
+        raise ValueError(f"the prompt is {prompt_length} tokens and max_new_tokens {asked}: together "
+                         f"{prompt_length + asked}, over the model's {max_length}-token context; give a shorter prompt "
+                         f"or a smaller max_new_tokens")
+    allowed = max_length if asked is None else prompt_length + asked
+    return min(allowed // 2, allowed - prompt_length + 1)
+
+
 class WhisperTargetSession:
     """One request on the target: prompt prefilled, verify appends root + candidates.
 
@@ -58,7 +71,7 @@ class WhisperTargetSession:
         self.rules = model.timestamp_rules if request.timestamps != "none" else None
         self._sampling = Sampling(request.temperature, request.seed)
         self._response: list[int] = []  # the response tokens in the cache, for the timestamp rules
-        self.max_new_tokens = model.max_length - len(self.prompt)
+        self.max_new_tokens = response_room(model.max_length, len(self.prompt), request.max_new_tokens)
         self.state = DecoderState(model, cross, threads)
         logits = self.state.append(self.prompt)
         self._no_speech = None  # with scores: at <|startoftranscript|>, before the suppressions edit the logits
