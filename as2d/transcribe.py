@@ -27,6 +27,7 @@ from as2d_core.decode.options import DEFAULT_TEMPERATURES, DecodeOptions
 from as2d_core.decode.words import words_by_segment
 from as2d_core.decode.scores import compression_ratio, is_silent
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
+from as2d_core.input.seek import HOP
 from as2d_core.input.sequential import fitted_mode, speech_only
 from as2d_core.input.transcript import WindowResult
 from as2d_core.setup import catalog
@@ -169,9 +170,9 @@ class WhisperModel:
             notes = [f"Whisper's long-form rules: 30 s requests from a seek offset, temperatures "
                      f"{', '.join(map(str, decode.temperature))}, beam_size {decode.beam_size}",
                      *fitted_mode(pipeline.target, decode)[1]]
-            hop = SAMPLE_RATE // 100  # a mel frame: faster-whisper reads the language from the first clip's frame
-            start = int(decode.clip_timestamps[0] * 100) * hop if decode.clip_timestamps else 0
-            start = start if start < audio.size - hop else 0  # and from 0 s where that is past the end
+            # faster-whisper reads the language from the first clip's mel frame, and from 0 s where that is past the end
+            start = int(decode.clip_timestamps[0] * 100) * HOP if decode.clip_timestamps else 0
+            start = start if start < audio.size - HOP else 0
             first = (Request("language", audio[start: start + 30 * SAMPLE_RATE], recording=recording, offset=start)
                      if audio.size else None)
             return windows, audio.size / SAMPLE_RATE, first, notes, pipeline.route(0)

@@ -20,10 +20,16 @@ ROUTES = ("seek", "windows")
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # faster-whisper's: greedy, then the fallback's
 
 
+def listed(value):
+    """A flag's text such as ``"0,0.2,0.4"`` (or ``"(0, 0.2)"``) as its parts; any other value as it is."""
+    if isinstance(value, str):
+        return [part for part in value.strip("()[] ").replace(" ", "").split(",") if part]
+    return value
+
+
 def temperatures(value) -> tuple[float, ...]:
     """Temperatures from a number, a sequence or text such as ``"0,0.2,0.4"`` (a flag's value)."""
-    if isinstance(value, str):
-        value = [part for part in value.strip("()[] ").replace(" ", "").split(",") if part]
+    value = listed(value)
     values = tuple(float(t) for t in value) if isinstance(value, (list, tuple)) else (float(value),)
     if not values or any(t < 0 for t in values):
         raise ValueError(f"temperature must be one or more values of at least 0, got {value!r}")
@@ -33,9 +39,7 @@ def temperatures(value) -> tuple[float, ...]:
 def clip_times(value) -> tuple[float, ...]:
     """faster-whisper's ``clip_timestamps``: seconds ``start,end,start,end,...`` as text (a flag's) or numbers; an
     odd count runs the last clip to the end. ``()`` (its default ``"0"``, or nothing): the whole audio."""
-    given = value
-    if isinstance(value, str):
-        value = [part for part in value.strip("()[] ").replace(" ", "").split(",") if part]
+    given, value = value, listed(value)
     try:
         values = tuple(float(t) for t in value)
     except (TypeError, ValueError):
