@@ -57,7 +57,8 @@ class BatchedInferencePipeline:
 
         As in faster-whisper's batched pipeline, no window is conditioned on the text before it
         (``condition_on_previous_text`` is taken and set off), only the first temperature is used (no
-        fallback), ``without_timestamps`` is on by default, so each window is one segment, and so is ``vad_filter``:
+        fallback), ``prefix`` and ``max_initial_timestamp`` are taken and not used (the first timestamp is at most
+        1 s), ``without_timestamps`` is on by default, so each window is one segment, and so is ``vad_filter``:
         the audio is cut into windows at the pauses Silero VAD finds (off: every 30 s). Every other
         option is ``WhisperModel.transcribe``'s, with its defaults and its refusals; greedy decoding
         (``beam_size=1``, the default here).
@@ -66,6 +67,8 @@ class BatchedInferencePipeline:
                                    or not 1 <= batch_size <= MAX_BATCH_WINDOWS):
             raise ValueError(f"batch_size must be a whole number from 1 to {MAX_BATCH_WINDOWS} (windows decoded side "
                              f"by side) or {AUTO!r}, got {batch_size!r}")
+        for unused in ("prefix", "max_initial_timestamp"):  # faster-whisper's batched pipeline does not use them
+            options.pop(unused, None)
         first_temperature = temperature[0] if isinstance(temperature, (list, tuple)) else temperature
         side_by_side = copy.copy(self.model)  # the same loaded parts, lock and detectors; its own decoding options
         side_by_side.decode_options = attrs.evolve(self.model.decode_options, batch_windows=wave_size(batch_size),

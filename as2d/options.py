@@ -2,7 +2,9 @@
 
 Every option that changes the tokens and that as2d has means what it means in faster-whisper, with the same
 default: beams, the temperature fallback and its thresholds, ``best_of``, conditioning on previous text and its
-reset, ``vad_filter``, ``clip_timestamps``, ``hallucination_silence_threshold``, ``max_new_tokens``. One that as2d
+reset, ``vad_filter``, ``clip_timestamps``, ``hallucination_silence_threshold``, ``max_new_tokens``, ``prefix`` and
+the edits of the scores (``suppress_blank``, ``suppress_tokens``, ``max_initial_timestamp``, ``repetition_penalty``,
+``no_repeat_ngram_size``). One that as2d
 does not have is refused with a ValueError naming it and why: never ignored.
 """
 from __future__ import annotations
@@ -26,7 +28,9 @@ AS_DECODE_OPTIONS = {"beam_size": "beam_size", "best_of": "best_of", "patience":
                      "hotwords": "hotwords", "word_timestamps": "word_timestamps", "vad_filter": "vad_filter",
                      "clip_timestamps": "clip_timestamps",
                      "hallucination_silence_threshold": "hallucination_silence_threshold",
-                     "max_new_tokens": "max_new_tokens"}
+                     "max_new_tokens": "max_new_tokens", "prefix": "prefix", "suppress_blank": "suppress_blank",
+                     "suppress_tokens": "suppress_tokens", "max_initial_timestamp": "max_initial_timestamp",
+                     "repetition_penalty": "repetition_penalty", "no_repeat_ngram_size": "no_repeat_ngram_size"}
 
 
 def refuse(name: str, value: Any, why: str) -> ValueError:
@@ -36,19 +40,11 @@ def refuse(name: str, value: Any, why: str) -> ValueError:
 def check_options(given: dict[str, Any]) -> None:
     """Refuse every option whose value asks for something as2d does not do (a ValueError naming it and why)."""
     for name, default, why in (
-        ("repetition_penalty", 1, "it changes the target's scores, so the tokens would not be the target's own"),
-        ("no_repeat_ngram_size", 0, "it bans tokens, so the tokens would not be the target's own"),
-        ("prefix", None, "as2d does not force a decoding prefix; give it as initial_prompt (previous text) instead"),
         ("chunk_length", None, "as2d's requests are Whisper's 30 s"),
         ("language_detection_segments", 1, "as2d detects the language on the first 30 s"),
-        ("max_initial_timestamp", 1.0, "as2d's timestamp rules are Whisper's, with the first timestamp at most 1 s"),
-        ("suppress_blank", True, "the targets always suppress a blank start, as faster-whisper does by default"),
     ):
         if given[name] != default:
             raise refuse(name, given[name], why)
-    if given["suppress_tokens"] not in ([-1], (-1,)):
-        raise refuse("suppress_tokens", given["suppress_tokens"],
-                     "the targets suppress faster-whisper's default set ([-1]) and no other")
     if (given["prepend_punctuations"], given["append_punctuations"]) != DEFAULT_PUNCTUATION:
         raise ValueError("prepend_punctuations and append_punctuations are not supported: the word timestamps "
                          "join faster-whisper's default punctuation to its words")
@@ -79,6 +75,7 @@ def decode_options(given: dict[str, Any], base: DecodeOptions) -> DecodeOptions:
     values = {ours: given[theirs] for theirs, ours in AS_DECODE_OPTIONS.items()}
     values["clip_timestamps"] = clip_seconds(given["clip_timestamps"])
     values["timestamps"] = "none" if given["without_timestamps"] else "segment"
+    values["suppress_tokens"] = () if given["suppress_tokens"] is None else given["suppress_tokens"]
     return attrs.evolve(base, **values)
 
 
@@ -111,5 +108,5 @@ def transcription_options(given: dict[str, Any], decode: DecodeOptions) -> Trans
     values = {k: v for k, v in given.items() if k in names}
     used = list(temperatures(given["temperature"]))
     values.update(temperatures=used if decode.route == "seek" else used[:1],
-                  suppress_tokens=list(given["suppress_tokens"]))
+                  suppress_tokens=list(given["suppress_tokens"] or []))
     return TranscriptionOptions(**values)

@@ -38,7 +38,6 @@ from .models import INSTALL, audio_samples, resolve_target, unavailable
 from .objects import DEFAULT_PUNCTUATION, Segment, TranscriptionInfo, VadOptions, Word
 from .options import check_options, decode_options, refuse, transcription_options, vad_options
 
-HOP = SAMPLE_RATE // 100  # one mel frame, the unit of faster-whisper's ``seek``
 
 
 class WhisperModel:

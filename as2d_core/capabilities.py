@@ -189,6 +189,20 @@ class ResponseScores(Protocol):
 
 
 @runtime_checkable
+class ForcedStart(Protocol):
+    """Optional for a target session: the tokens its response is made to start with (``Request.prefix``),
+    prefilled after the prompt. A result's tokens begin with them, and its scores count them as tokens that cost
+    nothing, as CTranslate2 returns a forced prefix (``decode.result.build_result``)."""
+
+    forced_tokens: list[int]
+
+
+def forced_tokens(session) -> list[int]:
+    """The session's forced start (``ForcedStart``), or none."""
+    return list(session.forced_tokens) if isinstance(session, ForcedStart) else []
+
+
+@runtime_checkable
 class BeamRows(Protocol):
     """Hypotheses of one prepared request side by side, each in a row with its own cache (beam search).
 

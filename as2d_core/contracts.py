@@ -100,6 +100,25 @@ class Recording:
         return (Recording, (self.audio,))
 
 
+def _token_ids(value) -> tuple[int, ...]:
+    return tuple(int(t) for t in value)
+
+
+@attrs.frozen
+class ScoreRules:
+    """How a request edits the target's scores before each choice: faster-whisper's options of these names, as
+    CTranslate2 applies them. Each reads only the response before the position it scores, so a verification
+    applies them per position as one step at a time would, and the tokens stay the target's own in that mode."""
+
+    suppress_blank: bool = True  # the first response token is no blank and no end
+    suppress_tokens: tuple[int, ...] = attrs.field(default=(-1,), converter=_token_ids)  # -1: the model's set
+    max_initial_timestamp: float = attrs.field(default=1.0, validator=attrs.validators.ge(0.0))  # seconds
+    # a token already in the response (the forced prefix included) scores less: divided when positive,
+    # multiplied when negative (CTRL's penalty)
+    repetition_penalty: float = attrs.field(default=1.0, validator=attrs.validators.gt(0.0))
+    no_repeat_ngram_size: int = attrs.field(default=0, validator=attrs.validators.ge(0))  # 0: off
+
+
 @attrs.frozen
 class Request:
     """The fixed input z = (audio view, instruction) of one response (Appendix A.1).
@@ -122,6 +141,11 @@ class Request:
     prompt: str | None = None
     previous_text: str | None = None
     hotwords: str | None = None
+    # text the target's response is made to start with (faster-whisper's ``prefix``): forced after the start of
+    # transcript (and its first timestamp); the result's tokens begin with it (``capabilities.ForcedStart``), the
+    # response verified after it; a drafter may ignore it
+    prefix: str | None = None
+    rules: ScoreRules = ScoreRules()
     # the target keeps what it needs to time the response's words after decoding (``WordAligner``)
     word_timestamps: bool = False
     # the target session keeps its tokens' log-probabilities and the no-speech probability (``ResponseScores``)
@@ -156,7 +180,8 @@ class Request:
         """What the request asks of its target beyond audio and task (a target lists those it has in ``features``)."""
         asked = {"timestamps": self.timestamps != "none", "prompt": bool(self.prompt or self.previous_text),
                  "hotwords": bool(self.hotwords), "word_timestamps": self.word_timestamps,
-                 "sampling": self.temperature > 0}
+                 "sampling": self.temperature > 0, "prefix": bool(self.prefix),
+                 "score_rules": self.rules != ScoreRules()}
         return frozenset(name for name, on in asked.items() if on)
 
     def fields(self) -> dict:

@@ -7,6 +7,7 @@ import pytest
 
 from as2d_core.setup import catalog, config, plugins
 from as2d_core.setup.source_spec import SourceSpec
+from as2d_core.contracts import ScoreRules
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "configs").glob("*.toml"))
@@ -132,7 +133,8 @@ def test_timestamps_prompts_and_a_task_the_drafter_cannot_draft(tmp_path, whispe
     """The drafter cannot translate: the file is fine, it says so, and requests run target-only."""
     text = GOOD.replace('task = "asr"', 'task = "translate"\ntimestamps = "segment"\nprompt = "as2d, Whisper"\n'
                                           'hotwords = "CTranslate2"\ncondition_on_previous_text = true\n'
-                                          'word_timestamps = true')
+                                          'word_timestamps = true\nprefix = "So"\nsuppress_tokens = "-1,11"\n'
+                                          'repetition_penalty = 1.1')
     report = _check(tmp_path, text, whisper_registry)
     assert report.ok, report.errors
     assert any("source 'whisper-tiny.en' does not draft 'translate'" in w for w in report.warnings), report.warnings
@@ -140,7 +142,9 @@ def test_timestamps_prompts_and_a_task_the_drafter_cannot_draft(tmp_path, whispe
     assert (options.timestamps, options.prompt, options.hotwords, options.condition_on_previous_text) == (
         "segment", "as2d, Whisper", "CTranslate2", True)
     assert options.request_fields() == {"timestamps": "segment", "prompt": "as2d, Whisper", "hotwords": "CTranslate2",
-                                        "word_timestamps": True, "temperature": 0.0, "seed": 0, "max_new_tokens": None}
+                                        "word_timestamps": True, "temperature": 0.0, "seed": 0, "max_new_tokens": None,
+                                        "prefix": "So", "rules": ScoreRules(suppress_tokens=(-1, 11),
+                                                                            repetition_penalty=1.1)}
 
 
 def test_parts_of_absent_plugins_are_checked_by_name_only(tmp_path, registry):

@@ -190,6 +190,25 @@ def test_faster_whispers_options_in_the_form_give_its_segments(server, speech):
     assert [(s.start, s.end, s.text) for s in served.segments] == [(s.start, s.end, s.text) for s in theirs]
 
 
+def test_a_forced_prefix_and_score_rules_in_the_form_give_faster_whispers_tokens(server, speech):
+    """``prefix``, ``no_repeat_ngram_size`` and ``suppress_tokens`` (no commas) in ``extra_body``: faster-whisper's
+    segments at the server's settings (greedy, the fallback, no conditioning), the first starting with the prefix,
+    exact against target-only decoding with the same rules."""
+    pytest.importorskip("faster_whisper", reason="compares with faster-whisper: pip install 'as2d[bench]'")
+    from as2d_whisper import word_check
+
+    settings = {"prefix": "So", "no_repeat_ngram_size": 3, "suppress_tokens": "-1,11"}
+    served = _openai(server).audio.transcriptions.create(
+        model="whisper-1", file=("speech.wav", _wav(speech)), response_format="verbose_json",
+        extra_body={**{k: str(v) for k, v in settings.items()}, "check": "true"})
+    assert served.model_extra["as2d"]["exact"] is True
+    theirs, _ = word_check.faster_whisper_model().transcribe(
+        speech.astype(np.float32) / 32768, language="en", beam_size=1, condition_on_previous_text=False,
+        **{**settings, "suppress_tokens": [-1, 11]})
+    assert [(s.start, s.end, s.text) for s in served.segments] == [(s.start, s.end, s.text) for s in theirs]
+    assert served.segments[0].text.startswith(" So") and "," not in served.text
+
+
 def test_openai_client_streams_verified_deltas(server, clips, target_only):
     """stream=True: OpenAI's transcription events, whose deltas spell the final text, which is as2d's
     non-streamed answer (the target's own greedy text); each delta is verified text, never revised."""
@@ -260,7 +279,7 @@ def _bad_inputs(speech, clips):
         ("patience nan", clips["a"], {"patience": "nan"}, 400, "patience must be a number, not 'nan'"),
         ("vad flag", clips["a"], {"vad_filter": "maybe"}, 400, "'vad_filter' must be true or false"),
         ("threshold", clips["a"], {"log_prob_threshold": "low"}, 400, "log_prob_threshold must be a number or none"),
-        ("unknown field", clips["a"], {"repetition_penalty": 1.2}, 400, "unknown form field 'repetition_penalty'"),
+        ("unknown field", clips["a"], {"chunk_length": 20}, 400, "unknown form field 'chunk_length'"),
         ("clips", clips["a"], {"clip_timestamps": "1,soon"}, 400, "clip_timestamps must be seconds of at least 0"),
         ("model", clips["a"], {"model": "gpt-4o-transcribe"}, 400, "unknown model"),
         ("method", clips["a"], {"method": "beam"}, 400, "unknown method"),

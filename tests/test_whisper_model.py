@@ -84,9 +84,11 @@ def test_the_readmes_first_snippet_runs_with_beams(model, audio_mp3):
     ({"temperature": -0.4}, "temperature must be one or more values of at least 0"),
     ({"beam_size": 0}, "beam_size must be between 1 and 16, got 0"),
     ({"best_of": 0}, "best_of must be between 1 and 16, got 0"),
-    ({"repetition_penalty": 1.1}, "repetition_penalty=1.1"),
+    ({"repetition_penalty": 0}, "repetition_penalty must be above 0"),
+    ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size must be at least 0"),
+    ({"suppress_tokens": [-1, 60000]}, r"suppress_tokens \[60000\] are not tokens of whisper-base"),
+    ({"chunk_length": 20}, "chunk_length=20 is not supported"),
     ({"initial_prompt": [50363, 1012]}, "give the prompt as text"),
-    ({"prefix": "And"}, "does not force a decoding prefix"),
     ({"max_new_tokens": 0}, "max_new_tokens must be at least 1, got 0"),
     ({"clip_timestamps": "0,soon"}, "clip_timestamps must be seconds of at least 0"),
     ({"clip_timestamps": [{"start": 1.0}]}, "clip_timestamps as dicts need 'start' and 'end'"),
@@ -95,8 +97,8 @@ def test_the_readmes_first_snippet_runs_with_beams(model, audio_mp3):
     ({"task": "summarize"}, "unknown task 'summarize'"),
 ])
 def test_options_as2d_does_not_have_are_refused(model, options, message):
-    with pytest.raises(ValueError, match=message):
-        model.transcribe(np.zeros(16_000, np.float32), **options)
+    with pytest.raises(ValueError, match=message):  # when called, or at the first request (a token id)
+        list(model.transcribe(speech_audio("ljspeech_en_w00"), **options)[0])
 
 
 def test_segments_are_the_targets_greedy_output_and_info_says_how(model):
@@ -339,6 +341,35 @@ def test_max_new_tokens_cuts_each_response_as_faster_whisper_does(fp32_model, fa
         assert max(len(s.tokens) for s in ours) <= options["max_new_tokens"] + 1
     with pytest.raises(ValueError, match="the prompt is 24 tokens and max_new_tokens 440"):
         list(fp32_model.transcribe(audio, language="en", max_new_tokens=440, initial_prompt="word " * 20)[0])
+
+
+SCORE_OPTIONS = [{"prefix": "Fellow citizens"}, {"prefix": "Fellow citizens", "without_timestamps": True},
+                 {"repetition_penalty": 1.3}, {"no_repeat_ngram_size": 3, "suppress_blank": False},
+                 {"suppress_tokens": [-1, 13, 11], "max_initial_timestamp": 0.0},
+                 {"prefix": "Fellow", "repetition_penalty": 1.2, "no_repeat_ngram_size": 4, "beam_size": 3,
+                  "length_penalty": 0.5}]
+
+
+@pytest.mark.parametrize("options", SCORE_OPTIONS, ids=["prefix", "prefix-text", "repetition", "ngram-blank",
+                                                        "suppress-initial", "all-beams"])
+def test_options_that_edit_the_scores_give_faster_whispers_tokens(fp32_model, faster_whisper, options):
+    """faster-whisper's ``prefix``, ``repetition_penalty``, ``no_repeat_ngram_size``, ``suppress_blank``,
+    ``suppress_tokens`` and ``max_initial_timestamp`` over the bundled clips joined (34 s, conditioning on, as
+    its default): the same segments, tokens and seeks as faster-whisper's (the prefix starts the first request's
+    tokens, the other requests have none; a repeated token scores less; no 3-gram repeats; commas and full
+    stops never come; the first timestamp is <|0.00|>). Each changes the transcript (checked against the call
+    without it), so a rule left out fails here."""
+    audio = np.concatenate([speech_audio(clip) for clip in BUNDLED_CLIPS])
+    kw = {"language": "en", "beam_size": 1, **options}
+    theirs = list(faster_whisper.transcribe(audio, **kw)[0])
+    ours = list(fp32_model.transcribe(audio, **kw)[0])
+    assert [(s.seek, s.tokens) for s in ours] == [(s.seek, s.tokens) for s in theirs]
+    plain = {k: v for k, v in kw.items() if k in ("language", "beam_size", "without_timestamps", "length_penalty")}
+    assert [s.tokens for s in ours] != [s.tokens for s in fp32_model.transcribe(audio, **plain)[0]]
+    if "prefix" in options:
+        assert ours[0].text.startswith(" " + options["prefix"]) and ours[0].seek == 0
+    if "suppress_tokens" in options:
+        assert not any(t in (11, 13) for s in ours for t in s.tokens) and ours[0].start == 0.0
 
 
 def test_speech_map_moves_times_as_faster_whisper_restores_them():

@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 import attrs
 import numpy as np
 
-from as2d_core.capabilities import BeamRows, BeamScoring, KnownVocabulary, ResponseScores, unsupported_features
+from as2d_core.capabilities import (BeamRows, BeamScoring, KnownVocabulary, ResponseScores, forced_tokens,
+                                    unsupported_features)
 from as2d_core.contracts import BridgeFactory, Request, Source, Target
 from as2d_core.decode.events import EventLog
 from as2d_core.decode.loop import Counters
@@ -72,10 +73,11 @@ class Hypothesis:
     tokens: tuple[int, ...]
     cum_logprob: float
     score: float
+    forced: int = 0  # tokens of a forced start before ``tokens``, counted in its length as CTranslate2 counts them
 
     def avg_logprob(self, length_penalty: float) -> float:
         """faster-whisper's: the cumulative log-probability recovered from the score, over the tokens and the end."""
-        length = len(self.tokens)
+        length = len(self.tokens) + self.forced
         with np.errstate(invalid="ignore"):
             cum = np.float64(self.score) * np.float64(length) ** length_penalty
         return float(cum / (length + 1))
@@ -114,13 +116,18 @@ Propose = Callable[[tuple[int, ...]], Sequence[int]]
 
 
 def beam_search(rows: BeamRows, eos_token: int, max_steps: int, beam: BeamOptions, events: EventLog,
-                counters: Counters, propose: Propose | None = None, budget: int = 0) -> Hypothesis:
+                counters: Counters, propose: Propose | None = None, budget: int = 0,
+                forced: int = 0) -> Hypothesis:
     """The best finished hypothesis of one response (see the module's docstring for the rules).
 
     With ``propose``, each row also appends up to ``budget`` drafted tokens after its hypothesis' newest token,
     so the call scores the positions after them too. A step whose kept hypotheses all follow a drafted token of
     distinct parents then needs no call: each row's next logits are already there, computed on a cache that holds
     exactly that hypothesis. The search reads the same logits either way, so proposals never change its result.
+
+    ``forced``: the response follows a forced start of this many tokens, which count in a hypothesis' length, and
+    CTranslate2 keeps the end token at the first step only as the best continuation: any other becomes token 0 at
+    a score of -1e10, a hypothesis that never wins.
     """
     size, wanted = beam.beam_size, 2 * beam.beam_size
     early_exit = beam.length_penalty == 0
@@ -136,6 +143,10 @@ def beam_search(rows: BeamRows, eos_token: int, max_steps: int, beam: BeamOption
         flat = flat.reshape(-1)
         best = top_candidates(flat, wanted)
         parents, tokens, scores = best // vocab, best % vocab, flat[best]
+        if forced and step == 0:
+            ended = np.flatnonzero(tokens == eos_token)
+            ended = ended[ended > 0]
+            tokens[ended], scores[ended] = 0, -1e10
         last = step + 1 == max_steps
         keep, spare, top_finished = [], size, False
         for k in range(size):
@@ -144,7 +155,7 @@ def beam_search(rows: BeamRows, eos_token: int, max_steps: int, beam: BeamOption
                 top_finished |= k == 0
                 ended = live[parents[k]] + (() if tokens[k] == eos_token else (int(tokens[k]),))
                 finished.append(Hypothesis(ended, float(scores[k]),
-                                           _ranked(scores[k], len(ended), beam.length_penalty)))
+                                           _ranked(scores[k], forced + len(ended), beam.length_penalty), forced))
                 for j in range(spare, len(best)):  # the next continuation that does not end takes its place
                     if tokens[j] != eos_token:
                         chosen, spare = j, j + 1
@@ -212,7 +223,8 @@ def run_beam_request(request: Request, target: Target, beam: BeamOptions, option
         prepare_s = time.perf_counter() - arrival
         events.add("prepare", arrival)
         clock_start = time.perf_counter()
-        best = beam_search(rows, session.eos_token, steps, beam, events, counters)
+        best = beam_search(rows, session.eos_token, steps, beam, events, counters,
+                           forced=len(forced_tokens(session)))
         clock_end = time.perf_counter()
         tokens = list(best.tokens)
         text = session.decode_text(tokens)

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from as2d_core.contracts import TIMESTAMPS  # unset (None): by the output, segment for subtitles
+from as2d_core.contracts import TIMESTAMPS, ScoreRules  # unset (None): by the output, segment for subtitles
 
 MAX_BUDGET = 64
 STARTS = ("arrival", "prepared")
@@ -47,6 +47,19 @@ def clip_times(value) -> tuple[float, ...]:
     if any(not math.isfinite(t) or t < 0 for t in values):
         raise ValueError(f"clip_timestamps must be seconds of at least 0, start,end,start,end,..., got {given!r}")
     return () if values == (0.0,) else values
+
+
+def token_ids(value) -> tuple[int, ...]:
+    """faster-whisper's ``suppress_tokens``: token ids as text (a flag's, ``"-1,50,51"``; empty: none) or numbers;
+    -1 stands for the model's own set of non-speech tokens."""
+    given, value = value, listed(value)
+    try:
+        values = tuple(int(t) for t in (value or ()))
+    except (TypeError, ValueError):
+        values = (-2,)
+    if any(t < -1 for t in values):
+        raise ValueError(f"suppress_tokens must be token ids (-1: the model's non-speech tokens), got {given!r}")
+    return values
 
 
 AUTO = "auto"  # batch_windows: the wave size and drafting priced from the device profile (``input.waves``)
@@ -213,10 +226,32 @@ class DecodeOptions:
         "from its start, on the windows route each is one window of at most 30 s; the voice-activity detector is "
         "then not used (faster-whisper ignores vad_filter with clips). Files only; unset: the whole audio.",
         converter=clip_times, config_kinds=(str, list))
+    prefix: str | None = _option(
+        None, "prefix", "Text each response is made to start with, as faster-whisper's prefix: on the seek route the "
+        "first request's (at 0 s), on the windows route every window's; hotwords are then not used there.", kind=str)
+    suppress_blank: bool = _option(True, "suppress_blank", "A response never starts with a blank or the end token "
+                                   "(faster-whisper's suppress_blank).")
+    suppress_tokens: tuple[int, ...] = _option(
+        (-1,), "suppress_tokens", "Token ids never chosen (comma-separated; -1: the model's non-speech tokens; empty: "
+        "none beyond the task tokens), as faster-whisper's suppress_tokens.", converter=token_ids,
+        config_kinds=(str, list, int))
+    max_initial_timestamp: float = _option(
+        1.0, "max_initial_timestamp", "With timestamps, a response's first timestamp is at most this many seconds.",
+        0, kind=float)
+    repetition_penalty: float = _option(
+        1.0, "repetition_penalty", "Scores of tokens already in the response are divided by this (multiplied when "
+        "negative), as faster-whisper's repetition_penalty; 1: off.", 0, kind=float)
+    no_repeat_ngram_size: int = _option(
+        0, "no_repeat_ngram_size", "No n-gram of this size is repeated within a response (0: off), as "
+        "faster-whisper's no_repeat_ngram_size.", 0)
     drain_timeout_s: float = 2.0
     # as2d-no-bc (SpecASR's budget rule kept with decoupled drafting): candidates end at the first
     # published token whose confidence is below this (that token included); None keeps the fixed budget.
     confidence_stop: float | None = attrs.field(default=None)
+
+    def __attrs_post_init__(self) -> None:
+        if self.repetition_penalty <= 0:  # CTranslate2's rule: the scores are divided by it
+            raise ValueError(f"repetition_penalty must be above 0, got {self.repetition_penalty}")
 
     @property
     def filters_speech(self) -> bool:
@@ -227,7 +262,12 @@ class DecodeOptions:
         """What these options put in a request on their own (the pipeline adds each window's previous text)."""
         return {"timestamps": self.timestamps or "none", "prompt": self.prompt, "hotwords": self.hotwords,
                 "word_timestamps": self.word_timestamps, "temperature": self.temperature[0], "seed": self.seed,
-                "max_new_tokens": self.max_new_tokens}
+                "max_new_tokens": self.max_new_tokens, "prefix": self.prefix, "rules": self.score_rules}
+
+    @property
+    def score_rules(self) -> ScoreRules:
+        return ScoreRules(self.suppress_blank, self.suppress_tokens, self.max_initial_timestamp,
+                          self.repetition_penalty, self.no_repeat_ngram_size)
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> "DecodeOptions":

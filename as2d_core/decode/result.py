@@ -5,7 +5,7 @@ from typing import Any
 
 import attrs
 
-from as2d_core.capabilities import TimestampVocabulary, Word
+from as2d_core.capabilities import TimestampVocabulary, Word, forced_tokens
 from as2d_core.contracts import Request, TargetSession
 from as2d_core.decode.events import Decomposition, EventLog, decompose
 from as2d_core.decode.loop import Counters
@@ -118,7 +118,12 @@ def build_result(
     trace: list[dict],
     **fields: Any,
 ) -> DecodeResult:
-    """One run's result, with its time decomposition on the decode clock and its segments."""
+    """One run's result, with its time decomposition on the decode clock and its segments; the tokens begin with
+    the session's forced start, if any (``capabilities.ForcedStart``)."""
+    forced = forced_tokens(session)
+    if forced:
+        tokens = forced + list(tokens)
+        text = session.decode_text(tokens)
     return DecodeResult(
         request_id=request.request_id,
         method=method,

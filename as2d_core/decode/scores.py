@@ -14,7 +14,7 @@ import math
 import zlib
 from collections.abc import Sequence
 
-from as2d_core.capabilities import ResponseScores
+from as2d_core.capabilities import ResponseScores, forced_tokens
 from as2d_core.contracts import TargetSession
 
 
@@ -26,6 +26,7 @@ def response_scores(session: TargetSession, tokens: Sequence[int]) -> tuple[floa
     count = len(tokens)
     ended = count < session.max_new_tokens  # the loop stops short of the limit only at the end token
     logprobs = session.token_logprobs()[: count + ended]
+    count += len(forced_tokens(session))  # a forced start counts as tokens that cost nothing, as CTranslate2's
     average = sum(logprobs) / (count + 1) if count else math.nan
     return average, session.no_speech_prob()
 

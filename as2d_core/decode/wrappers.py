@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from as2d_core.capabilities import (BeamScoring, Closable, FeatureList, KnownVocabulary, LanguageDetector,
-                                    PrefixDrafting, ResponseScores, ScoredSession, TaskList, TimestampVocabulary,
+from as2d_core.capabilities import (BeamScoring, Closable, FeatureList, ForcedStart, KnownVocabulary,
+                                    LanguageDetector, PrefixDrafting, ResponseScores, ScoredSession, TaskList, TimestampVocabulary,
                                     WindowBatching, WordAligner)
 from as2d_core.contracts import DraftJob, Request, Source, Target, TargetSession
 
@@ -79,6 +79,8 @@ class SessionWrapper:
             self.token_logprobs, self.no_speech_prob = inner.token_logprobs, inner.no_speech_prob
         if isinstance(inner, BeamScoring):
             self.beam_rows = inner.beam_rows
+        if isinstance(inner, ForcedStart):
+            self.forced_tokens = inner.forced_tokens
 
     @property
     def cache_length(self) -> int:

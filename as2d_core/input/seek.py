@@ -133,7 +133,9 @@ def seek_steps(samples: np.ndarray, make_request: Callable[[Window, str | None, 
             if not mode.condition_on_previous_text or attempt.temperature > mode.prompt_reset_on_temperature:
                 history, prompt_on = [], False
             else:
-                history.append(marked_up(segments, result.timestamp_ids[0] if result.timestamp_ids else None))
+                # the kept tokens, as faster-whisper feeds them back: with their timestamps where it decoded some
+                history.append(marked_up(segments, result.timestamp_ids[0]) if result.timestamp_ids
+                               else "".join(s.text for s in segments))
             seek, index = seek + max(advance, 1), index + 1
 
 

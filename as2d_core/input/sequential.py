@@ -84,6 +84,8 @@ def long_form_steps(pipeline: Decoding, audio: np.ndarray, request_id: str, mode
                                    first=first, previous_text=previous)
         if not first:
             request = attrs.evolve(request, prompt=None)
+        if window.start != 0:  # faster-whisper forces the prefix on the request at seek 0 alone
+            request = attrs.evolve(request, prefix=None)
         # timestamps unless turned off (faster-whisper's without_timestamps): they are what the seek follows
         return attrs.evolve(request, timestamps="none" if mode.timestamps == "none" else "segment",
                             recording=recording, offset=window.start)

@@ -57,7 +57,9 @@ def config_schema() -> dict[str, dict[str, tuple]]:
 REQUEST_OPTIONS = ("beam_size", "best_of", "patience", "length_penalty", "compression_ratio_threshold",
                    "log_prob_threshold", "no_speech_threshold", "condition_on_previous_text",
                    "prompt_reset_on_temperature", "hotwords", "vad_filter", "clip_timestamps",
-                   "hallucination_silence_threshold", "max_new_tokens", "seed", "budget")
+                   "hallucination_silence_threshold", "max_new_tokens", "prefix", "suppress_blank",
+                   "suppress_tokens", "max_initial_timestamp", "repetition_penalty", "no_repeat_ngram_size", "seed",
+                   "budget")
 NONE = ("none", "null")  # turns off an optional option (faster-whisper's None thresholds)
 
 

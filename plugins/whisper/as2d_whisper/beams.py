@@ -10,8 +10,8 @@ The int8 target's folder has a graph for beams alone (``decoder.beams.onnx``: it
 CTranslate2 quantizes them; a step 27% cheaper). Its window groups and verification keep the layers in fp32,
 since a batched call must equal one-token steps there; beams have no such pair (as2d's beams are target-only's),
 so long as each call scores one position a row: rows on that graph refuse drafted tokens.
-Each row's logits get the suppressions and, in timestamp mode, the timestamp rules for that row's
-response, as the session's own verification applies them.
+Each row's logits get the request's masks (``masks.ScoreMasks``) for that row's response, as the session's own
+verification applies them.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class _Rows:
         if not hasattr(session.state, "cache"):
             raise ValueError("beam rows start from a session prepared alone, not in a window group")
         self.width = width
-        self._model, self._rules, self._first = session.model, session.rules, session.first_row
+        self._model, self._masks, self._first = session.model, session.masks, session.first_row
         self._prompt = len(session.prompt)
         self._responses: list[list[int]] = [[] for _ in range(width)]
 
@@ -53,10 +53,7 @@ class _Rows:
         out = []
         for i, (history, tokens) in enumerate(zip(histories, appended)):
             self._responses[i] = history + tokens
-            row = self._model.greedy(np.array(logits[i][: len(tokens)], np.float32))
-            if self._rules is not None:
-                self._rules.apply_rows(row, history, tokens)
-            out.append(row)
+            out.append(self._masks.rows(np.array(logits[i][: len(tokens)], np.float32), history, tokens))
         return out
 
     def _reorder(self, parents: list[int], kept: int) -> None:

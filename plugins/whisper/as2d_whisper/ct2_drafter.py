@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from as2d_core.contracts import DraftPiece, Request
+from as2d_core.contracts import DraftPiece, Request, ScoreRules
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.setup.paths import models_dir as default_models_dir
 from as2d_core.workers.priority import run_at_lower_priority, thread_niceness
@@ -55,8 +55,9 @@ class Ct2DraftJob:
     """
 
     def __init__(self, model, encoded, chunks: Sequence[tuple[np.ndarray, int, int]], source: "Ct2WhisperSource",
-                 prompt: Sequence[int]):
+                 prompt: Sequence[int], rules: ScoreRules = ScoreRules()):
         self._model = model
+        self._rules = rules  # the request's penalties steer the drafts toward the target's text
         self._features = encoded
         self._chunks = list(chunks)
         self._source = source
@@ -76,6 +77,7 @@ class Ct2DraftJob:
         result = self._model.generate(
             self._features if features is None else features, [self.prompt], beam_size=1, max_length=length,
             suppress_blank=True, suppress_tokens=self._source.suppress_tokens,
+            repetition_penalty=self._rules.repetition_penalty, no_repeat_ngram_size=self._rules.no_repeat_ngram_size,
             max_initial_timestamp_index=self._source.timestamp_rules.max_initial if first_chunk else LAST_TIMESTAMP)
         return [int(t) for t in result[0].sequences_ids[0]]
 
@@ -218,7 +220,7 @@ class Ct2WhisperSource(WhisperVocabulary):
             chunks = [(request_encoder_input(request, self.n_mels), max_draft, 0)]
         else:
             chunks = [(mel, min(cap, max_draft), offset) for mel, cap, offset in self._chunks(request)]
-        return Ct2DraftJob(model, self.encode(model, chunks[0][0]), chunks, self, prompt)
+        return Ct2DraftJob(model, self.encode(model, chunks[0][0]), chunks, self, prompt, request.rules)
 
     def shift_timestamps(self, tokens: Sequence[int], offset: int) -> list[int]:
         """A chunk's tokens with its timestamps moved ``offset`` timestamps later (counting from the request's start)."""

@@ -16,29 +16,33 @@ from as2d_core.decode.sampling import Sampling
 from as2d_core.setup.paths import models_dir as default_models_dir
 
 from .alignment import WordTimestamps
+from .masks import ScoreMasks
 from .model_files import DecoderState, ModelFiles, chosen_logprobs, probability, top_probability
 from .vocabulary import INSTALL_HINT
 
 
-def response_room(max_length: int, prompt_length: int, asked: int | None) -> int:
-    """How many response tokens a session allows, as CTranslate2 bounds faster-whisper's: of the length allowed
-    (the model's context, or the prompt and ``asked``, faster-whisper's ``max_new_tokens``), half, and no more
-    than what follows the prompt's last token (so a plain response stops at 224 tokens, as openai-whisper's
-    ``sample_len``). A prompt and ``asked`` over the context are refused, as faster-whisper refuses them."""
-    if asked is not None and prompt_length + asked > max_length:
-        raise ValueError(f"the prompt is {prompt_length} tokens and max_new_tokens {asked}: together "
-                         f"{prompt_length + asked}, over the model's {max_length}-token context; give a shorter prompt "
+def response_room(max_length: int, prompt_length: int, asked: int | None, forced: int = 0) -> int:
+    """How many response tokens a session allows after a ``forced`` start, as CTranslate2 bounds faster-whisper's:
+    of the length allowed (the model's context, or the prompt, the forced start and ``asked``, faster-whisper's
+    ``max_new_tokens``), half, and no more than what follows the prompt's last token (so a plain response stops
+    at 224 tokens, as openai-whisper's ``sample_len``), the forced tokens counted in it (at least one token is
+    left). A prompt and ``asked`` over the context are refused, as faster-whisper refuses them."""
+    given = prompt_length + forced
+    if asked is not None and given + asked > max_length:
+        raise ValueError(f"the prompt is {given} tokens and max_new_tokens {asked}: together "
+                         f"{given + asked}, over the model's {max_length}-token context; give a shorter prompt "
                          f"or a smaller max_new_tokens")
-    allowed = max_length if asked is None else prompt_length + asked
-    return min(allowed // 2, allowed - prompt_length + 1)
+    allowed = max_length if asked is None else given + asked
+    return max(1, min(allowed // 2, allowed - prompt_length + 1) - forced)
 
 
 class WhisperTargetSession:
     """One request on the target: prompt prefilled, verify appends root + candidates.
 
-    In timestamp mode each verified position's logits get Whisper's timestamp rules for the response
-    up to that position (``TimestampRules.apply_rows``): the session keeps the response tokens in its
-    cache for that, so a batched verification decides as one step at a time would. A request at a
+    Each verified position's logits get the request's masks for the response up to that position
+    (``masks.ScoreMasks``: the suppressions, the request's score rules and, in timestamp mode, Whisper's
+    timestamp rules): the session keeps the response tokens in its cache for that, so a batched
+    verification decides as one step at a time would. A request at a
     temperature above 0 is sampled with noise drawn from its seed and each token's position
     (``as2d_core.decode.sampling``), so a batched verification draws what one step at a time would. For a
     request that asks (``Request.scores``) it also keeps each chosen token's log-probability and the
@@ -63,23 +67,24 @@ class WhisperTargetSession:
                 raise ValueError(f"{model.meta['name']} has no language {language!r}")
         else:
             language = "en"
-        self.prompt = model.decoder_prompt(request, language)
+        prompt = model.decoder_prompt(request, language)
+        forced = model.forced_tokens(request)
+        self.prompt = prompt + forced  # the forced prefix is prefilled with the prompt; the response follows it
+        self.forced_tokens = forced  # ``capabilities.ForcedStart``: the result's tokens begin with them
         self.language = language
         self.eos_token = model.eot
         self.vocab_size = model.n_vocab
         self.timestamp_begin, self.time_precision_s = model.timestamp_begin, model.time_precision_s
-        self.rules = model.timestamp_rules if request.timestamps != "none" else None
+        self.masks = ScoreMasks(model, request, forced)
         self._sampling = Sampling(request.temperature, request.seed)
-        self._response: list[int] = []  # the response tokens in the cache, for the timestamp rules
-        self.max_new_tokens = response_room(model.max_length, len(self.prompt), request.max_new_tokens)
+        self._response: list[int] = []  # the response tokens in the cache, for the masks
+        self.max_new_tokens = response_room(model.max_length, len(prompt), request.max_new_tokens, len(forced))
         self.state = DecoderState(model, cross, threads)
         logits = self.state.append(self.prompt)
         self._no_speech = None  # with scores: at <|startoftranscript|>, before the suppressions edit the logits
         if request.scores:
             self._no_speech = probability(logits[self.prompt.index(model.sot)], model.special["no_speech"])
-        first_row = model.greedy(logits[-1], first_step=True)
-        if self.rules is not None:
-            self.rules.apply(first_row, [])
+        first_row = self.masks.first(logits[-1])
         self._first = self._sampling.choose(first_row[None], 0)[0]
         self.first_row = first_row.copy()  # beam search starts from it (``beam_rows``); the buffer is reused
         self._first_confidence = top_probability(first_row)
@@ -107,9 +112,7 @@ class WhisperTargetSession:
         [K, vocab] for them): the suppressions and rules applied, then the request's choice (greedy or seeded
         sampling), the response extended (a window group's call hands its rows here)."""
         position = len(self._response) + 1  # the response position the first row scores
-        logits = self.model.greedy(logits)
-        if self.rules is not None:
-            self.rules.apply_rows(logits, self._response, appended)
+        self.masks.rows(logits, self._response, appended)
         self._response += appended
         tokens = self._sampling.choose(logits, position)
         if self._logprobs is not None:
@@ -173,7 +176,7 @@ class WhisperTarget(WordTimestamps):
     """
 
     # what a request may ask (``Request.features``)
-    features = frozenset({"timestamps", "prompt", "hotwords", "word_timestamps", "sampling"})
+    features = frozenset({"timestamps", "prompt", "hotwords", "word_timestamps", "sampling", "prefix", "score_rules"})
 
     def __init__(
         self,

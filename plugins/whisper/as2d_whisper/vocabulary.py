@@ -67,14 +67,15 @@ class WhisperVocabulary(TokenizerText):
         return self.max_length // 2 - 1
 
     def decoder_prompt(self, request: Request, language: str) -> list[int]:
-        """``[<|startofprev|> hotwords previous] <|startoftranscript|> [language task] [<|notimestamps|>]``.
+        """``[<|startofprev|> hotwords previous] <|startoftranscript|> [language task] [<|notimestamps|>]`` (no
+        hotwords with a prefix, as faster-whisper).
 
         The previous text is the request's prompt then its ``previous_text``, of which the last tokens
         that fit are kept, as Whisper keeps them; hotwords come first, as faster-whisper places them,
         and take their room from it, so the prompt never crowds out the response. (A target refuses a
         prompt or hotwords over the limit on their own first, ``check_prompt``; a drafter keeps what fits.)
         """
-        hotwords = self._prompt_text(request.hotwords)[: self.prompt_limit]
+        hotwords = [] if request.prefix else self._prompt_text(request.hotwords)[: self.prompt_limit]
         context = self._prompt_text(request.prompt) + self._prompt_text(request.previous_text)
         room = self.prompt_limit - len(hotwords)
         context = context[len(context) - room:] if len(context) > room else context
@@ -86,6 +87,14 @@ class WhisperVocabulary(TokenizerText):
             start.append(self.no_timestamps)
         before = hotwords + context
         return ([self.special["sot_prev"], *before] if before else []) + start
+
+    def forced_tokens(self, request: Request) -> list[int]:
+        """What the response is made to start with after the prompt (faster-whisper's ``prefix``): the first
+        timestamp in timestamp mode, then the prefix's tokens, as many as Whisper's prompt limit keeps."""
+        if not (request.prefix or "").strip():
+            return []
+        start = [self.timestamp_begin] if request.timestamps != "none" else []
+        return start + self.encode_text(" " + request.prefix.strip())[: self.prompt_limit]
 
     def check_prompt(self, request: Request) -> None:
         """Refuse a prompt or hotwords over Whisper's limit on their own (ValueError naming both numbers)."""
