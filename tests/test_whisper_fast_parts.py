@@ -17,7 +17,7 @@ from as2d_core.contracts import DraftJob, DraftPiece, Source, Target
 from as2d_core.decode.loop import greedy_reference
 from as2d_core.setup.catalog import resolve_bridge
 from conftest import needs_shared, speech_audio
-from drafting import options_that_draft
+from drafting import PacedTarget, options_that_draft
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
 # English windows of three corpora and one window the English drafter does not serve.
@@ -267,7 +267,7 @@ def test_as2d_with_ct2_drafter_equals_target_only_on_the_example(whisper_target,
     request = _example_request()
     for target in (whisper_target, whisper_int8_target):
         reference = run_request(request, target, None, "target-only")
-        result = run_request(request, target, whisper_ct2_source, "as2d", options_that_draft(budget=budget),
+        result = run_request(request, PacedTarget(target), whisper_ct2_source, "as2d", options_that_draft(budget=budget),
                              bridge=resolve_bridge(whisper_ct2_source, target))
         assert result.tokens == reference.tokens, f"{target.name}: {result.text!r} != {reference.text!r}"
         assert result.producer_error is None and result.source == whisper_ct2_source.name
