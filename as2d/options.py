@@ -39,12 +39,10 @@ def refuse(name: str, value: Any, why: str) -> ValueError:
 
 def check_options(given: dict[str, Any]) -> None:
     """Refuse every option whose value asks for something as2d does not do (a ValueError naming it and why)."""
-    for name, default, why in (
-        ("chunk_length", None, "as2d's requests are Whisper's 30 s"),
-        ("language_detection_segments", 1, "as2d detects the language on the first 30 s"),
-    ):
-        if given[name] != default:
-            raise refuse(name, given[name], why)
+    if given["chunk_length"] is not None:
+        raise refuse("chunk_length", given["chunk_length"], "as2d's requests are Whisper's 30 s")
+    if given["language_detection_segments"] < 1:
+        raise ValueError(f"language_detection_segments must be at least 1, got {given['language_detection_segments']}")
     if (given["prepend_punctuations"], given["append_punctuations"]) != DEFAULT_PUNCTUATION:
         raise ValueError("prepend_punctuations and append_punctuations are not supported: the word timestamps "
                          "join faster-whisper's default punctuation to its words")

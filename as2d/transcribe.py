@@ -121,7 +121,8 @@ class WhisperModel:
         language_detection_segments: int = 1,
     ) -> tuple[Iterator[Segment], TranscriptionInfo]:
         """faster-whisper's ``transcribe``: a generator of segments (each request decoded as it is reached) and the
-        info. Without ``language`` the target detects it once, on the first 30 s (``multilingual=True``: again on
+        info. Without ``language`` the target detects it once, on the first 30 s or up to ``language_detection_segments``
+        of them as faster-whisper does (``multilingual=True``: again on
         every request). ``vad_filter`` decodes only the speech Silero VAD finds, joined, as faster-whisper does."""
         given = dict(locals())
         given.pop("self")
@@ -135,16 +136,16 @@ class WhisperModel:
                                   task="translate" if task == "translate" else "asr", decode=decode, scores=True)
         with self._lock:
             pipeline = Pipeline(self.target, self.source, options, detector=self._detector(vad), bridge=self.bridge)
-            windows, speech_s, first, notes, route = self._plan(pipeline, samples, vad)
+            windows, speech_s, detect, notes, route = self._plan(pipeline, samples, vad, language_detection_segments)
             probabilities = None
             if language is None:
-                probabilities = self._language_probabilities(first, options)
-                language = next(iter(probabilities))
+                language, probability, probabilities = self._detect_language(detect, options,
+                                                                             language_detection_threshold)
         if not multilingual:
             pipeline = pipeline.evolve(language=language)
         info = TranscriptionInfo(
             language=language,
-            language_probability=probabilities[language] if probabilities else 1.0,
+            language_probability=probability if probabilities else 1.0,
             duration=samples.size / SAMPLE_RATE,
             duration_after_vad=speech_s,
             all_language_probs=list(probabilities.items()) if probabilities else None,
@@ -156,10 +157,11 @@ class WhisperModel:
         )
         return self._segments(windows(pipeline), samples.size / SAMPLE_RATE, word_timestamps, log_progress), info
 
-    def _plan(self, pipeline: Pipeline, samples: np.ndarray, vad: VadOptions | None):
+    def _plan(self, pipeline: Pipeline, samples: np.ndarray, vad: VadOptions | None, detection_segments: int):
         """The requests to come (lazily, on the pipeline given them: the language may be known only later), the
-        seconds of audio they cover, the first 30 s of it (the language's), notes on how the audio is cut, and
-        the route they take (``Pipeline.route``)."""
+        seconds of audio they cover, the requests the language is read from (up to ``detection_segments``: the
+        consecutive 30 s from the first clip on the seek route, the first windows on the windows route), notes on
+        how the audio is cut, and the route they take (``Pipeline.route``)."""
         decode = pipeline.options.decode
         if decode.route == "seek":
             detector = pipeline.detector if vad is not None else None
@@ -172,25 +174,37 @@ class WhisperModel:
             # faster-whisper reads the language from the first clip's mel frame, and from 0 s where that is past the end
             start = int(decode.clip_timestamps[0] * 100) * HOP if decode.clip_timestamps else 0
             start = start if start < audio.size - HOP else 0
-            first = (Request("language", audio[start: start + 30 * SAMPLE_RATE], recording=recording, offset=start)
-                     if audio.size else None)
-            return windows, audio.size / SAMPLE_RATE, first, notes, pipeline.route(0)
+            starts = range(start, audio.size, 30 * SAMPLE_RATE)[:detection_segments]
+            detect = [Request("language", audio[s: s + 30 * SAMPLE_RATE], recording=recording, offset=s) for s in starts]
+            return windows, audio.size / SAMPLE_RATE, detect, notes, pipeline.route(0)
         plan = pipeline.plan(samples)
         silent = lambda result: _silent(result, decode.no_speech_threshold, decode.log_prob_threshold)  # noqa: E731
         windows = lambda p: p.decode_windows(samples, plan, "whisper-model", silent)  # noqa: E731
-        first = Request("language", samples[plan.windows[0].start : plan.windows[0].end] if plan.windows
-                        else samples[: 30 * SAMPLE_RATE])
-        return (windows, sum(w.end - w.start for w in plan.windows) / SAMPLE_RATE, first, _window_notes(plan, vad),
+        detect = [Request("language", samples[w.start : w.end]) for w in plan.windows[:detection_segments]] or [
+            Request("language", samples[: 30 * SAMPLE_RATE])]
+        return (windows, sum(w.end - w.start for w in plan.windows) / SAMPLE_RATE, detect, _window_notes(plan, vad),
                 pipeline.route(len(plan.windows)))
 
-    def _language_probabilities(self, first: Request | None, options: PipelineOptions) -> dict[str, float]:
-        """The languages' probabilities on ``first`` (the first 30 s, as the first request will see them)."""
+    def _detect_language(self, detect: list[Request], options: PipelineOptions,
+                         threshold: float | None) -> tuple[str, float, dict[str, float]]:
+        """The language, its probability and every language's probability (of the last request read), as
+        faster-whisper's ``detect_language`` reads them: request by request, the first whose likeliest language is
+        more probable than ``threshold`` decides; if none is, the language likeliest on the most requests (the
+        first of equals), with its highest probability."""
         if not isinstance(self.target, LanguageDetector):
             raise ValueError(f"target {self.target.name} does not detect languages; give language=")
-        if first is None:
+        if not detect:
             raise ValueError("no speech was found to detect the language from; give language=")
-        request = attrs.evolve(first, task=options.task)
-        return self.target.language_probabilities(request, self.decode_options.target_threads)
+        votes: dict[str, list[float]] = {}
+        for request in detect:
+            probabilities = self.target.language_probabilities(attrs.evolve(request, task=options.task),
+                                                               self.decode_options.target_threads)
+            language, probability = next(iter(probabilities.items()))
+            if threshold is None or probability > threshold:
+                return language, probability, probabilities
+            votes.setdefault(language, []).append(probability)
+        language = max(votes, key=lambda name: len(votes[name]))
+        return language, max(votes[language]), probabilities
 
     def _detector(self, vad: VadOptions | None):
         """The voice-activity detector with ``vad``'s options (built once per options), or None without VAD."""

@@ -88,6 +88,7 @@ def test_the_readmes_first_snippet_runs_with_beams(model, audio_mp3):
     ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size must be at least 0"),
     ({"suppress_tokens": [-1, 60000]}, r"suppress_tokens \[60000\] are not tokens of whisper-base"),
     ({"chunk_length": 20}, "chunk_length=20 is not supported"),
+    ({"language_detection_segments": 0}, "language_detection_segments must be at least 1"),
     ({"initial_prompt": [50363, 1012]}, "give the prompt as text"),
     ({"max_new_tokens": 0}, "max_new_tokens must be at least 1, got 0"),
     ({"clip_timestamps": "0,soon"}, "clip_timestamps must be seconds of at least 0"),
@@ -370,6 +371,24 @@ def test_options_that_edit_the_scores_give_faster_whispers_tokens(fp32_model, fa
         assert ours[0].text.startswith(" " + options["prefix"]) and ours[0].seek == 0
     if "suppress_tokens" in options:
         assert not any(t in (11, 13) for s in ours for t in s.tokens) and ours[0].start == 0.0
+
+
+def test_language_detection_reads_several_segments_as_faster_whisper_does(fp32_model, faster_whisper):
+    """``language_detection_segments=3`` with a threshold no segment reaches (the bundled clips twice, 68 s: three
+    30 s segments): the language likeliest on most segments with its highest probability, and the last segment's
+    probabilities, as faster-whisper reports them (to its runtime's float noise; the last segment is partial);
+    with one segment (the default) the first 30 s decide."""
+    audio = np.concatenate([speech_audio(clip) for clip in BUNDLED_CLIPS] * 2)
+    read = []
+    for options in ({"language_detection_segments": 3, "language_detection_threshold": 0.999}, {}):
+        _, theirs = faster_whisper.transcribe(audio, without_timestamps=True, **options)
+        _, ours = fp32_model.transcribe(audio, without_timestamps=True, **options)
+        assert ours.language == theirs.language == "en"
+        assert ours.language_probability == pytest.approx(theirs.language_probability, abs=1e-4)
+        assert [name for name, _ in ours.all_language_probs[:3]] == [name for name, _ in theirs.all_language_probs[:3]]
+        assert ours.all_language_probs[0][1] == pytest.approx(theirs.all_language_probs[0][1], abs=1e-3)
+        read.append(ours.language_probability)
+    assert read[0] > read[1] + 5e-4  # the default read one segment, the other the likeliest of three
 
 
 def test_speech_map_moves_times_as_faster_whisper_restores_them():
