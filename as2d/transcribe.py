@@ -121,9 +121,9 @@ class WhisperModel:
         language_detection_segments: int = 1,
     ) -> tuple[Iterator[Segment], TranscriptionInfo]:
         """faster-whisper's ``transcribe``: a generator of segments (each request decoded as it is reached) and the
-        info. Without ``language`` the target detects it once, on the first 30 s or up to ``language_detection_segments``
-        of them as faster-whisper does (``multilingual=True``: again on
-        every request). ``vad_filter`` decodes only the speech Silero VAD finds, joined, as faster-whisper does."""
+        info. Without ``language`` the target detects it once, on the first 30 s (or up to
+        ``language_detection_segments`` of them, as faster-whisper does; ``multilingual=True``: again on every
+        request). ``vad_filter`` decodes only the speech Silero VAD finds, joined, as faster-whisper does."""
         given = dict(locals())
         given.pop("self")
         check_options(given)
@@ -175,7 +175,8 @@ class WhisperModel:
             start = int(decode.clip_timestamps[0] * 100) * HOP if decode.clip_timestamps else 0
             start = start if start < audio.size - HOP else 0
             starts = range(start, audio.size, 30 * SAMPLE_RATE)[:detection_segments]
-            detect = [Request("language", audio[s: s + 30 * SAMPLE_RATE], recording=recording, offset=s) for s in starts]
+            detect = [Request("language", audio[s: s + 30 * SAMPLE_RATE], recording=recording, offset=s)
+                      for s in starts]
             return windows, audio.size / SAMPLE_RATE, detect, notes, pipeline.route(0)
         plan = pipeline.plan(samples)
         silent = lambda result: _silent(result, decode.no_speech_threshold, decode.log_prob_threshold)  # noqa: E731

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from as2d_core.capabilities import (BeamScoring, Closable, FeatureList, ForcedStart, KnownVocabulary,
-                                    LanguageDetector, PrefixDrafting, ResponseScores, ScoredSession, TaskList, TimestampVocabulary,
-                                    WindowBatching, WordAligner)
+                                    LanguageDetector, PrefixDrafting, ResponseScores, ScoredSession, TaskList,
+                                    TimestampVocabulary, WindowBatching, WordAligner)
 from as2d_core.contracts import DraftJob, Request, Source, Target, TargetSession
 
 
