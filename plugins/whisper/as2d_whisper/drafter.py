@@ -9,6 +9,7 @@ import numpy as np
 from as2d_core.contracts import DraftPiece, Request
 from as2d_core.setup.paths import models_dir as default_models_dir
 
+from .masks import ScoreMasks
 from .model_files import DecoderState, ModelFiles, top_probability
 from .target import WhisperTargetSession
 
@@ -21,7 +22,7 @@ class WhisperDraftJob:
         self.model = model
         self.state = DecoderState(model, model.audio_kv(request, threads), threads)
         self.prompt = model.decoder_prompt(request, language)
-        self.rules = model.timestamp_rules if request.timestamps != "none" else None
+        self.masks = ScoreMasks(model, request)  # the target's masks, its forced prefix aside
         self.max_new_tokens = model.max_length - len(self.prompt)
         self.ended_with_eos = False
 
@@ -30,9 +31,7 @@ class WhisperDraftJob:
         logits = state.append(self.prompt)[-1:]
         drafted: list[int] = []
         for _ in range(self.max_new_tokens):
-            row = model.greedy(logits[0], first_step=not drafted)
-            if self.rules is not None:
-                self.rules.apply(row, drafted)
+            row = self.masks.rows(logits[:1], drafted[:-1], drafted[-1:])[0] if drafted else self.masks.first(logits[0])
             tok = int(np.argmax(row))
             drafted.append(tok)
             if tok == model.eot:

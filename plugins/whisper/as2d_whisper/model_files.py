@@ -86,13 +86,6 @@ class ModelFiles(WhisperVocabulary):
                 self._audio_cache[key] = cross
         return cross
 
-    def greedy(self, logits: np.ndarray, first_step: bool = False) -> np.ndarray:
-        """Apply the suppression lists faster-whisper uses at beam 1, in place (the buffer is ours)."""
-        logits[..., self.suppress] = -np.inf
-        if first_step:
-            logits[..., self.suppress_blank] = -np.inf
-        return logits
-
 
 
 class DecoderState:
