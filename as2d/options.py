@@ -4,8 +4,8 @@ Every option that changes the tokens and that as2d has means what it means in fa
 default: beams, the temperature fallback and its thresholds, ``best_of``, conditioning on previous text and its
 reset, ``vad_filter``, ``clip_timestamps``, ``hallucination_silence_threshold``, ``max_new_tokens``, ``prefix`` and
 the edits of the scores (``suppress_blank``, ``suppress_tokens``, ``max_initial_timestamp``, ``repetition_penalty``,
-``no_repeat_ngram_size``). One that as2d
-does not have is refused with a ValueError naming it and why: never ignored.
+``no_repeat_ngram_size``). One that as2d does not have is refused with a ValueError naming it and why: never
+ignored.
 """
 from __future__ import annotations
 
@@ -73,7 +73,6 @@ def decode_options(given: dict[str, Any], base: DecodeOptions) -> DecodeOptions:
     values = {ours: given[theirs] for theirs, ours in AS_DECODE_OPTIONS.items()}
     values["clip_timestamps"] = clip_seconds(given["clip_timestamps"])
     values["timestamps"] = "none" if given["without_timestamps"] else "segment"
-    values["suppress_tokens"] = () if given["suppress_tokens"] is None else given["suppress_tokens"]
     return attrs.evolve(base, **values)
 
 
