@@ -29,7 +29,8 @@ class BatchedInferencePipeline:
     """Windows of one file decoded side by side over a loaded ``WhisperModel`` (which keeps serving alone)."""
 
     def __init__(self, model: WhisperModel, profile: str | None = None):
-        """``profile`` (as2d's own): a device profile (``as2d profile``) whose batch costs price ``batch_size="auto"``."""
+        """``profile`` (as2d's own): a device profile (``as2d profile``) whose batch costs price ``batch_size="auto"``
+        (default: the model's)."""
         if not isinstance(model, WhisperModel):
             raise TypeError(f"BatchedInferencePipeline takes an as2d WhisperModel, not {type(model).__name__}")
         if profile is not None:
@@ -72,7 +73,8 @@ class BatchedInferencePipeline:
         first_temperature = temperature[0] if isinstance(temperature, (list, tuple)) else temperature
         side_by_side = copy.copy(self.model)  # the same loaded parts, lock and detectors; its own decoding options
         side_by_side.decode_options = attrs.evolve(self.model.decode_options, batch_windows=wave_size(batch_size),
-                                                   route="windows", profile=self.profile)
+                                                   route="windows",
+                                                   profile=self.profile or self.model.decode_options.profile)
         return side_by_side.transcribe(
             audio, language, task, log_progress, beam_size, temperature=first_temperature,
             condition_on_previous_text=False, without_timestamps=without_timestamps, vad_filter=vad_filter,

@@ -24,6 +24,7 @@ from as2d_core.cli.progress import AudioProgress
 from as2d_core.capabilities import LanguageDetector
 from as2d_core.contracts import SAMPLE_RATE, Recording, Request
 from as2d_core.decode.options import DEFAULT_TEMPERATURES, DecodeOptions
+from as2d_core.decode.profile import read_profile
 from as2d_core.decode.words import words_by_segment
 from as2d_core.decode.scores import compression_ratio, is_silent
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
@@ -43,15 +44,17 @@ from .options import check_options, decode_options, refuse, transcription_option
 class WhisperModel:
     """faster-whisper's ``WhisperModel``, decoding with as2d: the target verifies a small drafter's tokens.
 
-    ``source`` (as2d's own argument) names the drafter, None for target-only decoding. Several threads may
-    share one model; it decodes one request at a time.
+    Several threads may share one model; it decodes one request at a time.
     """
 
     def __init__(self, model_size_or_path: str, device: str = "auto", device_index: int | list[int] = 0,
                  compute_type: str = "default", cpu_threads: int = 0, num_workers: int = 1,
                  download_root: str | None = None, local_files_only: bool = False, files: dict | None = None,
                  revision: str | None = None, use_auth_token: str | bool | None = None,
-                 source: str | None = DEFAULT_SOURCE, **model_kwargs):
+                 source: str | None = DEFAULT_SOURCE, profile: str | None = None, **model_kwargs):
+        """``source`` and ``profile`` are as2d's own: the drafter (None: target-only), and a device profile
+        (``as2d profile``) whose costs decide whether drafting pays on this device (sequential transcription decodes
+        one request at a time: it drafts unless the profile prices that above decoding alone)."""
         if device not in ("auto", "cpu"):
             raise unavailable(f"device {device!r} is not available")
         if device_index not in (0, [0]):
@@ -78,7 +81,10 @@ class WhisperModel:
             catalog.check_pair(source, name)  # a drafter that could never draft for this target, before loading
         self.source = build_source(source) if source is not None else None
         self.bridge = catalog.resolve_bridge(self.source, self.target) if self.source is not None else None
-        self.decode_options = DecodeOptions() if cpu_threads == 0 else DecodeOptions(target_threads=cpu_threads)
+        if profile is not None:
+            read_profile(profile)  # a file that is no profile fails here, before the models load
+        self.decode_options = DecodeOptions(profile=None if profile is None else str(profile),
+                                            **({"target_threads": cpu_threads} if cpu_threads else {}))
         self._lock = threading.RLock()
         self._detectors: dict[tuple, Any] = {}
 

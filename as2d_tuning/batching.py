@@ -5,12 +5,15 @@ step, and its rule drafts only while drafting pays at the batch's size (``specul
 rule is priced here: the group filled with B rows of the calibration request (B in ``rows``), each call
 appending one token per row (target-only steps) or ``width`` per row (a drafted verification of the
 width the real as2d decodes made), cut back after each call, ``repeats`` times after ``warmup``, the two
-widths alternating so a drift touches both. ``tokens_per_call`` comes from the same real decodes; ``as2d
+widths alternating so a drift touches both. ``tokens_per_call`` comes from the same real decodes, and so do
+``alone_e2e_s``, their clocks from the audio's arrival to the last token, as2d's and target-only's, which say
+whether drafting pays at all (``drafting_pays_alone``: the calls are not all it costs); ``as2d
 select`` replaces it by what the replay of its chosen drafter and budget commits on the development windows
 (``replayed_batch_profile``), so the threshold follows the choice it tunes.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Sequence
 
@@ -63,9 +66,10 @@ def batch_sweep(target: Target, request: Request, threads: int, sequence: Sequen
     return {"rows": out}
 
 
-def batch_section(target: Target, request: Request, threads: int, sequence: Sequence[int], drafted,
+def batch_section(target: Target, request: Request, threads: int, sequence: Sequence[int], drafted, alone,
                   slowdown: dict | None, repeats: int, warmup: int) -> dict | None:
-    """The profile's ``batch_s``: the sweep at the width real as2d calls had, and the rule's threshold from it."""
+    """The profile's ``batch_s``: the sweep at the width real as2d calls had, the real decodes' clocks (``drafted``,
+    as2d, and ``alone``, target-only, on the same request: ``alone_e2e_s``), and the rule's threshold from them."""
     found = drafted_calls(drafted)
     if found is None:
         return None
@@ -73,7 +77,9 @@ def batch_section(target: Target, request: Request, threads: int, sequence: Sequ
     swept = batch_sweep(target, request, threads, sequence, width, repeats=repeats, warmup=warmup)
     if swept is None:
         return None
-    section = {"width": width, "tokens_per_call": tokens_per_call, **swept}
+    section = {"width": width, "tokens_per_call": tokens_per_call, **swept,
+               "alone_e2e_s": {"as2d": statistics.median(r.e2e_s for r in drafted),
+                               "target-only": statistics.median(r.e2e_s for r in alone)}}
     verify_slowdown = (slowdown or {}).get("verify_shared_over_alone", {}).get(str(width))
     if verify_slowdown is not None:  # the section prices on its own, whatever profile it is copied into
         section["verify_slowdown"] = verify_slowdown

@@ -120,7 +120,7 @@ class Measurement:
                 for k in self.widths}}
         if runs:  # the scheduler's rule: up to which batch drafting pays (``batching``)
             self.say("window-group calls by batch size")
-            batch = batch_section(target, full, opts.target_threads, sequence, runs, body.get("slowdown"),
+            batch = batch_section(target, full, opts.target_threads, sequence, runs, target_only, body.get("slowdown"),
                                   self.repeats, self.warmup)
             if batch is not None:
                 body["batch_s"] = batch

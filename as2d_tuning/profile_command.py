@@ -12,7 +12,7 @@ import attrs
 from as2d_core.decode.options import MAX_BUDGET
 from as2d_core.setup.options import bounds
 
-from .inputs import calibration_audio, fail, load_config, numbers
+from .inputs import DEFAULT_AUDIO, calibration_audio, fail, load_config, numbers
 from .measurement import LENGTHS, Measurement
 
 _DEFAULT = {field.name: field.default for field in attrs.fields(Measurement)}  # each flag's default is the protocol's
@@ -93,6 +93,8 @@ def profile(config_path, out_path, audio_paths, kmax, offsets, repeats, warmup, 
         data = build_profile(config, measurement, models_dir=models_dir())
     except ProfileError as exc:
         fail(str(exc))
+    # what it was calibrated on: whether drafting pays depends on how well the drafter guesses this speech
+    data["protocol"]["audio"] = [p.name for p in audio_paths or (DEFAULT_AUDIO,)]
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(data, indent=1))
     plot_path = plot_path or out_path.with_suffix(".png")

@@ -10,6 +10,8 @@ exact tokens):
   (``LookaheadSource.queue_next``). A real drafter would have to guess that seek, so it can only do worse.
 - ``free``: every request's draft pieces replayed from that first run at once: a drafter that costs nothing.
 
+Beside them ``as2d-prepared``: the drafter encodes its audio after the target's encoding, not beside it.
+
 Prints, per method, the wall, the summed prepare and decode seconds and the process's CPU seconds (medians of
 the rounds), and whether every request's tokens equal target-only's; then what the drafter costs alone on the
 same requests (no target beside it): its wall for all of them on its threads, and per drafted token.
@@ -151,15 +153,16 @@ def main() -> None:
     options = PipelineOptions(language="en", decode=DecodeOptions(temperature=args.temperature))
     plain = build_pipeline(target, None, attrs.evolve(options, method="target-only"))
     drafting = build_pipeline(target, recording, options)
+    prepared = build_pipeline(target, recording, attrs.evolve(options, method="as2d-prepared"))
     ahead = LookaheadSource(recording.inner)
     with_ahead = build_pipeline(target, ahead, options)
     transcribe(drafting, samples, "run")  # the requests and drafts the bounds replay
     plan = [r for r in recording.requests if r.request_id.startswith("run-")]
     runs: dict[str, list[dict]] = {}
     for _ in range(args.rounds):
-        for name in ("target-only", "as2d", "ahead", "free"):
+        for name in ("target-only", "as2d", "as2d-prepared", "ahead", "free"):
             recording.replay = name == "free"
-            pipeline = {"target-only": plain, "ahead": with_ahead}.get(name, drafting)
+            pipeline = {"target-only": plain, "as2d-prepared": prepared, "ahead": with_ahead}.get(name, drafting)
             decode = drafting_ahead(with_ahead, plan, ahead) if name == "ahead" else None
             runs.setdefault(name, []).append(transcribe(pipeline, samples, "run", decode))
             ahead.cancel()

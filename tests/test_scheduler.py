@@ -17,7 +17,8 @@ from as2d_core.capabilities import WindowBatching
 from as2d_core.contracts import Request
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.request import run_request
-from as2d_core.decode.scheduler import Scheduler, scheduler_for, speculate_rows_from
+from as2d_core.decode.scheduler import (Scheduler, drafting_pays_alone, scheduler_for, speculate_rows_from,
+                                         wave_prices)
 from as2d_tuning.batching import batch_sweep
 from test_windows_together import TinyGroup
 from tiny_lm import ScriptedSource, TinyLM
@@ -144,6 +145,23 @@ def test_the_rule_drafts_up_to_the_batch_where_a_wide_call_costs_what_it_commits
     assert speculate_rows_from(_profile(ratios, 2.0, slowdown=1.5)) == 1  # the drafter slows the target's calls
     assert speculate_rows_from(_profile(ratios, 1.1)) == 0  # drafting never pays: every decode target-only
     assert speculate_rows_from({"verify_s": {}}) is None  # not measured: the caller's default
+
+
+def test_a_decode_that_is_slower_drafting_alone_drafts_in_no_batch():
+    """The real decodes' clocks, arrival to last token: where drafting loses alone (its encoding beside the target's),
+    neither the server's rule nor the file's waves draft, whatever the calls alone would say."""
+    ratios = {1: 1.2, 2: 1.5, 4: 2.4, 8: 3.6}
+    profile = _profile(ratios, 3.0)
+    assert drafting_pays_alone(profile) is None and speculate_rows_from(profile) == 4  # not measured: the calls decide
+    profile["batch_s"]["alone_e2e_s"] = {"as2d": 1.2, "target-only": 1.5}
+    assert drafting_pays_alone(profile) is True and speculate_rows_from(profile) == 4
+    assert any(p.drafts for p in wave_prices(profile, 8))
+    profile["batch_s"]["alone_e2e_s"] = {"as2d": 2.1, "target-only": 1.8}
+    assert drafting_pays_alone(profile) is False and speculate_rows_from(profile) == 0
+    assert not any(p.drafts for p in wave_prices(profile, 8))
+    profile["batch_s"]["alone_e2e_s"] = {"as2d": 2.1}
+    with pytest.raises(ValueError, match="alone_e2e_s"):
+        drafting_pays_alone(profile)
 
 
 class _Windowed:

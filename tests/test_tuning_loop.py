@@ -53,6 +53,7 @@ def test_the_profile_measures_what_the_engine_does(loop):
     tmp, _, _ = loop
     data = load_profile(tmp / "p.json")
     assert data["duration_s"] > 0 and data["code"]["sha256_16"] and data["models"]["sources"]
+    assert data["protocol"]["audio"] == ["cmu_cards_en_w00.wav"]  # what it calibrated on
     drafter = data["drafters"]["whisper-tiny.en-ct2"]
     assert drafter["piece_s"]["tokens"] > 0 and set(drafter["prepare_s"]) == {"2", "6"}
     assert set(drafter["niceness"]) == {"0"} and set(drafter["niceness"]["0"]["verify_s"]) == {str(k) for k in range(1, 9)}
@@ -122,6 +123,8 @@ def test_select_chooses_on_the_users_clock(loop):
         priced = read_profile(config.config.decode.profile)
         assert Path(config.config.decode.profile).name == "profile.json" and report["batch"]["tokens_per_call"] > 1
         assert speculate_rows_from(priced) == report["batch"]["speculate_rows"]
+        clocks = priced["batch_s"]["alone_e2e_s"]  # the real decodes, arrival to last token: does drafting pay alone
+        assert set(clocks) == {"as2d", "target-only"} and all(seconds > 0 for seconds in clocks.values())
     decode = _invoke(select, [*args[:-3], "--out", tmp / "decode.toml", "--clock", "decode", "--json"])
     assert decode.exit_code == 0 and json.loads(decode.stdout)["clock"] == "decode"
 

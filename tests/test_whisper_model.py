@@ -6,6 +6,7 @@ model size its CPU line names set to "base"; options as2d does not have are refu
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -127,6 +128,28 @@ def test_segments_are_the_targets_greedy_output_and_info_says_how(model):
     assert [s.tokens for s in segments] == [s.tokens for s in reference]
     assert [s.words for s in segments] == [s.words for s in reference]
     assert [s.avg_logprob for s in segments] == pytest.approx([s.avg_logprob for s in reference], abs=1e-4)
+
+
+def test_a_profile_that_prices_drafting_above_decoding_alone_decodes_target_only(model, tmp_path):
+    """as2d's ``profile``: on a device where drafting does not pay, sequential transcription runs target-only."""
+    from as2d import WhisperModel
+    from as2d_core.decode.profile import NotAProfile
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a profile")
+    with pytest.raises(NotAProfile, match="not an as2d device profile"):  # before any model loads
+        WhisperModel("base", compute_type="int8", profile=str(notes))
+    profile = Path(__file__).parent / "fixtures" / "profile-no-drafting.json"
+    priced = WhisperModel("base", compute_type="int8", profile=str(profile))
+    assert priced.source is not None  # a drafter is loaded; the profile says not to use it
+    audio = speech_audio("librivox_sense_en_w00")
+    segments, info = priced.transcribe(audio, language="en")
+    assert info.route["route"] == "seek" and info.route["drafts"] is False
+    assert info.route["why"].endswith(f"target-only: profile {profile} prices drafting above decoding alone on this "
+                                      "device")
+    drafted, drafted_info = model.transcribe(audio, language="en")
+    assert drafted_info.route["drafts"] is True
+    assert [s.tokens for s in segments] == [s.tokens for s in drafted]
 
 
 def test_segments_come_window_by_window_as_the_caller_iterates(model):

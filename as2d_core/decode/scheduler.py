@@ -190,6 +190,25 @@ def _batch_costs(profile: dict) -> tuple[dict[int, tuple[float, float]], float] 
         raise ValueError(f"the profile's batch costs (batch_s) are not as `as2d profile` writes them: {exc!r}") from None
 
 
+def drafting_pays_alone(profile: dict) -> bool | None:
+    """Whether one request decoded alone ends sooner drafting than target-only, from its audio's arrival to its last
+    token: the profile's real decodes of its calibration request (``batch_s.alone_e2e_s``, medians); None where the
+    profile did not measure it (profiles made before it).
+
+    The batch costs price the target's calls alone. Where the drafter costs nearly what the target does (CTranslate2's
+    whisper-tiny.en on a 2-core AVX2 host: 10 ms a token against the target's 12 ms), its audio encoding beside the
+    target's doubles the target's and outweighs the calls the drafts save (BENCHMARKS.md section 23); a decode that
+    loses alone loses in a batch too, where every rule below says drafting pays less.
+    """
+    clocks = (profile.get("batch_s") or {}).get("alone_e2e_s")
+    if not clocks:
+        return None
+    try:
+        return float(clocks["as2d"]) < float(clocks["target-only"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"the profile's batch_s.alone_e2e_s is not as `as2d profile` writes it: {exc!r}") from None
+
+
 def speculate_rows_from(profile: dict) -> int | None:
     """The largest batch at which drafting pays, from a device profile (``as2d profile``'s ``batch_s``), or None
     where the profile did not measure batches.
@@ -198,10 +217,13 @@ def speculate_rows_from(profile: dict) -> int | None:
     ``tokens_per_call`` tokens a row where a target-only call commits one: drafting pays while
     ``cost(B, width) * slowdown(width) / cost(B, 1) < tokens_per_call``. A wider call costs more as the
     batch fills (the cores, not the weights' reading, become the limit), so the rule holds up to some B.
+    Where one request alone is slower drafting (``drafting_pays_alone``), no batch drafts.
     """
     measured = _batch_costs(profile)
     if measured is None:
         return None
+    if drafting_pays_alone(profile) is False:
+        return 0
     costs, tokens_per_call = measured
     pays = 0
     for rows in sorted(costs):
@@ -239,12 +261,14 @@ def wave_prices(profile: dict, windows: int, can_draft: bool = True) -> list[Wav
     given B, drafting is the cheaper of the two exactly where that rule says it pays). Each size of ``WAVE_SIZES`` the
     profile measured is capped by ``windows``; the file is priced whole, as if every window had as many tokens: full
     waves, then the last, smaller one. A size the profile did not measure (a wave of 3) is priced at the next one
-    it did (4): an upper bound. Ties go to the smaller wave, then to target-only.
+    it did (4): an upper bound. Ties go to the smaller wave, then to target-only. Where one request alone is slower
+    drafting (``drafting_pays_alone``), only target-only waves are priced.
     """
     measured = _batch_costs(profile)
     if measured is None:
         return None
     costs, tokens_per_call = measured
+    can_draft = can_draft and drafting_pays_alone(profile) is not False
     windows = max(1, windows)
 
     def cost(rows: int, drafts: bool) -> float:  # one call of ``rows`` rows

@@ -36,7 +36,7 @@ import numpy as np
 from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
 from as2d_core.capabilities import WindowBatching, WindowGroup, drafts_one_job_at_a_time
 from as2d_core.decode.profile import cached_profile
-from as2d_core.decode.scheduler import wave_prices
+from as2d_core.decode.scheduler import speculate_rows_from, wave_prices
 from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Recording, Request, Source, Target
 from as2d_core.decode.deltas import TextDeltas
 from as2d_core.decode.result import DecodeResult
@@ -168,7 +168,12 @@ class Pipeline:
         o = self.options.decode
         drafts = self.source is not None and get_method(self.options.method).needs_source
         if o.route == "seek":
-            return WaveRoute("seek", 1, drafts, "Whisper's long form: each request starts where the one before ended")
+            why = "Whisper's long form: each request starts where the one before ended"
+            profile = self.device_profile() if drafts else None
+            if profile is not None and speculate_rows_from(profile) == 0:  # one request at a time: a batch of 1
+                return WaveRoute("seek", 1, False, f"{why}; target-only: profile {o.profile} prices drafting above "
+                                 "decoding alone on this device")
+            return WaveRoute("seek", 1, drafts, why)
         process = drafts and drafts_one_job_at_a_time(self.source)  # a drafter process
         alone = ("text is streamed as it is committed" if streamed else
                  "each window is conditioned on the text before it" if o.condition_on_previous_text else
@@ -272,14 +277,19 @@ class Pipeline:
         with self._lock:
             self._prepare_words()
             start = time.perf_counter()
+            route = self.route(1)
             windows, speech, notes = sequential_windows(self, samples, request_id, mode, detector, check, on_text,
-                                                        on_progress)
+                                                        on_progress, self._seek_decode(route))
             wall_s = time.perf_counter() - start
         skipped = speech.skipped(samples.size) if speech is not None else outside_clips(samples, mode.clip_timestamps)
         notes += list(info.warnings) if info else []
         cut_by = CLIPS if mode.clip_timestamps else detector.name if detector else None
-        return Transcript(windows, skipped, samples.size / SAMPLE_RATE, wall_s, cut_by, info, notes,
-                          self.route(len(windows)).as_dict())
+        return Transcript(windows, skipped, samples.size / SAMPLE_RATE, wall_s, cut_by, info, notes, route.as_dict())
+
+    def _seek_decode(self, route: WaveRoute) -> Decoder:
+        """How the seek route decodes each request: by the options' method, or target-only where ``route`` does
+        not draft (the device profile prices drafting above decoding alone); the loop times the words itself."""
+        return partial(self.decode, words=False, method=route.method(self.options.method))
 
     def decode_long_form(self, samples: np.ndarray, request_id: str = "audio", detector: SpeechDetector | None = None,
                          recording: Recording | None = None) -> Iterator[WindowResult]:
@@ -289,7 +299,8 @@ class Pipeline:
         audio, speech = speech_only(samples, detector)
         with self._lock:
             self._prepare_words()
-            steps = long_form_steps(self, audio, request_id, self.options.decode, recording=recording)
+            steps = long_form_steps(self, audio, request_id, self.options.decode, self._seek_decode(self.route(1)),
+                                    recording)
             try:
                 for step in steps if audio.size else ():
                     yield window_result(step, speech)

@@ -103,11 +103,12 @@ def window_result(step: SeekStep, speech: SpeechMap | None, reference: SeekStep 
 def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str, mode: DecodeOptions,
                        detector: SpeechDetector | None, check: bool, on_text: Callable[[str], None] | None = None,
                        on_progress: Callable[[float], None] | None = None,
+                       decode: Callable[[Request], DecodeResult] | None = None,
                        ) -> tuple[list[WindowResult], SpeechMap | None, list[str]]:
     """Every request of the loop as a window result (the references' tokens beside them with ``check``), the
     speech map with ``detector`` (faster-whisper's ``vad_filter``), and notes. ``on_text`` hears each request's
     kept text when the request is done, pieces that spell the transcript's text; ``on_progress`` the file's time
-    each request ends at (the next one may start before it)."""
+    each request ends at (the next one may start before it); ``decode``: each request's decode (``long_form_steps``)."""
     audio, speech = speech_only(samples, detector)
     notes = fitted_mode(pipeline.target, mode)[1]
     if audio.size == 0:
@@ -115,7 +116,7 @@ def sequential_windows(pipeline: Decoding, samples: np.ndarray, request_id: str,
     recording = Recording(audio)  # its whole-file features, computed once for the method and the check
     steps: list[SeekStep] = []
     said = False  # whether on_text has heard a piece yet
-    for step in long_form_steps(pipeline, audio, request_id, mode, recording=recording):
+    for step in long_form_steps(pipeline, audio, request_id, mode, decode, recording):
         text = step.result.text.strip()
         if on_text is not None and text:
             on_text((" " if said else "") + text)
