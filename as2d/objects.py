@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from as2d_core.contracts import WORD_PUNCTUATION
 from as2d_core.input.seek import LONG_FORM_VAD
 
-DEFAULT_PUNCTUATION = ("\"'“¿([{-", "\"'.。,，!！?？:：”)]}、")  # faster-whisper's (prepend, append)
+DEFAULT_PUNCTUATION = WORD_PUNCTUATION  # faster-whisper's (prepend, append)
 
 
 @dataclass

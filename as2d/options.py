@@ -16,7 +16,7 @@ import attrs
 
 from as2d_core.decode.options import DecodeOptions, temperatures
 
-from .objects import DEFAULT_PUNCTUATION, WINDOWS_VAD, TranscriptionOptions, VadOptions
+from .objects import WINDOWS_VAD, TranscriptionOptions, VadOptions
 
 # faster-whisper's transcribe() option -> as2d's decoding option of the same meaning (the same name unless given)
 AS_DECODE_OPTIONS = {"beam_size": "beam_size", "best_of": "best_of", "patience": "patience",
@@ -30,7 +30,8 @@ AS_DECODE_OPTIONS = {"beam_size": "beam_size", "best_of": "best_of", "patience":
                      "hallucination_silence_threshold": "hallucination_silence_threshold",
                      "max_new_tokens": "max_new_tokens", "prefix": "prefix", "suppress_blank": "suppress_blank",
                      "suppress_tokens": "suppress_tokens", "max_initial_timestamp": "max_initial_timestamp",
-                     "repetition_penalty": "repetition_penalty", "no_repeat_ngram_size": "no_repeat_ngram_size"}
+                     "repetition_penalty": "repetition_penalty", "no_repeat_ngram_size": "no_repeat_ngram_size",
+                     "prepend_punctuations": "prepend_punctuations", "append_punctuations": "append_punctuations"}
 
 
 def refuse(name: str, value: Any, why: str) -> ValueError:
@@ -43,9 +44,6 @@ def check_options(given: dict[str, Any]) -> None:
         raise refuse("chunk_length", given["chunk_length"], "as2d's requests are Whisper's 30 s")
     if given["language_detection_segments"] < 1:
         raise ValueError(f"language_detection_segments must be at least 1, got {given['language_detection_segments']}")
-    if (given["prepend_punctuations"], given["append_punctuations"]) != DEFAULT_PUNCTUATION:
-        raise ValueError("prepend_punctuations and append_punctuations are not supported: the word timestamps "
-                         "join faster-whisper's default punctuation to its words")
     if given["task"] not in ("transcribe", "translate"):
         raise ValueError(f"unknown task {given['task']!r}; choose 'transcribe' or 'translate'")
     prompt = given["initial_prompt"]

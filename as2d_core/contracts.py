@@ -26,6 +26,9 @@ import numpy as np
 
 SAMPLE_RATE = 16_000
 TASKS = ("asr", "translate", "qa")
+# the marks Whisper's word timestamps join to the word after them and to the word before them (faster-whisper's
+# prepend_punctuations and append_punctuations, with their defaults)
+WORD_PUNCTUATION = ("\"'“¿([{-", "\"'.。,，!！?？:：”)]}、")
 TIMESTAMPS = ("none", "segment")  # segment: the target decodes timestamp tokens (``as2d_core.decode.timestamps``)
 
 
@@ -146,8 +149,10 @@ class Request:
     # response verified after it; a drafter may ignore it
     prefix: str | None = None
     rules: ScoreRules = ScoreRules()
-    # the target keeps what it needs to time the response's words after decoding (``WordAligner``)
+    # the target keeps what it needs to time the response's words after decoding (``WordAligner``), and joins
+    # these marks to the word after them and to the word before them
     word_timestamps: bool = False
+    punctuations: tuple[str, str] = attrs.field(default=WORD_PUNCTUATION, converter=tuple)
     # the target session keeps its tokens' log-probabilities and the no-speech probability (``ResponseScores``)
     scores: bool = False
     # the decoding mode: 0 is greedy; above it the target samples at this temperature with Gumbel noise drawn from
@@ -181,7 +186,8 @@ class Request:
         asked = {"timestamps": self.timestamps != "none", "prompt": bool(self.prompt or self.previous_text),
                  "hotwords": bool(self.hotwords), "word_timestamps": self.word_timestamps,
                  "sampling": self.temperature > 0, "prefix": bool(self.prefix),
-                 "score_rules": self.rules != ScoreRules()}
+                 "score_rules": self.rules != ScoreRules(),
+                 "punctuations": self.word_timestamps and self.punctuations != WORD_PUNCTUATION}
         return frozenset(name for name, on in asked.items() if on)
 
     def fields(self) -> dict:

@@ -240,6 +240,11 @@ def test_openai_client_gets_words_and_segments(server, clips, target_only):
     words = server.post(clips["a"], response_format="verbose_json", timestamp_granularities="word").json()
     assert (words["text"], words["as2d"]["tokens"]) == target_only["a-segmented"][::-1]
     assert "".join(w["word"] for w in words["words"]) == "".join(words["text"].split())
+    joined, apart = (server.post(clips["b"], response_format="verbose_json", timestamp_granularities="word",
+                                 **marks).json() for marks in ({}, {"append_punctuations": ","}))
+    # faster-whisper's option: only commas join the word before them (the clip's last period stands alone)
+    assert "".join(w["word"] for w in apart["words"]) == "".join(w["word"] for w in joined["words"])
+    assert len(apart["words"]) > len(joined["words"]) and apart["as2d"]["tokens"] == joined["as2d"]["tokens"]
 
 
 def test_a_streaming_client_that_leaves_stops_its_decode(server, clips):

@@ -302,6 +302,18 @@ def test_word_timestamps_seek_to_the_last_words_end_as_faster_whispers_do(fp32_m
     assert times == pytest.approx([t for s in theirs for w in s.words for t in (w.start, w.end)], abs=1e-9)
 
 
+def test_punctuations_join_the_marks_faster_whisper_joins(fp32_model, faster_whisper):
+    """``prepend_punctuations`` and ``append_punctuations`` other than the defaults: commas stand as words of their
+    own, as in faster-whisper's words; the words differ from the defaults' (a rule left out fails)."""
+    audio = speech_audio("librivox_sense_en_w00")
+    marks = {"prepend_punctuations": "", "append_punctuations": "."}
+    theirs = [w.word for s in faster_whisper.transcribe(audio, beam_size=1, word_timestamps=True, **marks,
+                                                        **ALONE)[0] for w in s.words]
+    ours = [w.word for s in fp32_model.transcribe(audio, word_timestamps=True, **marks, **ALONE)[0] for w in s.words]
+    default = [w.word for s in fp32_model.transcribe(audio, word_timestamps=True, **ALONE)[0] for w in s.words]
+    assert ours == theirs and "," in ours and ours != default
+
+
 def test_clip_timestamps_walk_each_clip_as_faster_whispers_do(fp32_model, faster_whisper):
     """``clip_timestamps`` over the bundled clips joined (34 s): each clip is walked by the seek from its start (an
     odd count: the last one to the end; a clip that starts before the seek goes back), so the 33 s clip takes

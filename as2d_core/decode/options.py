@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from as2d_core.contracts import TIMESTAMPS, ScoreRules  # unset (None): by the output, segment for subtitles
+from as2d_core.contracts import TIMESTAMPS, WORD_PUNCTUATION, ScoreRules  # unset (None): by the output, segment for subtitles
 
 MAX_BUDGET = 64
 STARTS = ("arrival", "prepared")
@@ -244,6 +244,12 @@ class DecodeOptions:
     no_repeat_ngram_size: int = _option(
         0, "no_repeat_ngram_size", "No n-gram of this size is repeated within a response (0: off), as "
         "faster-whisper's no_repeat_ngram_size.", 0)
+    prepend_punctuations: str = _option(
+        WORD_PUNCTUATION[0], "prepend_punctuations", "With word timestamps, these marks are joined to the word after "
+        "them, as faster-whisper's prepend_punctuations.", kind=str)
+    append_punctuations: str = _option(
+        WORD_PUNCTUATION[1], "append_punctuations", "With word timestamps, these marks are joined to the word before "
+        "them, as faster-whisper's append_punctuations.", kind=str)
     drain_timeout_s: float = 2.0
     # as2d-no-bc (SpecASR's budget rule kept with decoupled drafting): candidates end at the first
     # published token whose confidence is below this (that token included); None keeps the fixed budget.
@@ -262,7 +268,8 @@ class DecodeOptions:
         """What these options put in a request on their own (the pipeline adds each window's previous text)."""
         return {"timestamps": self.timestamps or "none", "prompt": self.prompt, "hotwords": self.hotwords,
                 "word_timestamps": self.word_timestamps, "temperature": self.temperature[0], "seed": self.seed,
-                "max_new_tokens": self.max_new_tokens, "prefix": self.prefix, "rules": self.score_rules}
+                "max_new_tokens": self.max_new_tokens, "prefix": self.prefix, "rules": self.score_rules,
+                "punctuations": (self.prepend_punctuations, self.append_punctuations)}
 
     @property
     def score_rules(self) -> ScoreRules:

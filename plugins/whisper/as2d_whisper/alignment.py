@@ -30,7 +30,7 @@ import attrs
 import numpy as np
 
 from as2d_core.capabilities import TimedWords, Word
-from as2d_core.contracts import Request
+from as2d_core.contracts import WORD_PUNCTUATION, Request
 from as2d_core.setup.paths import ModelFilesMissing
 from as2d_core.decode.timestamps import split_segments, time_reach_s
 
@@ -38,8 +38,6 @@ ALIGNER_FILE = "aligner.onnx"
 FRAMES_PER_SECOND = 50  # the encoder's output: one frame per 20 ms
 MEDIAN_WIDTH = 7
 SENTENCE_ENDS = ".。!！?？"
-PREPENDED = "\"'“¿([{-"  # joined to the word after them
-APPENDED = "\"'.。,，!！?？:：”)]}、"  # joined to the word before them
 UNSPACED = frozenset({"zh", "ja", "th", "lo", "my", "yue"})  # words are characters (openai-whisper's list)
 KEPT_AUDIO = 2  # requests whose encoder output waits for their words (a check decodes each request twice)
 # A sorting network for 7 values (16 compare-exchanges); its middle output is the median.
@@ -174,7 +172,8 @@ def _cut_long_words(words: list[_Timed]) -> tuple[float, float]:
     return median, longest
 
 
-def merge_punctuation(words: list[_Timed], prepended: str = PREPENDED, appended: str = APPENDED) -> None:
+def merge_punctuation(words: list[_Timed], prepended: str = WORD_PUNCTUATION[0], appended: str = WORD_PUNCTUATION[1]
+                      ) -> None:
     """Join opening marks to the next word and closing marks to the previous one (the mark's entry is emptied)."""
     following = len(words) - 1
     for i in range(len(words) - 2, -1, -1):
@@ -329,7 +328,7 @@ class WordTimestamps:
         starts, probabilities = aligner.token_timing(cross, n_frames, start, text, model.eot, threads)
         words = timed_words(text, starts, probabilities, model.decode_text, language not in UNSPACED)
         median, longest = _cut_long_words(words)
-        merge_punctuation(words)
+        merge_punctuation(words, *request.punctuations)
         return self._in_segments(request, bounds, words, median, longest, last_speech_s)
 
     def _segment_bounds(self, request: Request, tokens: Sequence[int]) -> list[tuple[float, float, int]]:

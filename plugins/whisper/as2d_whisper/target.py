@@ -176,7 +176,8 @@ class WhisperTarget(WordTimestamps):
     """
 
     # what a request may ask (``Request.features``)
-    features = frozenset({"timestamps", "prompt", "hotwords", "word_timestamps", "sampling", "prefix", "score_rules"})
+    features = frozenset({"timestamps", "prompt", "hotwords", "word_timestamps", "sampling", "prefix", "score_rules",
+                          "punctuations"})
 
     def __init__(
         self,
