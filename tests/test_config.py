@@ -7,7 +7,7 @@ import pytest
 
 from as2d_core.setup import catalog, config, plugins
 from as2d_core.setup.source_spec import SourceSpec
-from as2d_core.contracts import ScoreRules
+from as2d_core.contracts import WORD_PUNCTUATION, ScoreRules
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "configs").glob("*.toml"))
@@ -134,7 +134,7 @@ def test_timestamps_prompts_and_a_task_the_drafter_cannot_draft(tmp_path, whispe
     text = GOOD.replace('task = "asr"', 'task = "translate"\ntimestamps = "segment"\nprompt = "as2d, Whisper"\n'
                                           'hotwords = "CTranslate2"\ncondition_on_previous_text = true\n'
                                           'word_timestamps = true\nprefix = "So"\nsuppress_tokens = "-1,11"\n'
-                                          'repetition_penalty = 1.1')
+                                          'repetition_penalty = 1.1\nappend_punctuations = ".,"')
     report = _check(tmp_path, text, whisper_registry)
     assert report.ok, report.errors
     assert any("source 'whisper-tiny.en' does not draft 'translate'" in w for w in report.warnings), report.warnings
@@ -144,7 +144,8 @@ def test_timestamps_prompts_and_a_task_the_drafter_cannot_draft(tmp_path, whispe
     assert options.request_fields() == {"timestamps": "segment", "prompt": "as2d, Whisper", "hotwords": "CTranslate2",
                                         "word_timestamps": True, "temperature": 0.0, "seed": 0, "max_new_tokens": None,
                                         "prefix": "So", "rules": ScoreRules(suppress_tokens=(-1, 11),
-                                                                            repetition_penalty=1.1)}
+                                                                            repetition_penalty=1.1),
+                                        "punctuations": (WORD_PUNCTUATION[0], ".,")}
 
 
 def test_parts_of_absent_plugins_are_checked_by_name_only(tmp_path, registry):
