@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from as2d_core.contracts import TIMESTAMPS, WORD_PUNCTUATION, ScoreRules  # unset (None): by the output, segment for subtitles
+from as2d_core.contracts import TIMESTAMPS, WORD_PUNCTUATION, ScoreRules
 
 MAX_BUDGET = 64
 STARTS = ("arrival", "prepared")
