@@ -94,7 +94,9 @@ def replayed_batch_profile(profile: dict, replays, note: str) -> dict | None:
     measured no batches or the replays made no target call.
 
     The calls are still priced at the width the profile swept (``batch_s.width``): the replay changes how many tokens
-    a drafting row commits per call, the profile alone says what a call costs. Both figures are kept in the copy.
+    a drafting row commits per call, the profile alone says what a call costs. Both figures are kept in the copy, and
+    so are the profile's own real decodes' clocks (``alone_e2e_s``, its configured drafter's): where they say
+    drafting loses alone, the copy drafts in no batch whatever the replay commits.
     """
     section = profile.get("batch_s")
     calls = sum(len(r.widths) + r.target_only_steps for r in replays)
