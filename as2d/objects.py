@@ -3,10 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from as2d_core.contracts import WORD_PUNCTUATION
 from as2d_core.input.seek import LONG_FORM_VAD
-
-DEFAULT_PUNCTUATION = WORD_PUNCTUATION  # faster-whisper's (prepend, append)
 
 
 @dataclass

@@ -22,7 +22,7 @@ import numpy as np
 
 from as2d_core.cli.progress import AudioProgress
 from as2d_core.capabilities import LanguageDetector
-from as2d_core.contracts import SAMPLE_RATE, Recording, Request
+from as2d_core.contracts import SAMPLE_RATE, WORD_PUNCTUATION, Recording, Request
 from as2d_core.decode.options import DEFAULT_TEMPERATURES, DecodeOptions
 from as2d_core.decode.profile import read_profile
 from as2d_core.decode.words import words_by_segment
@@ -36,7 +36,7 @@ from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source
 from as2d_core.setup.plugins import load_registry
 
 from .models import INSTALL, audio_samples, resolve_target, unavailable
-from .objects import DEFAULT_PUNCTUATION, Segment, TranscriptionInfo, VadOptions, Word
+from .objects import Segment, TranscriptionInfo, VadOptions, Word
 from .options import check_options, decode_options, refuse, transcription_options, vad_options
 
 
@@ -113,8 +113,8 @@ class WhisperModel:
         without_timestamps: bool = False,
         max_initial_timestamp: float = 1.0,
         word_timestamps: bool = False,
-        prepend_punctuations: str = DEFAULT_PUNCTUATION[0],
-        append_punctuations: str = DEFAULT_PUNCTUATION[1],
+        prepend_punctuations: str = WORD_PUNCTUATION[0],
+        append_punctuations: str = WORD_PUNCTUATION[1],
         multilingual: bool = False,
         vad_filter: bool = False,
         vad_parameters: dict | VadOptions | None = None,

@@ -172,9 +172,10 @@ def _cut_long_words(words: list[_Timed]) -> tuple[float, float]:
     return median, longest
 
 
-def merge_punctuation(words: list[_Timed], prepended: str = WORD_PUNCTUATION[0], appended: str = WORD_PUNCTUATION[1]
-                      ) -> None:
-    """Join opening marks to the next word and closing marks to the previous one (the mark's entry is emptied)."""
+def merge_punctuation(words: list[_Timed], marks: tuple[str, str] = WORD_PUNCTUATION) -> None:
+    """Join opening marks (``marks[0]``) to the next word and closing marks (``marks[1]``) to the previous one (the
+    mark's entry is emptied)."""
+    prepended, appended = marks
     following = len(words) - 1
     for i in range(len(words) - 2, -1, -1):
         mark = words[i]
@@ -328,7 +329,7 @@ class WordTimestamps:
         starts, probabilities = aligner.token_timing(cross, n_frames, start, text, model.eot, threads)
         words = timed_words(text, starts, probabilities, model.decode_text, language not in UNSPACED)
         median, longest = _cut_long_words(words)
-        merge_punctuation(words, *request.punctuations)
+        merge_punctuation(words, request.punctuations)
         return self._in_segments(request, bounds, words, median, longest, last_speech_s)
 
     def _segment_bounds(self, request: Request, tokens: Sequence[int]) -> list[tuple[float, float, int]]:
