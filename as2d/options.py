@@ -2,18 +2,21 @@
 
 Every option that changes the tokens and that as2d has means what it means in faster-whisper, with the same
 default: beams, the temperature fallback and its thresholds, ``best_of``, conditioning on previous text and its
-reset, ``vad_filter``, ``clip_timestamps``, ``hallucination_silence_threshold``, ``max_new_tokens``, ``prefix`` and
-the edits of the scores (``suppress_blank``, ``suppress_tokens``, ``max_initial_timestamp``, ``repetition_penalty``,
+reset, ``vad_filter``, ``clip_timestamps``, ``chunk_length``, ``hallucination_silence_threshold``,
+``max_new_tokens``, ``initial_prompt`` (text or token ids), ``prefix`` and the edits of the scores
+(``suppress_blank``, ``suppress_tokens``, ``max_initial_timestamp``, ``repetition_penalty``,
 ``no_repeat_ngram_size``). One that as2d does not have is refused with a ValueError naming it and why: never
 ignored.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
+from as2d_core.contracts import TokenPrompt
 from as2d_core.decode.options import DecodeOptions, temperatures
 
 from .objects import WINDOWS_VAD, TranscriptionOptions, VadOptions
@@ -31,7 +34,8 @@ AS_DECODE_OPTIONS = {"beam_size": "beam_size", "best_of": "best_of", "patience":
                      "max_new_tokens": "max_new_tokens", "prefix": "prefix", "suppress_blank": "suppress_blank",
                      "suppress_tokens": "suppress_tokens", "max_initial_timestamp": "max_initial_timestamp",
                      "repetition_penalty": "repetition_penalty", "no_repeat_ngram_size": "no_repeat_ngram_size",
-                     "prepend_punctuations": "prepend_punctuations", "append_punctuations": "append_punctuations"}
+                     "prepend_punctuations": "prepend_punctuations", "append_punctuations": "append_punctuations",
+                     "chunk_length": "chunk_length"}
 
 
 def refuse(name: str, value: Any, why: str) -> ValueError:
@@ -40,15 +44,10 @@ def refuse(name: str, value: Any, why: str) -> ValueError:
 
 def check_options(given: dict[str, Any]) -> None:
     """Refuse every option whose value asks for something as2d does not do (a ValueError naming it and why)."""
-    if given["chunk_length"] is not None:
-        raise refuse("chunk_length", given["chunk_length"], "as2d's requests are Whisper's 30 s")
     if given["language_detection_segments"] < 1:
         raise ValueError(f"language_detection_segments must be at least 1, got {given['language_detection_segments']}")
     if given["task"] not in ("transcribe", "translate"):
         raise ValueError(f"unknown task {given['task']!r}; choose 'transcribe' or 'translate'")
-    prompt = given["initial_prompt"]
-    if prompt is not None and not isinstance(prompt, str):
-        raise refuse("initial_prompt", prompt, "give the prompt as text; as2d encodes it with the target's tokenizer")
     if given["vad_parameters"] is not None and not given["vad_filter"]:
         raise ValueError("vad_parameters need vad_filter=True (they configure the voice-activity detector)")
 
@@ -65,20 +64,38 @@ def clip_seconds(clips: str | list | None) -> str | list[float]:
     return clips
 
 
-def decode_options(given: dict[str, Any], base: DecodeOptions) -> DecodeOptions:
-    """``base`` (the model's threads, its route) with the call's decoding mode; a value out of range is a
-    ValueError naming the option."""
+def initial_prompt(prompt: str | Iterable[int] | None, vocabulary: str) -> str | TokenPrompt | None:
+    """faster-whisper's ``initial_prompt``: text, or token ids of the model's ``vocabulary`` taken as they are (no
+    ids: no prompt)."""
+    if prompt is None or isinstance(prompt, str):
+        return prompt
+    try:
+        ids = TokenPrompt(vocabulary, prompt)
+    except (TypeError, ValueError):
+        raise ValueError(f"initial_prompt must be text or token ids, got {prompt!r}") from None
+    return ids if ids.tokens else None
+
+
+def decode_options(given: dict[str, Any], base: DecodeOptions, vocabulary: str) -> DecodeOptions:
+    """``base`` (the model's threads, its route) with the call's decoding mode, the prompt's ids read as of the
+    target's ``vocabulary``; a value out of range is a ValueError naming the option."""
     values = {ours: given[theirs] for theirs, ours in AS_DECODE_OPTIONS.items()}
+    values["prompt"] = initial_prompt(given["initial_prompt"], vocabulary)
+    if values["chunk_length"] is None:  # faster-whisper's None: its feature extractor's 30 s
+        values["chunk_length"] = base.chunk_length
     values["clip_timestamps"] = clip_seconds(given["clip_timestamps"])
     values["timestamps"] = "none" if given["without_timestamps"] else "segment"
     return attrs.evolve(base, **values)
 
 
-def vad_options(parameters: dict | Any | None, route: str = "seek") -> VadOptions:
+def vad_options(parameters: dict | Any | None, decode: DecodeOptions) -> VadOptions:
     """The detector's options from faster-whisper's ``vad_parameters`` (a dict or its ``VadOptions``), over the
     route's defaults: faster-whisper's sequential ones on the seek route, ``WINDOWS_VAD`` on the windows route,
-    whose spans are at most a window long whatever is given (as faster-whisper's batched pipeline caps them)."""
-    base = WINDOWS_VAD if route == "windows" else VadOptions()
+    whose spans are at most a window (``chunk_length``) long whatever is given (as faster-whisper's batched
+    pipeline caps them)."""
+    route = decode.route
+    base = dataclasses.replace(WINDOWS_VAD, max_speech_duration_s=float(decode.chunk_length)) \
+        if route == "windows" else VadOptions()
     if parameters is None:
         return base
     given = dict(parameters) if isinstance(parameters, dict) else (

@@ -136,8 +136,8 @@ class WhisperModel:
         samples = audio_samples(audio)
         if samples.size == 0:
             raise ValueError("the audio is empty")
-        decode = decode_options(given, self.decode_options)
-        vad = vad_options(vad_parameters, decode.route) if decode.filters_speech else None  # clips: no VAD
+        decode = decode_options(given, self.decode_options, self.target.vocabulary)
+        vad = vad_options(vad_parameters, decode) if decode.filters_speech else None  # clips: no VAD
         options = PipelineOptions(method="as2d" if self.source is not None else "target-only",
                                   task="translate" if task == "translate" else "asr", decode=decode, scores=True)
         with self._lock:
@@ -166,31 +166,31 @@ class WhisperModel:
     def _plan(self, pipeline: Pipeline, samples: np.ndarray, vad: VadOptions | None, detection_segments: int):
         """The requests to come (lazily, on the pipeline given them: the language may be known only later), the
         seconds of audio they cover, the requests the language is read from (up to ``detection_segments``: the
-        consecutive 30 s from the first clip on the seek route, the first windows on the windows route), notes on
-        how the audio is cut, and the route they take (``Pipeline.route``)."""
+        consecutive ``chunk_length`` s from the first clip on the seek route, the first windows on the windows
+        route), notes on how the audio is cut, and the route they take (``Pipeline.route``)."""
         decode = pipeline.options.decode
         if decode.route == "seek":
             detector = pipeline.detector if vad is not None else None
             audio, _speech = speech_only(samples, detector)
             recording = Recording(audio)  # the language is read from its first 30 s, as the first request
             windows = lambda p: p.decode_long_form(samples, "whisper-model", detector, recording)  # noqa: E731
-            notes = [f"Whisper's long-form rules: 30 s requests from a seek offset, temperatures "
+            notes = [f"Whisper's long-form rules: {decode.chunk_length} s requests from a seek offset, temperatures "
                      f"{', '.join(map(str, decode.temperature))}, beam_size {decode.beam_size}",
                      *fitted_mode(pipeline.target, decode)[1]]
             # faster-whisper reads the language from the first clip's mel frame, and from 0 s where that is past the end
             start = int(decode.clip_timestamps[0] * 100) * HOP if decode.clip_timestamps else 0
             start = start if start < audio.size - HOP else 0
-            starts = range(start, audio.size, 30 * SAMPLE_RATE)[:detection_segments]
-            detect = [Request("language", audio[s: s + 30 * SAMPLE_RATE], recording=recording, offset=s)
-                      for s in starts]
+            chunk = decode.chunk_length * SAMPLE_RATE
+            detect = [Request("language", audio[s: s + chunk], recording=recording, offset=s)
+                      for s in range(start, audio.size, chunk)[:detection_segments]]
             return windows, audio.size / SAMPLE_RATE, detect, notes, pipeline.route(0)
         plan = pipeline.plan(samples)
         silent = lambda result: _silent(result, decode.no_speech_threshold, decode.log_prob_threshold)  # noqa: E731
         windows = lambda p: p.decode_windows(samples, plan, "whisper-model", silent)  # noqa: E731
         detect = [Request("language", samples[w.start : w.end]) for w in plan.windows[:detection_segments]] or [
-            Request("language", samples[: 30 * SAMPLE_RATE])]
-        return (windows, sum(w.end - w.start for w in plan.windows) / SAMPLE_RATE, detect, _window_notes(plan, vad),
-                pipeline.route(len(plan.windows)))
+            Request("language", samples[: decode.chunk_length * SAMPLE_RATE])]
+        return (windows, sum(w.end - w.start for w in plan.windows) / SAMPLE_RATE, detect,
+                _window_notes(plan, vad, decode.chunk_length), pipeline.route(len(plan.windows)))
 
     def _detect_language(self, detect: list[Request], options: PipelineOptions,
                          threshold: float | None) -> tuple[str, float, dict[str, float]]:
@@ -223,7 +223,7 @@ class WhisperModel:
             names = registry.names("detector")
             if not names:
                 raise ValueError("vad_filter needs a voice-activity detector: pip install ./plugins/silero_vad "
-                                 "(or vad_filter=False: audio over 30 s is then cut every 30 s)")
+                                 "(or vad_filter=False: longer audio is then cut every chunk_length seconds)")
             self._detectors[key] = registry.get("detector", names[0]).factory(
                 {"threshold": vad.threshold, "min_silence_ms": vad.min_silence_duration_ms,
                  "pad_ms": vad.speech_pad_ms})
@@ -280,12 +280,12 @@ def _window_segments(window: WindowResult, word_timestamps: bool, count: int) ->
             for i, (s, group) in enumerate(zip(segments, grouped))]
 
 
-def _window_notes(plan, vad: VadOptions | None) -> list[str]:
+def _window_notes(plan, vad: VadOptions | None, chunk_length: int) -> list[str]:
     notes = ["windows route: each window decoded once at the first temperature (no fallback); a window whose "
              "no_speech_prob is over no_speech_threshold is skipped as silence unless its avg_logprob is over "
              "log_prob_threshold"]
     if vad is None and len(plan.windows) > 1:
-        notes.append("vad_filter=False: the audio is cut every 30 s, possibly inside words")
+        notes.append(f"vad_filter=False: the audio is cut every {chunk_length} s, possibly inside words")
     elif plan.note:
         notes.append(plan.note)
     if vad is not None and plan.detector is None:

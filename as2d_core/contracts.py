@@ -108,6 +108,20 @@ def _token_ids(value) -> tuple[int, ...]:
 
 
 @attrs.frozen
+class TokenPrompt:
+    """Prompt tokens taken as they are: faster-whisper's ``initial_prompt`` given as ids, and the tokens of the
+    segments before a request, which Whisper feeds back as decoded (text encoded again may split otherwise).
+
+    Ids mean something only in the vocabulary they were made in, so they carry its name (``Target.vocabulary``);
+    a model of another vocabulary, such as a drafter's, reads ``text`` instead (None: it leaves the prompt out).
+    """
+
+    vocabulary: str
+    tokens: tuple[int, ...] = attrs.field(converter=_token_ids)
+    text: str | None = None
+
+
+@attrs.frozen
 class ScoreRules:
     """How a request edits the target's scores before each choice: faster-whisper's options of these names, as
     CTranslate2 applies them. Each reads only the response before the position it scores, so a verification
@@ -139,10 +153,11 @@ class Request:
     timestamps: str = attrs.field(default="none", validator=attrs.validators.in_(TIMESTAMPS))
     # Whisper's previous-text prompt (before its start-of-transcript token): the user's ``prompt``, refused
     # when too long, then ``previous_text`` (earlier windows' text, with Whisper's timestamp markup such as
-    # ``<|2.40|>`` where they had timestamps), of which a target keeps what fits; ``hotwords`` as
-    # faster-whisper places them, before both. A drafter gets the same request.
-    prompt: str | None = None
-    previous_text: str | None = None
+    # ``<|2.40|>`` where they had timestamps, or their tokens as decoded), of which a target keeps what fits;
+    # ``hotwords`` as faster-whisper places them, before both. A drafter gets the same request. Either prompt may
+    # be given as tokens (``TokenPrompt``), taken as they are by a model of their vocabulary.
+    prompt: str | TokenPrompt | None = None
+    previous_text: str | TokenPrompt | None = None
     hotwords: str | None = None
     # text the target's response is made to start with (faster-whisper's ``prefix``): forced after the start of
     # transcript (and its first timestamp); the result's tokens begin with it (``capabilities.ForcedStart``), the

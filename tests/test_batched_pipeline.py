@@ -83,3 +83,12 @@ def test_clips_are_the_windows_as_faster_whispers_batched_pipeline_takes_them(mo
                                                                            clip_timestamps=clips)
     assert ours == [(s.start, s.end, s.text) for s in theirs]
     assert [start for start, _end, _text in ours] == [1.0, 12.0, 26.5] and info.vad_options is None
+
+
+def test_chunk_length_caps_the_windows_as_faster_whispers_batched_pipeline_caps_its_chunks(model, audio):
+    """``chunk_length=8``: the detector's spans and the windows made of them are at most 8 s (each window one
+    segment here), as faster-whisper's batched pipeline caps its VAD chunks at its chunk_length."""
+    segments, info = BatchedInferencePipeline(model).transcribe(audio, language="en", chunk_length=8)
+    segments = list(segments)
+    assert info.vad_options.max_speech_duration_s == 8.0
+    assert len(segments) > 3 and all(0 < s.end - s.start <= 8.0 for s in segments)

@@ -152,7 +152,7 @@ def test_a_request_cut_short_is_decoded_again_from_its_last_timestamp():
         return Request(f"s{window.index}", audio[window.start : window.end], timestamps="segment",
                        previous_text=previous)
 
-    steps = list(seek_steps(audio, make, lambda r: run_request(r, MODEL, None, "target-only"), mode))
+    steps = list(seek_steps(audio, make, lambda r: run_request(r, MODEL, None, "target-only"), mode, MODEL.vocabulary))
     moved = 0
     for step, following in zip(steps, steps[1:]):
         tokens = step.attempt.result.tokens
@@ -218,7 +218,7 @@ def test_hallucination_cut_follows_faster_whispers_rules():
     sure, unsure = words(0.5, 4, 0.9), words(12.0, 3, 0.05)
     late_unsure = words(5.0, 3, 0.05)
     assert not is_anomaly(sure) and is_anomaly(unsure) and not is_anomaly([])
-    args = dict(seek=1000, size=3000, last_speech_s=10.0, threshold=2.0, content_frames=9000)
+    args = dict(seek=1000, size=3000, last_speech_s=10.0, threshold=2.0, content_frames=9000, reach_s=30.0)
     assert hallucination_cut([segment(sure)], [sure], **args) is None
     assert hallucination_cut([segment(late_unsure)], [late_unsure], **args) == Cut(0, 1500, whole=True)
     early = words(1.5, 3, 0.05)  # its gap is within the threshold, but a request's first 2 s count as silence
@@ -227,3 +227,8 @@ def test_hallucination_cut_follows_faster_whispers_rules():
     assert cut == Cut(1, 1000 + 1200)  # silence before (10.7 s gap) and after (its request's end): cut at its start
     near_end = hallucination_cut([segment(sure), segment(unsure)], [sure, unsure], **{**args, "content_frames": 2400})
     assert near_end == Cut(1, 2400)  # under the threshold from the audio's end: nothing more is decoded
+    short = {**args, "size": 1350}  # the request's audio ends 0.6 s after the unsure words: not silence after them
+    assert hallucination_cut([segment(sure), segment(unsure)], [sure, unsure], **short) is None
+    # ... unless the request reaches no further (a chunk_length of 14 s ends within 2 s of them)
+    reached = hallucination_cut([segment(sure), segment(unsure)], [sure, unsure], **{**short, "reach_s": 14.0})
+    assert reached == Cut(1, 2200)

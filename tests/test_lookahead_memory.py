@@ -62,7 +62,7 @@ def test_a_file_drafted_ahead_leaves_no_cycles(collector_off, crash_after):
     source = ScriptedSource(list(range(2, 30)), crash_after=crash_after)
 
     def run():  # a pipeline per request over resident models, as the server does
-        options = PipelineOptions(language="en", max_window_s=2.0, decode=DecodeOptions(route="windows"))
+        options = PipelineOptions(language="en", decode=DecodeOptions(route="windows", chunk_length=2))
         pipeline = build_pipeline(target, source, options, detector=None)
         transcript = pipeline.transcribe(_file(), request_id="f")
         assert len(transcript.windows) == 4

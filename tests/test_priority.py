@@ -121,9 +121,9 @@ def test_a_file_drafted_ahead_runs_the_drafter_at_the_drafter_niceness_even_on_a
     target = DraftFirstTarget(delay=0.005)
     RecordingJob.seen = []
     RecordingJob.started.clear()
-    decode = DecodeOptions(drafter_nice=3, guess_nice=9, route="windows")
+    decode = DecodeOptions(drafter_nice=3, guess_nice=9, route="windows", chunk_length=2)
     pipeline = build_pipeline(target, RecordingSource(list(range(2, 30))),
-                        PipelineOptions(language=None, max_window_s=2.0, decode=decode), detector=None)
+                        PipelineOptions(language=None, decode=decode), detector=None)
     transcript = pipeline.transcribe(samples, request_id="f", check=True)
     assert len(transcript.windows) == windows and transcript.exact
     nice = decode.drafter_nice if windows > 1 else decode.guess_nice

@@ -284,7 +284,8 @@ def _bad_inputs(speech, clips):
         ("patience nan", clips["a"], {"patience": "nan"}, 400, "patience must be a number, not 'nan'"),
         ("vad flag", clips["a"], {"vad_filter": "maybe"}, 400, "'vad_filter' must be true or false"),
         ("threshold", clips["a"], {"log_prob_threshold": "low"}, 400, "log_prob_threshold must be a number or none"),
-        ("unknown field", clips["a"], {"chunk_length": 20}, 400, "unknown form field 'chunk_length'"),
+        ("unknown field", clips["a"], {"chunk_size": 20}, 400, "unknown form field 'chunk_size'"),
+        ("chunk length", clips["a"], {"chunk_length": 31}, 400, "chunk_length must be between 1 and 30, got 31"),
         ("clips", clips["a"], {"clip_timestamps": "1,soon"}, 400, "clip_timestamps must be seconds of at least 0"),
         ("model", clips["a"], {"model": "gpt-4o-transcribe"}, 400, "unknown model"),
         ("method", clips["a"], {"method": "beam"}, 400, "unknown method"),
@@ -328,6 +329,14 @@ def test_audio_over_one_window_is_transcribed_window_by_window(server, speech):
     assert len(body["segments"]) >= 2 and body["segments"][-1]["end"] > 30
     assert body["as2d"]["exact"] is True  # every window equals target-only on that window
     assert body["text"] == " ".join(segment["text"].strip() for segment in body["segments"])
+
+
+def test_chunk_length_in_the_form_makes_shorter_requests(server, speech):
+    """``chunk_length=10`` (faster-whisper's, a form field): each request reads 10 s from its seek, exact."""
+    body = server.post(_wav(speech[: 16 * 16_000]), response_format="verbose_json", check="true",
+                       chunk_length="10").json()
+    seeks = sorted({segment["seek"] for segment in body["segments"]})
+    assert body["as2d"]["exact"] is True and len(seeks) >= 2 and all(b - a <= 1000 for a, b in zip(seeks, seeks[1:]))
 
 
 def test_eight_concurrent_clients_are_all_answered_exactly(server, clips, target_only):

@@ -113,7 +113,7 @@ def test_a_two_window_file_streams_its_transcript(whisper_target, whisper_ct2_so
     """Real speech in two windows (cut at the pause): the pieces arrive as each window is verified and spell
     the transcript, windows joined by a space."""
     audio = np.concatenate([speech_audio("cmu_cards_en_w00"), speech_audio("cmu_cards_en_w01")])
-    options = PipelineOptions(language="en", max_window_s=6.0, decode=DecodeOptions(route="windows"))
+    options = PipelineOptions(language="en", decode=DecodeOptions(route="windows", chunk_length=6))
     pieces: list[str] = []
     transcript = build_pipeline(whisper_target, whisper_ct2_source, options).transcribe(audio, on_text=pieces.append)
     assert len(transcript.windows) == 2 and all(w.text for w in transcript.windows)

@@ -88,9 +88,10 @@ def test_the_readmes_first_snippet_runs_with_beams(model, audio_mp3):
     ({"repetition_penalty": 0}, "repetition_penalty must be above 0"),
     ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size must be at least 0"),
     ({"suppress_tokens": [-1, 60000]}, r"suppress_tokens \[60000\] are not tokens of whisper-base"),
-    ({"chunk_length": 20}, "chunk_length=20 is not supported"),
+    ({"chunk_length": 40}, "chunk_length must be between 1 and 30, got 40"),
     ({"language_detection_segments": 0}, "language_detection_segments must be at least 1"),
-    ({"initial_prompt": [50363, 1012]}, "give the prompt as text"),
+    ({"initial_prompt": [50363, 60000]}, r"the prompt's token ids \[60000\] are not tokens of whisper-base"),
+    ({"initial_prompt": [50363, "word"]}, "initial_prompt must be text or token ids"),
     ({"max_new_tokens": 0}, "max_new_tokens must be at least 1, got 0"),
     ({"clip_timestamps": "0,soon"}, "clip_timestamps must be seconds of at least 0"),
     ({"clip_timestamps": [{"start": 1.0}]}, "clip_timestamps as dicts need 'start' and 'end'"),
@@ -384,7 +385,15 @@ SCORE_OPTIONS = [{"prefix": "Fellow citizens"}, {"prefix": "Fellow citizens", "w
                  {"suppress_tokens": [-1, 13, 11], "max_initial_timestamp": 0.0},
                  {"prefix": "Fellow", "repetition_penalty": 1.2, "no_repeat_ngram_size": 4, "beam_size": 3,
                   "length_penalty": 0.5}]
-PLAIN: dict[tuple, list] = {}  # the transcript without the options, once per mode
+PLAIN: dict[tuple, list] = {}  # the bundled clips' transcript without the options, once per mode
+
+
+def _plain(model, audio, **mode) -> list:
+    """The tokens of ``model``'s transcript of the bundled clips joined (``audio``) in ``mode``, made once."""
+    key = tuple(sorted(mode.items()))
+    if key not in PLAIN:
+        PLAIN[key] = [s.tokens for s in model.transcribe(audio, **mode)[0]]
+    return PLAIN[key]
 
 
 @pytest.mark.parametrize("options", SCORE_OPTIONS, ids=["prefix", "prefix-text", "penalties-blank",
@@ -402,14 +411,48 @@ def test_options_that_edit_the_scores_give_faster_whispers_tokens(fp32_model, fa
     ours = list(fp32_model.transcribe(audio, **kw)[0])
     assert [(s.seek, s.tokens) for s in ours] == [(s.seek, s.tokens) for s in theirs]
     plain = {k: v for k, v in kw.items() if k in ("language", "beam_size", "without_timestamps", "length_penalty")}
-    key = tuple(sorted(plain.items()))
-    if key not in PLAIN:
-        PLAIN[key] = [s.tokens for s in fp32_model.transcribe(audio, **plain)[0]]
-    assert [s.tokens for s in ours] != PLAIN[key]
+    assert [s.tokens for s in ours] != _plain(fp32_model, audio, **plain)
     if "prefix" in options:
         assert ours[0].text.startswith(" " + options["prefix"]) and ours[0].seek == 0
     if "suppress_tokens" in options:
         assert not any(t in (11, 13) for s in ours for t in s.tokens) and ours[0].start == 0.0
+
+
+def test_a_prompt_of_token_ids_is_taken_as_faster_whisper_takes_it(fp32_model, faster_whisper, model):
+    """``initial_prompt`` as token ids (of the words without the leading space a text prompt gets): taken as they
+    are and kept in the prompts after it (conditioning on, as faster-whisper's default), so the segments and
+    tokens are faster-whisper's, and not those without the prompt. The drafter, of another vocabulary, leaves the
+    ids out of its own prompt; the tokens stay the target's (on the first two clips)."""
+    audio = np.concatenate([speech_audio(clip) for clip in BUNDLED_CLIPS])
+    ids = faster_whisper.hf_tokenizer.encode("Dashwood. Fellow-Citizens", add_special_tokens=False).ids
+    theirs = list(faster_whisper.transcribe(audio, language="en", beam_size=1, initial_prompt=ids)[0])
+    ours = list(fp32_model.transcribe(audio, language="en", initial_prompt=ids)[0])
+    assert [(s.seek, s.tokens) for s in ours] == [(s.seek, s.tokens) for s in theirs]
+    assert [s.tokens for s in ours] != _plain(fp32_model, audio, language="en", beam_size=1)
+    short = audio[: sum(speech_audio(clip).size for clip in BUNDLED_CLIPS[:2])]
+    drafted = [s.tokens for s in model.transcribe(short, language="en", initial_prompt=ids)[0]]
+    source, model.source = model.source, None
+    try:
+        assert drafted == [s.tokens for s in model.transcribe(short, language="en", initial_prompt=ids)[0]]
+    finally:
+        model.source = source
+
+
+def test_chunk_length_makes_faster_whispers_requests(fp32_model, faster_whisper):
+    """``chunk_length=12`` over the bundled clips joined (34 s): each request reads 12 s from its seek (zero-padded
+    to 30 s) and the language is read from 12 s, as faster-whisper does: its segments, seeks and tokens, and not
+    those of 30 s requests."""
+    audio = np.concatenate([speech_audio(clip) for clip in BUNDLED_CLIPS])
+    try:
+        theirs = list(faster_whisper.transcribe(audio, language="en", beam_size=1, chunk_length=12)[0])
+    finally:  # faster-whisper keeps a chunk_length in its feature extractor for every later call: put 30 s back
+        faster_whisper.feature_extractor(np.zeros(400, np.float32), chunk_length=30)
+    segments, info = fp32_model.transcribe(audio, language="en", chunk_length=12)
+    ours = list(segments)
+    assert [(s.seek, s.start, s.end, s.tokens) for s in ours] == [(s.seek, s.start, s.end, s.tokens) for s in theirs]
+    seeks = sorted({s.seek for s in ours})
+    assert len(seeks) > 2 and all(b - a <= 1200 for a, b in zip(seeks, seeks[1:])) and "12 s requests" in info.notes[0]
+    assert [s.tokens for s in ours] != _plain(fp32_model, audio, language="en", beam_size=1)
 
 
 def test_language_detection_reads_several_segments_as_faster_whisper_does(fp32_model, faster_whisper):
@@ -508,8 +551,8 @@ def test_a_silent_windows_text_is_not_the_next_windows_prompt():
         return DecodeResult(request.request_id, "target-only", "en", [1], text, 0.1, 0.1,
                             avg_logprob=-2.0, no_speech_prob=no_speech)
 
-    options = PipelineOptions(method="target-only", decode=DecodeOptions(condition_on_previous_text=True, route="windows"),
-                              max_window_s=1.0)
+    options = PipelineOptions(method="target-only", decode=DecodeOptions(condition_on_previous_text=True, route="windows",
+                                                                                        chunk_length=1))
     pipeline = Pipeline(TinyLM(), None, options, detector=None, decode=decode)
     audio = np.ones(3 * 16_000, np.float32) * 0.1
     windows = list(pipeline.decode_windows(audio, pipeline.plan(audio), "silence",

@@ -181,8 +181,8 @@ def test_timestamp_mode_segments_span_their_words(whisper_target, whisper_ct2_so
 def test_words_of_later_windows_are_in_the_files_time(whisper_target):
     """Two windows of one file (at the pause the detector finds): each window's words in its own stretch."""
     audio = np.concatenate([speech_audio("cmu_cards_en_w00"), speech_audio("cmu_cards_en_w01")])
-    options = PipelineOptions(method="target-only", language="en", decode=attrs.evolve(WORDS, route="windows"),
-                              max_window_s=6.0)
+    options = PipelineOptions(method="target-only", language="en", decode=attrs.evolve(WORDS, route="windows",
+                                                                                  chunk_length=6))
     transcript = build_pipeline(whisper_target, None, options).transcribe(audio)
     assert len(transcript.windows) == 2
     for window in transcript.windows:

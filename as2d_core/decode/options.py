@@ -12,12 +12,13 @@ from typing import Any
 
 import attrs
 
-from as2d_core.contracts import TIMESTAMPS, WORD_PUNCTUATION, ScoreRules
+from as2d_core.contracts import TIMESTAMPS, WORD_PUNCTUATION, ScoreRules, TokenPrompt
 
 MAX_BUDGET = 64
 STARTS = ("arrival", "prepared")
 ROUTES = ("seek", "windows")
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # faster-whisper's: greedy, then the fallback's
+CHUNK_S = 30  # seconds of audio Whisper's encoder reads: the longest request
 
 
 def listed(value):
@@ -102,11 +103,12 @@ def _in_range(instance, attribute, value):
 
 def _option(default, config: str, help: str, low: int | None = None, high: int | None = None,
             choices: tuple[str, ...] | None = None, kind: type | None = None, optional: bool = False,
-            converter=None, config_kinds: tuple[type, ...] = (str, list, int, float)):
+            converter=None, config_kinds: tuple[type, ...] = (str, list, int, float), api_kinds: tuple[type, ...] = ()):
     """A field that users set: ``config`` is its dotted key in a task configuration; ``low``/``high``
     bound a number, ``choices`` a word; ``kind`` is the value's type where the default (None) does not say it;
     ``optional``: None turns it off (faster-whisper's thresholds); ``converter`` reads a flag's text, and a
-    configuration may write the value as any of ``config_kinds``."""
+    configuration may write the value as any of ``config_kinds``; ``api_kinds``: what else a caller of the API
+    may give (no flag or file can)."""
     kind = kind or type(default)
     if converter is not None:
         return attrs.field(default=default, converter=converter, metadata={  # a flag's text, or a list in a file
@@ -115,7 +117,7 @@ def _option(default, config: str, help: str, low: int | None = None, high: int |
     if choices:
         validator = attrs.validators.in_(choices)
     elif kind in (str, bool):
-        validator = attrs.validators.instance_of(kind)
+        validator = attrs.validators.instance_of((kind, *api_kinds))
     else:
         validator = _in_range
     if default is None or optional:
@@ -152,10 +154,10 @@ class DecodeOptions:
         None, "timestamps", "segment: the target decodes Whisper's timestamp tokens under Whisper's rules, and the "
         "output has one segment per timestamp pair (subtitles: one cue each); none: plain text. Unset: segment for "
         "srt and vtt, none otherwise.", choices=TIMESTAMPS, kind=str)
-    prompt: str | None = _option(
+    prompt: str | TokenPrompt | None = _option(
         None, "prompt", "Whisper's previous-text prompt (initial_prompt) for the first window, or for every window "
         "with --condition-on-previous-text; over Whisper's limit of half the context less one token it is refused.",
-        kind=str)
+        kind=str, api_kinds=(TokenPrompt,))
     hotwords: str | None = _option(
         None, "hotwords", "Words to favour, placed before the previous text of every window as faster-whisper does.",
         kind=str)
@@ -186,6 +188,10 @@ class DecodeOptions:
         "from a seek offset that moves to the last timestamp, so speech after an early end is decoded again, with the "
         "temperature fallback; windows: the audio cut at pauses, each window decoded once in the first temperature's "
         "mode (as BatchedInferencePipeline; side by side with --batch-windows).", choices=ROUTES)
+    chunk_length: int = _option(
+        CHUNK_S, "chunk_length", "Seconds of audio a request reads (faster-whisper's chunk_length): the seek route's "
+        "segments, the windows route's longest window, the language detector's segments; each is zero-padded to "
+        "Whisper's 30 s, as faster-whisper pads it.", 1, CHUNK_S)
     beam_size: int = _option(1, "beam_size", "Beams of the target's beam search at temperature 0 (1: greedy, the "
                              "target's own greedy tokens; faster-whisper's default is 5).", 1, 16)
     best_of: int = _option(5, "best_of", "Samples drawn at a temperature above 0; the likeliest is kept.", 1, 16)

@@ -20,7 +20,6 @@ from as2d_core.decode.timestamps import Segment
 
 PUNCTUATION = "\"'“¿([{-\"'.。,，!！?？:：”)]}、"  # a word found in this text scores nothing (faster-whisper's test)
 FRAMES_PER_S = 100  # the seek's unit: mel frames
-REQUEST_S = 30.0  # how far a request reaches after its seek, whatever audio is left (faster-whisper's window_end_time)
 
 
 def word_anomaly(word: Word) -> float:
@@ -55,10 +54,12 @@ class Cut:
 
 
 def hallucination_cut(segments: Sequence[Segment], words: Sequence[Sequence[Word]], seek: int, size: int,
-                      last_speech_s: float, threshold: float, content_frames: int) -> Cut | None:
+                      last_speech_s: float, threshold: float, content_frames: int, reach_s: float) -> Cut | None:
     """The cut for a request at ``seek`` over ``size`` frames (of ``content_frames``), whose kept ``segments``
     (times from the request's start, fitted to their words) hold ``words`` (the same times); ``last_speech_s``:
-    where the speech before this request ended, in seconds of the walked audio. None: nothing looks made up."""
+    where the speech before this request ended, in seconds of the walked audio; ``reach_s``: how far a request
+    reaches after its seek whatever audio is left (``chunk_length``: faster-whisper's ``window_end_time``).
+    None: nothing looks made up."""
     at = lambda seconds: seek / FRAMES_PER_S + seconds  # noqa: E731  (faster-whisper compares times in the file)
     timed = [i for i, group in enumerate(words) if group]
     if timed and is_anomaly(words[timed[0]]):
@@ -75,7 +76,7 @@ def hallucination_cut(segments: Sequence[Segment], words: Sequence[Sequence[Word
                               or segment.start_s < 2.0)
             silence_after = (next_start - at(segment.end_s) > threshold
                              or (following is not None and is_anomaly(words[following]))
-                             or REQUEST_S - segment.end_s < 2.0)
+                             or reach_s - segment.end_s < 2.0)
             if silence_before and silence_after:
                 seek = round(max(at(1.0), at(segment.start_s)) * FRAMES_PER_S)
                 if content_frames / FRAMES_PER_S - at(segment.end_s) < threshold:

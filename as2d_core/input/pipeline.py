@@ -37,7 +37,7 @@ from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
 from as2d_core.capabilities import WindowBatching, WindowGroup, drafts_one_job_at_a_time
 from as2d_core.decode.profile import cached_profile
 from as2d_core.decode.scheduler import speculate_rows_from, wave_prices
-from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Recording, Request, Source, Target
+from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Recording, Request, Source, Target, TokenPrompt
 from as2d_core.decode.deltas import TextDeltas
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.loop import OnCommit
@@ -52,7 +52,7 @@ from as2d_core.input.stream import BLOCK_S, CONTEXT_S, StreamSession
 from as2d_core.input.sequential import long_form_steps, sequential_windows, speech_only, window_result
 from as2d_core.input.transcript import Transcript, WindowResult
 from as2d_core.input.waves import WaveRoute, choose_waves, decoded_in_waves
-from as2d_core.input.windows import (CLIPS, MAX_WINDOW_S, SpeechDetector, Window, WindowPlan, clip_windows, outside_clips,
+from as2d_core.input.windows import (CLIPS, SpeechDetector, Window, WindowPlan, clip_windows, outside_clips,
                                      plan_windows)
 
 Decoder = Callable[[Request], DecodeResult]
@@ -67,12 +67,16 @@ class PipelineOptions:
     task: str = "asr"
     instruction: str | None = None
     decode: DecodeOptions = attrs.Factory(DecodeOptions)
-    max_window_s: float = MAX_WINDOW_S
     lookahead: bool = True  # draft window n+1 while the target verifies window n
     # each window's avg_logprob and no_speech_prob, from a target session that keeps them (``ResponseScores``):
     # for callers that report them (``as2d.WhisperModel``, the server's verbose_json); off by default, since keeping
     # them costs a log-softmax over the vocabulary at every verified position
     scores: bool = False
+
+    @property
+    def max_window_s(self) -> float:
+        """The longest window, in seconds: the decoding options' ``chunk_length`` (Whisper's 30 s by default)."""
+        return float(self.decode.chunk_length)
 
 
 def _made(detector: DetectorOrMaker) -> SpeechDetector | None:
@@ -185,7 +189,7 @@ class Pipeline:
         return choose_waves(o, self.options.method, self.source is not None, windows, self.device_profile(), alone)
 
     def request(self, request_id: str, samples: np.ndarray, first: bool = True,
-                previous_text: str | None = None) -> Request:
+                previous_text: str | TokenPrompt | None = None) -> Request:
         """A request on ``samples`` with the options' fields; the prompt only on a file's ``first`` window
         (or on every one when conditioning on previous text, which gives ``previous_text``)."""
         o = self.options

@@ -1,12 +1,12 @@
 """Whisper's long-form transcription: 30 s segments decoded with timestamps, each starting where the last ended.
 
 This is faster-whisper's sequential ``transcribe`` (openai-whisper's loop): a *seek* offset walks the
-audio. At each step the 30 s after it are one request, decoded in the timestamp mode with the temperature
-fallback (``decode.fallback``); its segments are kept up to the last complete timestamp pair, and the seek
+audio. At each step the 30 s after it (``chunk_length``) are one request, decoded in the timestamp mode with the
+temperature fallback (``decode.fallback``); its segments are kept up to the last complete timestamp pair, and the seek
 moves to that timestamp, so speech after a response that ended early, or one cut off mid-segment, is
 decoded again in the next request instead of being lost. A response that ends on a single timestamp (the
 model saw no more speech) or has no complete pair moves the seek a whole segment on. With conditioning,
-each request's prompt is the text since the last reset, timestamps included, reset after a hot fallback.
+each request's prompt is the tokens kept since the last reset, timestamps included, reset after a hot fallback.
 
 Each request is one exact decode call of the pipeline's method, so the whole transcript equals target-only
 decoding's in the same mode: every decision of the loop is taken on the same tokens.
@@ -21,17 +21,16 @@ from typing import Any
 import attrs
 import numpy as np
 
-from as2d_core.contracts import SAMPLE_RATE, Request
+from as2d_core.contracts import SAMPLE_RATE, Request, TokenPrompt
 from as2d_core.decode.fallback import Attempt, decode_with_fallback, is_silence
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.timestamps import TIME_PRECISION_S, Segment, marked_up
 from as2d_core.decode.words import speech_end_s, words_by_segment
 from as2d_core.input.hallucinations import hallucination_cut
-from as2d_core.input.windows import MAX_WINDOW_S, SpeechDetector, Window, clip_spans
+from as2d_core.input.windows import SpeechDetector, Window, clip_spans
 
 HOP = SAMPLE_RATE // 100  # one mel frame: the unit of the seek
-SEGMENT_FRAMES = round(MAX_WINDOW_S * 100)
 FRAMES_PER_TIMESTAMP = round(TIME_PRECISION_S * 100)
 
 
@@ -79,29 +78,32 @@ def ends_on_single_timestamp(result: DecodeResult) -> bool:
 TimeWords = Callable[[Request, DecodeResult, list[int], float], DecodeResult]
 
 
-def seek_steps(samples: np.ndarray, make_request: Callable[[Window, str | None, bool], Request],
-               decode: Callable[[Request], DecodeResult], mode: DecodeOptions, initial_prompt: bool = False,
-               time_words: TimeWords | None = None):
+def seek_steps(samples: np.ndarray, make_request: Callable[[Window, TokenPrompt | None, bool], Request],
+               decode: Callable[[Request], DecodeResult], mode: DecodeOptions, vocabulary: str,
+               initial_prompt: bool = False, time_words: TimeWords | None = None):
     """Walk ``samples`` as faster-whisper's sequential transcription does, yielding each :class:`SeekStep`.
 
     ``make_request(window, previous_text, first)`` builds the request on ``samples[window.start : window.end]``
-    (``first``: the user's prompt, if
-    any, still applies); ``decode`` decodes one request in its mode (greedy, sampled or beam search).
+    (``previous_text``: with conditioning, the tokens kept since the last reset, of the target's ``vocabulary``;
+    ``first``: the user's prompt, if any, still applies); ``decode`` decodes one request in its mode (greedy,
+    sampled or beam search).
     With ``time_words`` (word timestamps) the kept segments' words are timed, and, as faster-whisper does, the
     seek moves to the last word's end unless the response ended on a single timestamp.
     """
     content_frames = samples.size // HOP
+    segment_frames = mode.chunk_length * SAMPLE_RATE // HOP  # faster-whisper's feature extractor's nb_max_frames
     index = 0
-    history: list[str] = []  # marked-up text of the kept segments since the last prompt reset
+    history: list[TokenPrompt] = []  # the kept segments since the last prompt reset
     last_speech_s = 0.0  # with word timestamps: where the speech of the kept segments so far ended
     prompt_on = initial_prompt
     # each clip (clip_timestamps; the whole audio by default) walked from its start, the text carried across them
     for seek, clip_end in clip_spans(mode.clip_timestamps, content_frames, lambda s: round(s * SAMPLE_RATE / HOP)):
         while seek < clip_end:
-            size = min(SEGMENT_FRAMES, clip_end - seek)
+            size = min(segment_frames, clip_end - seek)
             last = seek + size >= content_frames  # the last request also takes the samples after the last whole frame
             window = Window(index, seek * HOP, samples.size if last else (seek + size) * HOP)
-            previous = "".join(history) if history and mode.condition_on_previous_text else None
+            fed = [t for h in history for t in h.tokens] if mode.condition_on_previous_text else []
+            previous = TokenPrompt(vocabulary, fed, "".join(h.text for h in history)) if fed else None
             request = make_request(window, previous, prompt_on)
             attempt, attempts = decode_with_fallback(request, decode, mode, key=seek)
             result = attempt.result
@@ -118,7 +120,7 @@ def seek_steps(samples: np.ndarray, make_request: Callable[[Window, str | None, 
                     advance = round((window.start_s + end) * SAMPLE_RATE / HOP) - seek
                 cut = None if mode.hallucination_silence_threshold is None else hallucination_cut(
                     kept.segments, words_by_segment(kept.segments, kept.words or []), seek, size, last_speech_s,
-                    mode.hallucination_silence_threshold, content_frames)
+                    mode.hallucination_silence_threshold, content_frames, mode.chunk_length)
                 if cut is not None and cut.whole:  # nothing of it is given, nor prompts the next request
                     yield SeekStep(window, attempt, attempts, only_segments(kept, segments, [])[0], False)
                     seek, index = max(cut.seek, seek + 1), index + 1
@@ -133,9 +135,11 @@ def seek_steps(samples: np.ndarray, make_request: Callable[[Window, str | None, 
             if not mode.condition_on_previous_text or attempt.temperature > mode.prompt_reset_on_temperature:
                 history, prompt_on = [], False
             else:
-                # the kept tokens, as faster-whisper feeds them back: with their timestamps where it decoded some
-                history.append(marked_up(segments, result.timestamp_ids[0]) if result.timestamp_ids
-                               else "".join(s.text for s in segments))
+                # the kept tokens as decoded, as faster-whisper feeds them back (timestamps included where it decoded
+                # some), and as marked-up text for a drafter of another vocabulary
+                text = marked_up(segments, result.timestamp_ids[0]) if result.timestamp_ids else \
+                    "".join(s.text for s in segments)
+                history.append(TokenPrompt(vocabulary, [t for s in segments for t in s.tokens], text))
             seek, index = seek + max(advance, 1), index + 1
 
 

@@ -14,7 +14,7 @@ import attrs
 import numpy as np
 
 from as2d_core.capabilities import FeatureList
-from as2d_core.contracts import Recording, Request, Target
+from as2d_core.contracts import Recording, Request, Target, TokenPrompt
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.result import DecodeResult
 from as2d_core.input.seek import SeekStep, SpeechMap, seek_steps
@@ -29,7 +29,7 @@ class Decoding(Protocol):
     target: Target
 
     def request(self, request_id: str, samples: np.ndarray, first: bool = True,
-                previous_text: str | None = None) -> Request: ...
+                previous_text: str | TokenPrompt | None = None) -> Request: ...
 
     def decode(self, request: Request, options=None, on_commit=None, method=None, words: bool = True
                ) -> DecodeResult: ...
@@ -79,7 +79,7 @@ def long_form_steps(pipeline: Decoding, audio: np.ndarray, request_id: str, mode
 
     recording = recording or Recording(audio)  # features over the whole recording, as faster-whisper's
 
-    def make(window: Window, previous: str | None, first: bool) -> Request:
+    def make(window: Window, previous: TokenPrompt | None, first: bool) -> Request:
         request = pipeline.request(f"{request_id}-s{window.index:03d}", audio[window.start : window.end],
                                    first=first, previous_text=previous)
         if not first:
@@ -91,7 +91,7 @@ def long_form_steps(pipeline: Decoding, audio: np.ndarray, request_id: str, mode
                             recording=recording, offset=window.start)
 
     decode = decode or functools.partial(pipeline.decode, words=False)
-    return seek_steps(audio, make, decode, mode, initial_prompt=True,
+    return seek_steps(audio, make, decode, mode, pipeline.target.vocabulary, initial_prompt=True,
                       time_words=pipeline.time_words if mode.word_timestamps else None)
 
 

@@ -15,8 +15,9 @@ import attrs
 import numpy as np
 
 from as2d_core.contracts import SAMPLE_RATE
+from as2d_core.decode.options import CHUNK_S
 
-MAX_WINDOW_S = 30.0
+MAX_WINDOW_S = float(CHUNK_S)
 CLIPS = "clip_timestamps"  # what cut the audio (a plan's or transcript's ``detector``) where the caller gave clips
 
 

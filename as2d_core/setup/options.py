@@ -59,7 +59,7 @@ REQUEST_OPTIONS = ("beam_size", "best_of", "patience", "length_penalty", "compre
                    "prompt_reset_on_temperature", "hotwords", "vad_filter", "clip_timestamps",
                    "hallucination_silence_threshold", "max_new_tokens", "prefix", "suppress_blank",
                    "suppress_tokens", "max_initial_timestamp", "repetition_penalty", "no_repeat_ngram_size", "seed",
-                   "prepend_punctuations", "append_punctuations", "budget")
+                   "prepend_punctuations", "append_punctuations", "chunk_length", "budget")
 NONE = ("none", "null")  # turns off an optional option (faster-whisper's None thresholds)
 
 

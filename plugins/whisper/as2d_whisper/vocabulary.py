@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from as2d_core.contracts import Request
+from as2d_core.contracts import Request, TokenPrompt
 from as2d_core.decode.timestamps import TIME_PRECISION_S, TimestampRules
 from as2d_core.setup.paths import ModelFilesMissing, check_folder
 
@@ -70,13 +70,14 @@ class WhisperVocabulary(TokenizerText):
         """``[<|startofprev|> hotwords previous] <|startoftranscript|> [language task] [<|notimestamps|>]`` (no
         hotwords with a prefix, as faster-whisper).
 
-        The previous text is the request's prompt then its ``previous_text``, of which the last tokens
-        that fit are kept, as Whisper keeps them; hotwords come first, as faster-whisper places them,
-        and take their room from it, so the prompt never crowds out the response. (A target refuses a
-        prompt or hotwords over the limit on their own first, ``check_prompt``; a drafter keeps what fits.)
+        The previous text is the request's prompt then its ``previous_text`` (either's ids as they are where given
+        as ids of this vocabulary), of which the last tokens that fit are kept, as Whisper keeps them; hotwords
+        come first, as faster-whisper places them, and take their room from it, so the prompt never crowds out
+        the response. (A target refuses a prompt or hotwords over the limit on their own first,
+        ``check_prompt``; a drafter keeps what fits.)
         """
         hotwords = [] if request.prefix else self._prompt_text(request.hotwords)[: self.prompt_limit]
-        context = self._prompt_text(request.prompt) + self._prompt_text(request.previous_text)
+        context = self._prompt_tokens(request.prompt) + self._prompt_tokens(request.previous_text)
         room = self.prompt_limit - len(hotwords)
         context = context[len(context) - room:] if len(context) > room else context
         start = [self.sot]
@@ -97,12 +98,30 @@ class WhisperVocabulary(TokenizerText):
         return start + self.encode_text(" " + request.prefix.strip())[: self.prompt_limit]
 
     def check_prompt(self, request: Request) -> None:
-        """Refuse a prompt or hotwords over Whisper's limit on their own (ValueError naming both numbers)."""
-        for name in ("prompt", "hotwords"):
-            count = len(self._prompt_text(getattr(request, name)))
+        """Refuse a prompt or hotwords over Whisper's limit on their own (ValueError naming both numbers), and ids
+        that are not this vocabulary's."""
+        prompt = request.prompt
+        if isinstance(prompt, TokenPrompt):
+            if prompt.vocabulary != self.meta["vocabulary"]:
+                raise ValueError(f"the prompt's token ids are of the vocabulary {prompt.vocabulary!r}; "
+                                 f"{self.meta['name']} reads {self.meta['vocabulary']!r}")
+            outside = sorted({t for t in prompt.tokens if not 0 <= t < self.meta["dims"]["n_vocab"]})
+            if outside:
+                raise ValueError(f"the prompt's token ids {outside} are not tokens of {self.meta['name']} "
+                                 f"({self.meta['dims']['n_vocab']} ids)")
+        for name, count in (("prompt", len(self._prompt_tokens(prompt))),
+                            ("hotwords", len(self._prompt_text(request.hotwords)))):
             if count > self.prompt_limit:
                 raise ValueError(f"the {name} is {count} tokens; {self.meta['name']} takes at most {self.prompt_limit} "
                                  f"(Whisper's limit: half its {self.max_length}-token context, less one)")
+
+    def _prompt_tokens(self, prompt: str | TokenPrompt | None) -> list[int]:
+        """A prompt as this vocabulary's tokens: text encoded, ids of this vocabulary as they are, another's read
+        from their text."""
+        if isinstance(prompt, TokenPrompt):
+            own = prompt.vocabulary == self.meta["vocabulary"]
+            return list(prompt.tokens) if own else self._prompt_text(prompt.text)
+        return self._prompt_text(prompt)
 
     def _prompt_text(self, text: str | None) -> list[int]:
         """Tokens of prompt text as Whisper encodes it (one leading space, the ends stripped); its timestamp markup
