@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+from pathlib import Path
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
 
@@ -24,7 +25,7 @@ from as2d_core.cli.progress import AudioProgress
 from as2d_core.capabilities import LanguageDetector
 from as2d_core.contracts import SAMPLE_RATE, WORD_PUNCTUATION, Recording, Request
 from as2d_core.decode.options import DEFAULT_TEMPERATURES, DecodeOptions
-from as2d_core.decode.profile import read_profile
+from as2d_core.decode.profile import AUTO, NONE, read_profile
 from as2d_core.decode.words import words_by_segment
 from as2d_core.decode.scores import compression_ratio, is_silent
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
@@ -51,10 +52,11 @@ class WhisperModel:
                  compute_type: str = "default", cpu_threads: int = 0, num_workers: int = 1,
                  download_root: str | None = None, local_files_only: bool = False, files: dict | None = None,
                  revision: str | None = None, use_auth_token: str | bool | None = None,
-                 source: str | None = DEFAULT_SOURCE, profile: str | None = None, **model_kwargs):
+                 source: str | None = DEFAULT_SOURCE, profile: str | Path | None = AUTO, **model_kwargs):
         """``source`` and ``profile`` are as2d's own: the drafter (None: target-only), and a device profile
         (``as2d profile``) whose costs decide whether drafting pays on this device (sequential transcription decodes
-        one request at a time: it drafts unless the profile prices that above decoding alone)."""
+        one request at a time: it drafts unless the profile prices that above decoding alone); ``"auto"``: this
+        machine's own profile of the pair, if ``as2d profile`` made one (``as2d_core.decode.profile``); None: none."""
         if device not in ("auto", "cpu"):
             raise unavailable(f"device {device!r} is not available")
         if device_index not in (0, [0]):
@@ -81,7 +83,7 @@ class WhisperModel:
             catalog.check_pair(source, name)  # a drafter that could never draft for this target, before loading
         self.source = build_source(source) if source is not None else None
         self.bridge = catalog.resolve_bridge(self.source, self.target) if self.source is not None else None
-        if profile is not None:
+        if profile not in (None, AUTO, NONE):
             read_profile(profile)  # a file that is no profile fails here, before the models load
         self.decode_options = DecodeOptions(profile=None if profile is None else str(profile),
                                             **({"target_threads": cpu_threads} if cpu_threads else {}))

@@ -6,32 +6,13 @@ record where they were measured, and the bench's summary refuses to mix kinds un
 from __future__ import annotations
 
 import importlib.metadata
-import os
-import platform
 from collections.abc import Iterable, Sequence
 from functools import cache
-from pathlib import Path
+
+from as2d_core.decode.profile import this_machine
 
 # the runtimes whose versions change timings; read from package metadata, never imported
 RUNTIMES = ("numpy", "onnxruntime", "MNN", "ctranslate2", "faster-whisper", "torch", "transformers", "ray")
-
-
-def machine_info() -> dict:
-    """The CPU, usable cores, system and Python of this process's machine."""
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
-    return {"hostname": platform.node(), "cpu": cpu, "cores": usable, "system": platform.platform(),
-            "python": platform.python_version()}
 
 
 def package_versions(names: Sequence[str] = ("as2d", "as2d-whisper", "as2d-onnxruntime", "onnxruntime",
@@ -50,16 +31,10 @@ def _as2d_distributions() -> list[str]:
     return sorted(n for n in names if n.lower().startswith("as2d"))
 
 
-def machine_kind(machine: dict) -> str:
-    """Machines of one kind time alike: same CPU model, usable cores and architecture (not host name)."""
-    return f"{machine.get('cpu') or '?'} x{machine.get('cores')} {machine.get('arch') or '?'}"
-
-
 @cache
 def bench_machine() -> dict:
     """This process's machine, its kind and the versions of as2d, its plugins and the runtimes (per row)."""
-    machine = {**machine_info(), "arch": platform.machine()}
-    machine["kind"] = machine_kind(machine)
+    machine = dict(this_machine())
     machine["versions"] = package_versions([*_as2d_distributions(), *RUNTIMES])
     return machine
 

@@ -43,6 +43,7 @@ def serve(ctx, host, port, method, decodes, slots, speculate_rows, queue_size, m
     and `as2d run --format srt` are), json and text answers the text only; --timestamps none gives one segment
     per window in all of them. A request must name a model: whisper-1 or the target's name.
     """
+    from as2d_core.decode.profile import AUTO, profile_path
     from as2d_core.setup.plugins import UnknownPart
 
     from .admission import Limits
@@ -55,8 +56,13 @@ def serve(ctx, host, port, method, decodes, slots, speculate_rows, queue_size, m
     if decodes < 1:
         _fail("--decodes must be at least 1")
     config, report = command_config(ctx, MODEL_KEYS, method if given(ctx, "method") else None)
-    if config.decode.profile is not None and not given(ctx, "speculate_rows"):  # --profile, or the file's profile
-        speculate_rows = _profiled_rows(config.decode.profile)
+    named = config.decode.profile  # --profile, the file's profile, or auto: this machine's, if there is one
+    profile = profile_path(named, config.target.model, None if config.source is None else config.source.name)
+    if profile is not None and not given(ctx, "speculate_rows"):
+        rows = _profiled_rows(profile)
+        if rows is None and named != AUTO:
+            _fail(f"{profile} has no batch costs (batch_s): measure them with `as2d profile` on this target")
+        speculate_rows = speculate_rows if rows is None else rows
     try:
         settings = ServeSettings(config, report, decodes=decodes, slots=slots, speculate_rows=speculate_rows,
                                  faults=tuple(faults), fault_every=fault_every, stall_s=stall_s)
@@ -71,20 +77,18 @@ def serve(ctx, host, port, method, decodes, slots, speculate_rows, queue_size, m
     serve_app(create_app(service, limits), host, port, log_level)
 
 
-def _profiled_rows(path: str) -> int:
-    """The batch size up to which drafting pays, by the profile's measured batch costs (the core's one loader)."""
+def _profiled_rows(path: str) -> int | None:
+    """The batch size up to which drafting pays, by the profile's measured batch costs (the core's one loader);
+    None where it has none."""
     from as2d_core.decode.profile import NotAProfile, read_profile
     from as2d_core.decode.scheduler import speculate_rows_from
 
     try:
-        rows = speculate_rows_from(read_profile(path))
+        return speculate_rows_from(read_profile(path))
     except NotAProfile as exc:
         _fail(str(exc))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         _fail(f"{path}: its batch costs (batch_s) cannot be read: {exc!r}")
-    if rows is None:
-        _fail(f"{path} has no batch costs (batch_s): measure them with `as2d profile` on this target")
-    return rows
 
 
 def _fail(message: str) -> None:

@@ -22,8 +22,10 @@ _DEFAULT = {field.name: field.default for field in attrs.fields(Measurement)}  #
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Task configuration to profile (target, drafter, threads, niceness); default: as2d run's "
                    "target and drafter.")
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Profile file to write (.json or .toml is read back; JSON is written).")
+@click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="Profile file to write (.json or .toml is read back; JSON is written); default: this machine's "
+                   "profile of the pair in the profiles folder ($AS2D_PROFILES_DIR, else ~/.local/share/as2d/"
+                   "profiles), which as2d run, as2d serve and WhisperModel then read by themselves (profile auto).")
 @click.option("--audio", "audio_paths", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Calibration speech (repeatable; the files are joined), in a language the drafters draft; "
                    "default: the bundled examples/ljspeech_en_w00.wav.")
@@ -54,6 +56,7 @@ _DEFAULT = {field.name: field.default for field in attrs.fields(Measurement)}  #
 def profile(config_path, out_path, audio_paths, kmax, offsets, repeats, warmup, decodes, niceness, lengths,
             job_repeats, rounds, plot_path, other_names, quiet):
     """Measure the configured target and drafters on this machine and write a device profile."""
+    from as2d_core.decode.profile import machine_profile_file
     from as2d_core.setup.build import build_source
     from as2d_core.setup.paths import models_dir
     from as2d_core.setup.plugins import UnknownPart
@@ -95,6 +98,7 @@ def profile(config_path, out_path, audio_paths, kmax, offsets, repeats, warmup, 
         fail(str(exc))
     # what it was calibrated on: whether drafting pays depends on how well the drafter guesses this speech
     data["protocol"]["audio"] = [p.name for p in audio_paths or (DEFAULT_AUDIO,)]
+    out_path = out_path or machine_profile_file(data["machine"]["kind"], target.name, source and source.name)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(data, indent=1))
     plot_path = plot_path or out_path.with_suffix(".png")

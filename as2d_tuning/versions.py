@@ -61,11 +61,11 @@ def part_packages(*parts) -> list[str]:
 
 
 def _same_kind(a: dict, b: dict) -> bool:
-    """Two machines time alike: same CPU model and usable cores (and architecture, where both say); a
-    machine described by its host name only is that host."""
+    """Two machines time alike: same CPU model and usable cores (and architecture and vector instructions, where
+    both say); a machine described by its host name only is that host."""
     if not (a.get("cpu") and b.get("cpu")):
         return bool(a.get("hostname")) and a.get("hostname") == b.get("hostname")
-    keys = ["cpu", "cores"] + (["arch"] if a.get("arch") and b.get("arch") else [])
+    keys = ["cpu", "cores"] + [k for k in ("arch", "isa") if a.get(k) and b.get(k)]
     return all(a.get(k) == b.get(k) for k in keys)
 
 

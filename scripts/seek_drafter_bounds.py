@@ -150,7 +150,8 @@ def main() -> None:
     args = parser.parse_args()
     samples = read_audio(args.audio).samples
     target, recording = build_part("target", args.target), RecordingSource(build_source(args.source))
-    options = PipelineOptions(language="en", decode=DecodeOptions(temperature=args.temperature))
+    options = PipelineOptions(language="en", decode=DecodeOptions(temperature=args.temperature,
+                                                                   profile=None))  # always drafts: no profile
     plain = build_pipeline(target, None, attrs.evolve(options, method="target-only"))
     drafting = build_pipeline(target, recording, options)
     prepared = build_pipeline(target, recording, attrs.evolve(options, method="as2d-prepared"))

@@ -13,3 +13,10 @@ python3 -m venv .venv
   -e ./plugins/lm -e "./plugins/mnn[runtime]" -e "./plugins/omni[torch]" -e "./plugins/qwen3_asr[torch]" \
   -e ./plugins/pocketsphinx -e ./plugins/parakeet -e ./plugins/sensevoice -e ./plugins/silero_vad
 .venv/bin/as2d models install whisper-base whisper-tiny.en whisper-base-int8 whisper-tiny.en-ct2
+# the device profiles measured on the machines in profiles/: profile = "auto" reads the one of this machine's kind
+# (as2d_core.decode.profile); a profile already there, the user's own, is kept
+PROFILES="${AS2D_PROFILES_DIR:-$HOME/.local/share/as2d/profiles}"
+mkdir -p "$PROFILES"
+for profile in profiles/*.json; do
+  [ -e "$PROFILES/$(basename "$profile")" ] || cp "$profile" "$PROFILES/"
+done

@@ -110,7 +110,7 @@ def test_select_command_on_saved_traces(tmp_path, batch_costs):
 
     written = read(tmp_path / "best.toml")  # its source "good" is this test's, not an installed one
     named = str((tmp_path / "best-select" / "profile.json").resolve()) if batch_costs else None
-    assert written.get("profile") == named and options_from_config(written).profile == named
+    assert written.get("profile") == named and options_from_config(written).profile == (named or "auto")
     if batch_costs:
         copy = json.loads(Path(named).read_text())
         records = records_by_source(read_traces([tmp_path / "traces.jsonl"]), ["good"])["good"]

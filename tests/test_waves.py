@@ -199,3 +199,71 @@ def test_as2d_run_says_which_route_it_took_and_stays_exact(long_file, profile, r
     assert out["exact"] is True and all(w["exact"] for w in out["windows"])
     assert out["method"] == ("as2d" if route["drafts"] else "target-only")
     assert "printing" in out["text"].lower()
+
+
+def _machine_profile(folder: Path, kind: str, target: str, source: str | None, created: str, name: str) -> Path:
+    """The no-drafting fixture as a profile of ``target`` and ``source`` made on a machine of ``kind``."""
+    data = read_profile(NO_DRAFTING)
+    data.update(machine={"cpu": "?", "kind": kind}, target={"model": target}, source={"name": source}, created=created)
+    path = folder / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_auto_reads_this_machines_newest_profile_of_the_pair(tmp_path, monkeypatch):
+    """``profile = "auto"`` (the default): a profile of the same target and drafter made on a machine of this kind,
+    the newest; another kind (here: other vector instructions), another pair or a file that is no profile is not
+    read; "none" and None read none; a path is itself."""
+    from as2d_core.decode.profile import machine_profile_file, profile_path, this_machine, vector_isa
+
+    assert vector_isa({"fpu", "avx", "avx2", "avx512f"}) == "avx512" and vector_isa({"avx", "avx2"}) == "avx2"
+    assert vector_isa({"fp", "asimd", "sve"}) == "sve" and vector_isa({"fpu"}) == ""
+    monkeypatch.setenv("AS2D_PROFILES_DIR", str(tmp_path))
+    kind = this_machine()["kind"]
+    assert kind.endswith(this_machine()["isa"]) and profile_path("auto", "whisper-base", "tiny") is None
+    (tmp_path / "notes.json").write_text("{}")
+    _machine_profile(tmp_path, kind.rsplit(" ", 1)[0] + " other-isa", "whisper-base", "tiny", "2026-12-05", "a.json")
+    _machine_profile(tmp_path, kind, "whisper-base-int8", "tiny", "2026-12-05", "b.json")
+    older = _machine_profile(tmp_path, kind, "whisper-base", "tiny", "2026-12-01", "c.json")
+    assert profile_path("auto", "whisper-base", "tiny") == str(older)
+    assert profile_path("auto", "whisper-base", None) is None
+    newer = machine_profile_file(kind, "whisper-base", "tiny")  # where `as2d profile` writes by default
+    assert newer.parent == tmp_path and "whisper-base" in newer.name
+    _machine_profile(tmp_path, kind, "whisper-base", "tiny", "2026-12-04", newer.name)
+    assert profile_path("auto", "whisper-base", "tiny") == str(newer)
+    assert profile_path("none", "whisper-base", "tiny") is None and profile_path(None, "whisper-base", "tiny") is None
+    assert profile_path("mine.json", "whisper-base", "tiny") == "mine.json"
+
+
+def test_as2d_run_takes_this_machines_profile_by_itself(long_file, tmp_path, monkeypatch):
+    """Without --profile, ``as2d run`` reads the profile ``as2d profile`` made on this machine for its pair: one that
+    prices drafting above decoding alone sends the seek route target-only, a newer one that prices it below drafts,
+    each run naming the file; ``--profile none`` drafts unpriced. The tokens are the same (--check)."""
+    from as2d_core.decode.profile import this_machine
+    from as2d_core.setup.build import DEFAULT_SOURCE, DEFAULT_TARGET
+
+    monkeypatch.setenv("AS2D_PROFILES_DIR", str(tmp_path))
+    kind = this_machine()["kind"]
+
+    def run(*flags: str) -> dict:
+        result = CliRunner().invoke(cli, ["run", str(long_file), "--language", "en", "--temperature", "0", "--json",
+                                          "--check", "--quiet", *flags])
+        assert result.exit_code == 0, result.output
+        out = json.loads(result.stdout)
+        assert out["exact"] is True
+        return out
+
+    loses = _machine_profile(tmp_path, kind, DEFAULT_TARGET, DEFAULT_SOURCE, "2026-12-04", "loses.json")
+    alone = run()
+    assert alone["route"] == {"route": "seek", "wave_size": 1, "drafts": False, "why": f"{SEEK_WHY}; target-only: "
+                              f"profile {loses} prices drafting above decoding alone on this device"}
+    pays = _machine_profile(tmp_path, kind, DEFAULT_TARGET, DEFAULT_SOURCE, "2026-12-05", "pays.json")
+    data = read_profile(pays)
+    data["batch_s"].update(tokens_per_call=3.0, alone_e2e_s={"as2d": 1.0, "target-only": 1.5})
+    pays.write_text(json.dumps(data))
+    drafting = run()
+    assert drafting["route"] == {"route": "seek", "wave_size": 1, "drafts": True, "why": f"{SEEK_WHY}; drafts: "
+                                 f"profile {pays} prices drafting below decoding alone on this device"}
+    unpriced = run("--profile", "none")
+    assert unpriced["route"] == {"route": "seek", "wave_size": 1, "drafts": True, "why": SEEK_WHY}
+    assert alone["text"] == drafting["text"] == unpriced["text"]

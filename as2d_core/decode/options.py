@@ -173,9 +173,11 @@ class DecodeOptions:
         "only, and not with --condition-on-previous-text (a window waits for the text before it) nor while text is "
         "streamed as it is committed.", converter=wave_size, config_kinds=(str, int))
     profile: str | None = _option(
-        None, "profile", "A device profile (as2d profile's JSON) whose batch costs (batch_s) price --batch-windows "
-        "auto, and as2d serve's --speculate-rows; in a configuration, a relative path is read from the "
-        "configuration's folder.", kind=str)
+        "auto", "profile", "A device profile (as2d profile's JSON) whose costs decide whether drafting pays: on the "
+        "seek route, --batch-windows auto's waves and as2d serve's --speculate-rows; in a configuration, a relative "
+        "path is read from the configuration's folder. auto: this machine's newest profile of the target and drafter "
+        "in $AS2D_PROFILES_DIR (~/.local/share/as2d/profiles, where as2d profile writes), if there is one; none: no "
+        "profile.", kind=str, optional=True)
     word_timestamps: bool = _option(
         False, "word_timestamps", "Time every word (start, end, probability) by the target's cross-attention after "
         "decoding, as openai-whisper does: one pass over the committed tokens, so it costs every method the same "

@@ -35,8 +35,8 @@ import numpy as np
 
 from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
 from as2d_core.capabilities import WindowBatching, WindowGroup, drafts_one_job_at_a_time
-from as2d_core.decode.profile import cached_profile
-from as2d_core.decode.scheduler import speculate_rows_from, wave_prices
+from as2d_core.decode.profile import cached_profile, profile_path
+from as2d_core.decode.scheduler import drafting_pays_alone, speculate_rows_from, wave_prices
 from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Recording, Request, Source, Target, TokenPrompt
 from as2d_core.decode.deltas import TextDeltas
 from as2d_core.decode.result import DecodeResult
@@ -120,7 +120,12 @@ class Pipeline:
         bridge: BridgeFactory | None = None,
         long_form_detector: DetectorOrMaker = None,
     ) -> None:
-        self.options = options or PipelineOptions()
+        options = options or PipelineOptions()
+        # "auto" becomes this machine's profile of the pair, or none: the route's reasons name the file read
+        found = profile_path(options.decode.profile, target.name, None if source is None else source.name)
+        if found != options.decode.profile:
+            options = attrs.evolve(options, decode=attrs.evolve(options.decode, profile=found))
+        self.options = options
         drafts = get_method(self.options.method).needs_source and decode is None
         if drafts and source is None:
             raise ValueError(f"method {self.options.method!r} needs a source (drafter)")
@@ -177,6 +182,8 @@ class Pipeline:
             if profile is not None and speculate_rows_from(profile) == 0:  # one request at a time: a batch of 1
                 return WaveRoute("seek", 1, False, f"{why}; target-only: profile {o.profile} prices drafting above "
                                  "decoding alone on this device")
+            if profile is not None and drafting_pays_alone(profile):
+                why += f"; drafts: profile {o.profile} prices drafting below decoding alone on this device"
             return WaveRoute("seek", 1, drafts, why)
         process = drafts and drafts_one_job_at_a_time(self.source)  # a drafter process
         alone = ("text is streamed as it is committed" if streamed else

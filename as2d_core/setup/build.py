@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from as2d_core.decode.methods import get_method
+from as2d_core.decode.profile import AUTO, NONE
 from as2d_core.setup.config import Config, Report, check_file, parse, set_values
 from as2d_core.setup.paths import models_dir
 from as2d_core.input.pipeline import DetectorOrMaker, Decoder, Pipeline, PipelineOptions
@@ -65,7 +66,7 @@ def resolve_config(path: Path | None, given: dict[str, Any], defaults: dict[str,
             problems = report.errors + [f"cannot run here: {m}" for m in report.missing]
             raise ConfigProblem("\n".join(f"{path}: {p}" for p in problems))
         config, profile = report.config, report.config.decode.profile
-        if profile is not None and "profile" not in given and not Path(profile).is_absolute():
+        if profile not in (None, AUTO, NONE) and "profile" not in given and not Path(profile).is_absolute():
             # the file's own device profile is read from the file's folder (a flag's, from the current one)
             config = attrs.evolve(config, decode=attrs.evolve(config.decode, profile=str(Path(path).parent / profile)))
         return config, report
