@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from pathlib import Path
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import attrs
