@@ -130,8 +130,7 @@ def test_config_check_bad_file(invoke, tmp_path):
 
 
 def test_run_config_refuses_bad_and_unrunnable(invoke, tmp_path):
-    audio = tmp_path / "a.wav"
-    audio.write_bytes(b"")
+    audio = REPO / "examples" / "ljspeech_en_w00.wav"  # real audio: `run` reads it before it reads the config
     bad = tmp_path / "bad.toml"
     bad.write_text('[target]\nmodel = "whisper-base"\n[source]\nname = "nope"\n')
     result = invoke("run", audio, "--config", bad)

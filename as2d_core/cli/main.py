@@ -58,13 +58,13 @@ def run(ctx, audio, method, check, output_format, as_json, quiet, **model_option
     """
     output_format = "json" if as_json else output_format
     method_given = ctx.get_parameter_source("method") == click.core.ParameterSource.COMMANDLINE
-    pipeline, report = pipeline_from_flags(ctx, method, method_given)
-    if output_format in SUBTITLES and pipeline.options.decode.timestamps is None:
-        pipeline = pipeline.evolve(decode=attrs.evolve(pipeline.options.decode, timestamps="segment"))
-    try:
+    try:  # before the models load: a file that is not audio is refused at once
         decoded = read_audio(audio)
     except AudioError as exc:
         fail(str(exc))
+    pipeline, report = pipeline_from_flags(ctx, method, method_given)
+    if output_format in SUBTITLES and pipeline.options.decode.timestamps is None:
+        pipeline = pipeline.evolve(decode=attrs.evolve(pipeline.options.decode, timestamps="segment"))
     progress = AudioProgress(decoded.samples.size / SAMPLE_RATE, on_terminal(quiet))
     try:
         with progress:
