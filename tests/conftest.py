@@ -23,6 +23,36 @@ HAVE_SHARED = (SHARED_SPEECH / "windows.jsonl").is_file()
 SHARED_ABSENT = f"needs the full real-speech set at {SHARED_SPEECH} (../shared/data/speech or $AS2D_SPEECH_DIR)"
 needs_shared = pytest.mark.skipif(not HAVE_SHARED, reason=SHARED_ABSENT)
 
+# Two runs. The README's command (and CI) runs the default set, which keeps within CI's 20 minutes; ``pytest --full``
+# runs every test. What only the full run takes is marked ``full``, with a comment that says why: another option set,
+# budget, row or repeat of a contract that a default test already checks on real speech (of the shared set's rows the
+# default run takes every eighth), the whole tuning loop whose pieces are tested one by one, and the peers that the
+# benchmarks run.
+FULL_ONLY = "in the full run only (pytest --full): the comment at its mark says why"
+full_only = pytest.mark.full
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true", help="run every test, the variants marked `full` too")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "full: a test only the full run (pytest --full) takes")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--full"):
+        return
+    for item in items:
+        if item.get_closest_marker("full"):
+            item.add_marker(pytest.mark.skip(reason=FULL_ONLY))
+
+
+@pytest.fixture
+def full_run(request) -> bool:
+    """Whether this is the full run (``--full``): a test that repeats a check to catch a rare failure repeats more."""
+    return request.config.getoption("--full")
+
 
 def _manifest_rows(folder: Path, manifest: str) -> list[dict]:
     lines = (folder / manifest).read_text().splitlines()

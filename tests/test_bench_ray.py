@@ -12,6 +12,7 @@ import pytest
 from as2d_core.input.audio import load_audio
 from as2d_core.decode.options import DecodeOptions
 from as2d_bench.runner import expand_methods, read_manifest
+from conftest import full_only
 
 EXAMPLE = "examples/ljspeech_en_w00.wav"
 PIECE_S = 5.0  # three short pieces of the example: distinct windows, cheap on two shared cores
@@ -69,6 +70,7 @@ def _outcome(rows):
     return {(r["window"], r["method"]): (r["tokens"], r["text"], r["exact"]) for r in rows}
 
 
+@full_only  # a Ray cluster of two workers (35 s); the default run takes Ray's path in test_replay and test_select
 def test_ray_gives_the_local_rows(ray_instance, spec, windows, local_rows, tmp_path):
     from as2d_bench.distributed import RayBench
 
@@ -85,6 +87,7 @@ def test_ray_gives_the_local_rows(ray_instance, spec, windows, local_rows, tmp_p
     assert len(set(pinned.values())) == len(pinned)  # each worker on cores of its own (one each here)
 
 
+@full_only
 def test_a_killed_worker_loses_no_window(ray_instance, spec, windows, local_rows, tmp_path):
     from as2d_bench.distributed import RayBench
 

@@ -1,8 +1,10 @@
 """As²d equals target-only greedy decoding on every English clip and window of the real speech, the budgets
 1, 3 and 7 taken in turn, and on one window and one clip of every other language.
 
-The repository's own speech set always runs; the full shared set runs too when it is present. Each row runs
-one budget (the rows cycle through them, so each budget meets over twenty English windows and clips): CI's time
+The repository's own speech set always runs; the shared set runs too when it is present (every eighth
+row of it in the default run, all of it with ``pytest --full``). Each row runs
+one budget (the rows cycle through them, so in the full run each budget meets over twenty English windows and
+clips): CI's time
 goes to more real speech rather than to the same row three times, and the property tests in ``test_engine.py``
 cover every budget on arbitrary proposals. The drafter (tiny.en) does not serve other languages, where as2d
 runs the target alone and says so; one window and one clip per language check that rule.
@@ -18,7 +20,7 @@ from as2d_core.contracts import Request
 from as2d_core.input.audio import load_audio
 from as2d_core.decode.request import run_request
 from as2d_core.setup.catalog import resolve_bridge
-from conftest import speech_params
+from conftest import SHARED_SPEECH, full_only, speech_params
 
 BUDGETS = (1, 3, 7)
 
@@ -36,7 +38,15 @@ def _english_or_first_of_its_language(manifest: str) -> list:
 ROWS = _english_or_first_of_its_language("windows.jsonl") + _english_or_first_of_its_language("clips.jsonl")
 
 
-@pytest.mark.parametrize("row,budget", [pytest.param(*row.values, BUDGETS[i % len(BUDGETS)], marks=row.marks,
+def _marks(i: int, param) -> list:
+    """The default run takes the repository's rows and every eighth row of the shared set (so the budgets still
+    take turns among them, and some rows are in other languages); the full run takes them all."""
+    row = param.values[0]
+    shared = row is not None and row["file"].is_relative_to(SHARED_SPEECH)
+    return [*param.marks, *([full_only] if shared and i % 8 else [])]
+
+
+@pytest.mark.parametrize("row,budget", [pytest.param(*row.values, BUDGETS[i % len(BUDGETS)], marks=_marks(i, row),
                                                      id=f"{row.id}-b{BUDGETS[i % len(BUDGETS)]}")
                                         for i, row in enumerate(ROWS)])
 def test_as2d_equals_target_only(served_whisper_target, served_whisper_source, row, budget):

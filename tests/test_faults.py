@@ -12,6 +12,7 @@ import pytest
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.request import run_request
 from as2d_core.decode.faults import FAULTS, FaultySource
+from conftest import full_only
 from tiny_lm import ScriptedSource, SlowTarget, TinyLM
 
 MODEL = TinyLM()
@@ -77,6 +78,7 @@ def test_unknown_fault_is_refused():
         FaultySource(ScriptedSource([1]), "melt")
 
 
+@full_only  # every fault on real models is the default run's in test_serve; this one goes through `as2d bench`
 def test_bench_with_a_fault_stays_exact(tmp_path):
     """``as2d bench --fault raise`` on a real clip with the real Whisper models: every window exact."""
     import json

@@ -61,9 +61,10 @@ BUSY_DRAFTER = textwrap.dedent(f"""
 """)
 
 
-def test_exit_waits_for_a_drafter_inside_a_runtime_call(whisper_target, whisper_ct2_source):
-    """Three processes return while their drafter is in a CTranslate2 call; each exits 0 after the answer."""
-    for attempt in range(3):
+def test_exit_waits_for_a_drafter_inside_a_runtime_call(whisper_target, whisper_ct2_source, full_run):
+    """Processes that return while their drafter is in a CTranslate2 call (one, three in the full run, since the
+    failure it guards against came now and then); each exits 0 after the answer."""
+    for attempt in range(3 if full_run else 1):
         done = subprocess.run([sys.executable, "-c", BUSY_DRAFTER], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, (attempt, done.returncode, done.stderr[-2000:])
         assert done.stdout.startswith("EXACT"), done.stdout

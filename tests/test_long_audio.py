@@ -29,7 +29,7 @@ from as2d_core.setup.build import build_pipeline, pipeline_from_config
 from as2d_core.cli.subtitles import to_srt, to_vtt
 from as2d_core.decode.timestamps import marked_up
 from audio_files import encode
-from conftest import SHARED_SPEECH
+from conftest import SHARED_SPEECH, full_only
 from drafting import options_that_draft
 
 REPO = Path(__file__).resolve().parents[1]
@@ -280,6 +280,7 @@ def test_pipeline_from_a_configuration_transcribes_exactly():
     assert "printing" in transcript.text.lower()
 
 
+@full_only  # the script that makes BENCHMARKS.md's whole-file rows (23 s): the full run's
 def test_the_whole_file_benchmark_runs_interleaved_rounds_and_quotes_medians(tmp_path, capsys):
     """``scripts/bench_long_audio.py`` on 32 s made of the bundled clip (two requests): every method once per round,
     as2d drafting with ``as2d run``'s drafter and exact in each round, and a table of medians."""

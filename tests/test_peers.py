@@ -15,7 +15,7 @@ from as2d_core.input.audio import load_audio
 from as2d_core.decode.request import run_request
 from as2d_bench.peers import peer_row
 from as2d_bench.runner import ManifestRow
-from conftest import speech_row
+from conftest import full_only, speech_row
 
 CLIP = speech_row("librivox_sense_0870")["file"]
 
@@ -59,6 +59,7 @@ def test_faster_whisper_int8_runs_and_reports_equality(clip):
     print(f"faster-whisper-int8 exact={row['exact']} text={row['text']!r}")
 
 
+@full_only  # a peer for the benchmarks: run with them, and in the full run
 def test_hf_assisted_runs_and_reports_equality(clip):
     from as2d_core.setup.peers import PeerUnavailable
 
@@ -89,6 +90,7 @@ def test_faster_whisper_as_users_run_it_reports_equality(clip, name, how):
     print(f"{name} exact={row['exact']} text_equal={row['text_equal']} e2e_s={row['e2e_s']:.2f} text={row['text']!r}")
 
 
+@full_only
 def test_whole_file_peers_transcribe_a_recording():
     """Every peer registered with whole_file=True is a FilePeer; the equal-decoding row is greedy without fallback."""
     from as2d_core.setup.peers import FilePeer

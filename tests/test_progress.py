@@ -17,6 +17,7 @@ import pytest
 import soundfile
 
 from as2d_core.cli.progress import AudioProgress
+from conftest import full_only
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "examples" / "ljspeech_en_w00.wav"
@@ -52,6 +53,7 @@ def _on_terminal(args: list[str]) -> str:
     return out.decode(errors="replace")
 
 
+@full_only  # three runs of `as2d run` on a terminal; the bar itself is checked below
 def test_run_shows_a_bar_on_a_terminal_only(clip):
     out = _on_terminal([*RUN, str(clip)])
     shown = BAR.findall(out)

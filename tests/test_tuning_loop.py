@@ -9,6 +9,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from conftest import full_only
+
+# The whole loop on real models takes a profile and a bench first (40 s): the full run's. The default run checks
+# each piece on its own (test_profile, test_replay, test_select, on Ray too).
+pytestmark = full_only
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 CONFIG = ROOT / "configs" / "whisper-asr-ct2.toml"

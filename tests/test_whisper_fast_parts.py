@@ -16,7 +16,7 @@ from as2d_core.decode.request import run_request
 from as2d_core.contracts import DraftJob, DraftPiece, Source, Target
 from as2d_core.decode.loop import greedy_reference
 from as2d_core.setup.catalog import resolve_bridge
-from conftest import needs_shared, speech_audio
+from conftest import full_only, needs_shared, speech_audio
 from drafting import PacedTarget, options_that_draft
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ljspeech_en_w00.wav"
@@ -262,7 +262,7 @@ def test_int8_missing_model_files_say_how_to_install(tmp_path):
 # --------------------------------------------------------------------------- as2d with the new parts
 
 
-@pytest.mark.parametrize("budget", [3, 7])
+@pytest.mark.parametrize("budget", [pytest.param(3, marks=full_only), 7])
 def test_as2d_with_ct2_drafter_equals_target_only_on_the_example(whisper_target, whisper_int8_target,
                                                                    whisper_ct2_source, budget):
     request = _example_request()

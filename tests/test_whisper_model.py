@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from audio_files import encode
-from conftest import speech_audio
+from conftest import full_only, speech_audio
 
 from as2d_core.decode.wrappers import TargetWrapper
 
@@ -240,7 +240,7 @@ def _theirs(model, audio, **options) -> tuple[list, list[int], float, float]:
     return segments, result.sequences_ids[0], avg_logprob, result.no_speech_prob
 
 
-@pytest.mark.parametrize("without_timestamps", [True, False], ids=["text", "timestamps"])
+@pytest.mark.parametrize("without_timestamps", [pytest.param(True, marks=full_only), False], ids=["text", "timestamps"])
 def test_scores_are_faster_whispers_on_the_same_audio_and_tokens(fp32_model, faster_whisper, without_timestamps):
     """Each window's avg_logprob within 2e-4 of faster-whisper's and its no_speech_prob within 1e-4, where both
     decode the same tokens (asserted). Not equal: two runtimes (ONNX Runtime, CTranslate2) on the same float32
@@ -358,7 +358,11 @@ def test_hallucination_silence_threshold_skips_made_up_segments_as_faster_whispe
     assert len(ours) < len(plain) and plain.count(" He was not an ill-disposed young man.") > 1
 
 
-def test_max_new_tokens_cuts_each_response_as_faster_whisper_does(fp32_model, faster_whisper):
+@pytest.mark.parametrize("options", [
+    {"max_new_tokens": 10}, pytest.param({"max_new_tokens": 7, "without_timestamps": True}, marks=full_only),
+    pytest.param({"max_new_tokens": 12, "word_timestamps": True, "condition_on_previous_text": False},
+                 marks=full_only)], ids=["timestamps", "text", "words"])
+def test_max_new_tokens_cuts_each_response_as_faster_whisper_does(fp32_model, faster_whisper, options):
     """``max_new_tokens`` over the bundled clips joined (34 s): each response stops where faster-whisper's does
     (CTranslate2's bound: half the prompt and the tokens asked, at most one past them), a cut response feeds the
     next prompt as decoded, and a result kept after every temperature failed carries the last one; the same
@@ -366,16 +370,14 @@ def test_max_new_tokens_cuts_each_response_as_faster_whisper_does(fp32_model, fa
     (the last end aside: as2d ends a response cut short where the audio ends, not at its last whole frame).
     A prompt that leaves less room than asked is refused, as faster-whisper refuses it."""
     audio = np.concatenate([speech_audio(clip) for clip in BUNDLED_CLIPS])
-    for options in ({"max_new_tokens": 10}, {"max_new_tokens": 7, "without_timestamps": True},
-                    {"max_new_tokens": 12, "word_timestamps": True, "condition_on_previous_text": False}):
-        theirs = list(faster_whisper.transcribe(audio, language="en", beam_size=1, **options)[0])
-        ours = list(fp32_model.transcribe(audio, language="en", **options)[0])
-        assert [(s.seek, s.text, s.tokens, s.temperature) for s in ours] == [
-            (s.seek, s.text, s.tokens, s.temperature) for s in theirs], options
-        assert [t for s in ours for t in (s.start, s.end)][:-1] == pytest.approx(
-            [t for s in theirs for t in (s.start, s.end)][:-1], abs=1e-9), options
-        assert ours[-1].end == pytest.approx(theirs[-1].end, abs=0.01)  # as2d ends a cut one where the audio does
-        assert max(len(s.tokens) for s in ours) <= options["max_new_tokens"] + 1
+    theirs = list(faster_whisper.transcribe(audio, language="en", beam_size=1, **options)[0])
+    ours = list(fp32_model.transcribe(audio, language="en", **options)[0])
+    assert [(s.seek, s.text, s.tokens, s.temperature) for s in ours] == [
+        (s.seek, s.text, s.tokens, s.temperature) for s in theirs]
+    assert [t for s in ours for t in (s.start, s.end)][:-1] == pytest.approx(
+        [t for s in theirs for t in (s.start, s.end)][:-1], abs=1e-9)
+    assert ours[-1].end == pytest.approx(theirs[-1].end, abs=0.01)  # as2d ends a cut one where the audio does
+    assert max(len(s.tokens) for s in ours) <= options["max_new_tokens"] + 1
     with pytest.raises(ValueError, match="the prompt is 24 tokens and max_new_tokens 440"):
         list(fp32_model.transcribe(audio, language="en", max_new_tokens=440, initial_prompt="word " * 20)[0])
 
@@ -396,8 +398,9 @@ def _plain(model, audio, **mode) -> list:
     return PLAIN[key]
 
 
-@pytest.mark.parametrize("options", SCORE_OPTIONS, ids=["prefix", "prefix-text", "penalties-blank",
-                                                        "suppress-initial", "all-beams"])
+@pytest.mark.parametrize("options", [  # the prefix without timestamps and all of them with beams: the full run's
+    pytest.param(options, marks=[full_only] if i in (1, 4) else []) for i, options in enumerate(SCORE_OPTIONS)],
+    ids=["prefix", "prefix-text", "penalties-blank", "suppress-initial", "all-beams"])
 def test_options_that_edit_the_scores_give_faster_whispers_tokens(fp32_model, faster_whisper, options):
     """faster-whisper's ``prefix``, ``repetition_penalty``, ``no_repeat_ngram_size``, ``suppress_blank``,
     ``suppress_tokens`` and ``max_initial_timestamp`` over the bundled clips joined (34 s, conditioning on, as

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from as2d_core.contracts import Request, ScoreRules, Target, TargetSession
 from as2d_core.decode.loop import greedy_reference
 
-from conftest import speech_audio, speech_row
+from conftest import full_only, speech_audio, speech_row
 from conftest import WHISPER_INSTALL as INSTALL
 from drafting import PacedTarget
 
@@ -28,8 +28,8 @@ from drafting import PacedTarget
 CASES = [
     "librivox_sense_en_w01",
     "cmu_cards_en_w00",
-    "fleurs_en_w02",
-    "fleurs_de_w00",
+    pytest.param("fleurs_en_w02", marks=full_only),
+    pytest.param("fleurs_de_w00", marks=full_only),
     "aishell1_BAC009S0002W0122",
     "fleurs_fr_008",
 ]
@@ -241,6 +241,7 @@ def test_an_older_model_format_is_refused_and_converted_again(target, tmp_path):
         WhisperTarget(old)
 
 
+@full_only  # a developer's tool for the decoder graph, not a path a transcript takes
 def test_decoder_profile_command_names_the_operators(target):
     """``as2d whisper-decoder-profile`` times the installed decoder's step and names where its time goes, and
     times the windows graph over several windows against single-window steps."""

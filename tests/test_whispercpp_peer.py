@@ -15,7 +15,7 @@ from as2d_core.decode.request import run_request
 from as2d_core.input.audio import load_audio
 from as2d_bench.peers import peer_row
 from as2d_bench.runner import ManifestRow
-from conftest import speech_row
+from conftest import full_only, speech_row
 
 CLIP = speech_row("librivox_sense_0870")
 
@@ -104,6 +104,7 @@ def test_byte_decoder_inverts_gpt2_byte_level_alphabet():
     assert table["Ġ"] == ord(" ") and table["Ċ"] == ord("\n") and table["a"] == ord("a")
 
 
+@full_only  # a peer for the benchmarks: run with them, and in the full run
 def test_whisper_cpp_transcribes_a_clip_as_the_target_does(ggml_file, whisper_target):
     pytest.importorskip("pywhispercpp", reason="the whisper.cpp peer needs pywhispercpp: pip install pywhispercpp "
                                                "(or 'as2d[bench]')")

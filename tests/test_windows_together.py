@@ -23,6 +23,7 @@ from as2d_core.input.audio import load_audio
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from as2d_core.setup.build import build_pipeline
 from as2d_core.decode.options import DecodeOptions
+from conftest import full_only
 from drafting import options_that_draft
 from tiny_lm import ScriptedSource, TinyLM
 
@@ -167,10 +168,10 @@ def test_whisper_group_rows_equal_sessions_of_their_own(whisper_target, group_ro
 
 
 @pytest.mark.parametrize("method, target_name, fields", [
-    ("target-only", "whisper-base", {}),
+    pytest.param("target-only", "whisper-base", {}, marks=full_only),
     ("as2d", "whisper-base", {}),
-    ("as2d", "whisper-base", {"timestamps": "segment"}),
-    ("as2d", "whisper-base-int8", {}),
+    pytest.param("as2d", "whisper-base", {"timestamps": "segment"}, marks=full_only),
+    pytest.param("as2d", "whisper-base-int8", {}, marks=full_only),
 ])
 def test_a_file_decoded_in_waves_equals_one_window_at_a_time(method, target_name, fields, file_audio, whisper_target,
                                                              whisper_int8_target, whisper_ct2_source, monkeypatch):
