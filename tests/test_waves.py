@@ -181,7 +181,8 @@ SEEK_WHY = "Whisper's long form: each request starts where the one before ended"
 
 @pytest.mark.parametrize("profile, route", [
     (None, {"route": "windows", "wave_size": 2, "drafts": True, "why": "default rule"}),
-    (NO_DRAFTING, {"route": "windows", "wave_size": 2, "drafts": False, "why": f"profile {NO_DRAFTING}"}),
+    pytest.param(NO_DRAFTING, {"route": "windows", "wave_size": 2, "drafts": False, "why": f"profile {NO_DRAFTING}"},
+                 marks=full_only),  # the pricing rule: the property test below; a priced file: the auto profile's test
     pytest.param(NO_DRAFTING, {"route": "seek", "wave_size": 1, "drafts": False, "why": f"{SEEK_WHY}; target-only: "
                  f"profile {NO_DRAFTING} prices drafting above decoding alone on this device"},
                  marks=full_only),  # test_whisper_model and the auto profile's test below price the seek route too

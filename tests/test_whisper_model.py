@@ -315,32 +315,35 @@ def test_punctuations_join_the_marks_faster_whisper_joins(fp32_model, faster_whi
     assert ours == theirs and "," in ours and ours != default
 
 
-def test_clip_timestamps_walk_each_clip_as_faster_whispers_do(fp32_model, faster_whisper):
+@pytest.mark.parametrize("options", [
+    {"clip_timestamps": "2.5,9.3,1"},
+    pytest.param({"clip_timestamps": [1.0, 20.0, 25.0], "beam_size": 5}, marks=full_only),  # beams: test_long_form
+    {"clip_timestamps": "4,12", "word_timestamps": True, "vad_filter": True}], ids=["greedy", "beams", "words"])
+def test_clip_timestamps_walk_each_clip_as_faster_whispers_do(fp32_model, faster_whisper, options):
     """``clip_timestamps`` over the bundled clips joined (34 s): each clip is walked by the seek from its start (an
     odd count: the last one to the end; a clip that starts before the seek goes back), so the 33 s clip takes
     two requests; greedy and beam 5 give faster-whisper's segments at its times, and its words; ``vad_filter``
     is not used with clips, as faster-whisper ignores it, and info says so."""
     audio = np.concatenate([speech_audio(clip) for clip in BUNDLED_CLIPS])
-    for options in ({"clip_timestamps": "2.5,9.3,1"}, {"clip_timestamps": [1.0, 20.0, 25.0], "beam_size": 5},
-                    {"clip_timestamps": "4,12", "word_timestamps": True, "vad_filter": True}):
-        theirs = list(faster_whisper.transcribe(audio, **{"beam_size": 1, **ALONE, **options})[0])
-        segments, info = fp32_model.transcribe(audio, **{**ALONE, **options})
-        ours = list(segments)
-        assert ours and [(s.seek, s.text) for s in ours] == [(s.seek, s.text) for s in theirs], options
-        assert [t for s in ours for t in (s.start, s.end)] == pytest.approx(  # to faster-whisper's float noise
-            [t for s in theirs for t in (s.start, s.end)], abs=1e-9), options
-        first, *_ = options["clip_timestamps"] if isinstance(options["clip_timestamps"], list) else (
-            float(t) for t in options["clip_timestamps"].split(","))
-        assert ours[0].start == first and ours[0].seek == round(first * 100), options
-        if options.get("word_timestamps"):
-            assert [(w.word, round(w.start, 2), round(w.end, 2)) for s in ours for w in s.words] == [
-                (w.word, round(w.start, 2), round(w.end, 2)) for s in theirs for w in s.words]
-            assert ours[-1].end <= 12 and info.vad_options is None
-            assert any("vad_filter not used" in note for note in info.notes)
-        elif options["clip_timestamps"] == "2.5,9.3,1":
-            assert len({s.seek for s in ours}) >= 3 and ours[-1].end > 30
+    theirs = list(faster_whisper.transcribe(audio, **{"beam_size": 1, **ALONE, **options})[0])
+    segments, info = fp32_model.transcribe(audio, **{**ALONE, **options})
+    ours = list(segments)
+    assert ours and [(s.seek, s.text) for s in ours] == [(s.seek, s.text) for s in theirs]
+    assert [t for s in ours for t in (s.start, s.end)] == pytest.approx(  # to faster-whisper's float noise
+        [t for s in theirs for t in (s.start, s.end)], abs=1e-9)
+    first, *_ = options["clip_timestamps"] if isinstance(options["clip_timestamps"], list) else (
+        float(t) for t in options["clip_timestamps"].split(","))
+    assert ours[0].start == first and ours[0].seek == round(first * 100)
+    if options.get("word_timestamps"):
+        assert [(w.word, round(w.start, 2), round(w.end, 2)) for s in ours for w in s.words] == [
+            (w.word, round(w.start, 2), round(w.end, 2)) for s in theirs for w in s.words]
+        assert ours[-1].end <= 12 and info.vad_options is None
+        assert any("vad_filter not used" in note for note in info.notes)
+    elif options["clip_timestamps"] == "2.5,9.3,1":
+        assert len({s.seek for s in ours}) >= 3 and ours[-1].end > 30
 
 
+@full_only  # 85 s of audio decoded three times (21 s); the seek loop's other rules are the default run's
 def test_hallucination_silence_threshold_skips_made_up_segments_as_faster_whisper_does(fp32_model, faster_whisper):
     """``hallucination_silence_threshold`` with word timestamps, on five bundled clips 15 s of silence apart (the
     silences make whisper-base write "He was not an ill-disposed young man." again and again): the segments
