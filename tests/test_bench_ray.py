@@ -87,7 +87,7 @@ def test_ray_gives_the_local_rows(ray_instance, spec, windows, local_rows, tmp_p
     assert len(set(pinned.values())) == len(pinned)  # each worker on cores of its own (one each here)
 
 
-@full_only
+@full_only  # on the Ray cluster above (the full run's); retrying a lost window is our driver's, checked here
 def test_a_killed_worker_loses_no_window(ray_instance, spec, windows, local_rows, tmp_path):
     from as2d_bench.distributed import RayBench
 

@@ -90,7 +90,7 @@ def test_faster_whisper_as_users_run_it_reports_equality(clip, name, how):
     print(f"{name} exact={row['exact']} text_equal={row['text_equal']} e2e_s={row['e2e_s']:.2f} text={row['text']!r}")
 
 
-@full_only
+@full_only  # the whole-file peers of the benchmarks (as above)
 def test_whole_file_peers_transcribe_a_recording():
     """Every peer registered with whole_file=True is a FilePeer; the equal-decoding row is greedy without fallback."""
     from as2d_core.setup.peers import FilePeer

@@ -28,7 +28,7 @@ from drafting import PacedTarget
 CASES = [
     "librivox_sense_en_w01",
     "cmu_cards_en_w00",
-    pytest.param("fleurs_en_w02", marks=full_only),
+    pytest.param("fleurs_en_w02", marks=full_only),  # a second English and a third language: the full run's
     pytest.param("fleurs_de_w00", marks=full_only),
     "aishell1_BAC009S0002W0122",
     "fleurs_fr_008",

@@ -167,7 +167,7 @@ def test_whisper_group_rows_equal_sessions_of_their_own(whisper_target, group_ro
     own[active[0]].close()
 
 
-@pytest.mark.parametrize("method, target_name, fields", [
+@pytest.mark.parametrize("method, target_name, fields", [  # the default run: as2d at fp32; the rest in the full run
     pytest.param("target-only", "whisper-base", {}, marks=full_only),
     ("as2d", "whisper-base", {}),
     pytest.param("as2d", "whisper-base", {"timestamps": "segment"}, marks=full_only),
