@@ -34,7 +34,7 @@ import attrs
 import numpy as np
 
 from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
-from as2d_core.capabilities import TimestampVocabulary, WindowBatching, WindowGroup, drafts_one_job_at_a_time
+from as2d_core.capabilities import WindowBatching, WindowGroup, drafts_one_job_at_a_time
 from as2d_core.decode.profile import cached_profile, profile_path
 from as2d_core.decode.scheduler import drafting_pays_alone, speculate_rows_from, wave_prices
 from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Recording, Request, Source, Target, TokenPrompt
@@ -46,7 +46,6 @@ from as2d_core.decode.beam import BeamOptions, run_beam_request
 from as2d_core.decode.request import run_request
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.lookahead import LookaheadSource
-from as2d_core.decode.recording_drafts import RecordingDrafter
 from as2d_core.decode.timestamps import marked_up
 from as2d_core.decode.words import add_words, prepare_words
 from as2d_core.input.stream import BLOCK_S, CONTEXT_S, StreamSession
@@ -138,9 +137,6 @@ class Pipeline:
         publishes = get_method(self.options.method).publishes  # drafts a window ahead; serial cannot
         ahead = source is not None and self.options.lookahead and publishes and not drafts_one_job_at_a_time(source)
         self._ahead = LookaheadSource(source) if ahead else None  # drafts window n+1 while window n is verified
-        # the seek route's requests are drafted from the drafter's own walk over the recording, ahead of the target
-        walks = source is not None and publishes and isinstance(source, TimestampVocabulary)
-        self._walker = RecordingDrafter(source) if walks else None
         self._source = source
         self.source = self._ahead or source
         self._detector = detector
@@ -220,12 +216,8 @@ class Pipeline:
             result = self._decode(request)
         else:
             method = method or self.options.method
-            source = self.source
-            if request.recording is not None and self._walker is not None:
-                source = self._walker
-                on_commit = _first_commit_then(partial(self._walker.ahead_of, request), on_commit)
-            result = self._in_mode(request, method, options, on_commit, source if get_method(method).needs_source
-                                   else None)
+            source = self.source if get_method(method).needs_source else None
+            result = self._in_mode(request, method, options, on_commit, source)
         return add_words(self.target, request, result, options.target_threads) if words else result
 
     def reference(self, request: Request, words: bool = True) -> DecodeResult:
@@ -297,11 +289,8 @@ class Pipeline:
             self._prepare_words()
             start = time.perf_counter()
             route = self.route(1)
-            try:
-                windows, speech, notes = sequential_windows(self, samples, request_id, mode, detector, check, on_text,
-                                                            on_progress, self._seek_decode(route))
-            finally:
-                self._stop_walks()
+            windows, speech, notes = sequential_windows(self, samples, request_id, mode, detector, check, on_text,
+                                                        on_progress, self._seek_decode(route))
             wall_s = time.perf_counter() - start
         skipped = speech.skipped(samples.size) if speech is not None else outside_clips(samples, mode.clip_timestamps)
         notes += list(info.warnings) if info else []
@@ -328,12 +317,6 @@ class Pipeline:
                     yield window_result(step, speech)
             finally:
                 steps.close()
-                self._stop_walks()
-
-    def _stop_walks(self) -> None:
-        """The file's requests are done: the drafter stops walking it (a caller may stop before its end)."""
-        if self._walker is not None:
-            self._walker.stop()
 
     def plan(self, samples: np.ndarray) -> WindowPlan:
         if self.options.decode.clip_timestamps:  # the caller's clips, a window each, as faster-whisper's batched
