@@ -1,5 +1,7 @@
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -12,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 # The tests' routes do not depend on the profiles a user made on this machine (profile = "auto", the default, reads
 # them): they look in an empty folder of their own (subprocesses inherit it); a test of the lookup sets its own.
 os.environ["AS2D_PROFILES_DIR"] = tempfile.mkdtemp(prefix="as2d-test-profiles-")
+atexit.register(shutil.rmtree, os.environ["AS2D_PROFILES_DIR"], ignore_errors=True)
 
 # Real recorded speech: a small English set inside the repository (tests/data, what a fresh clone
 # tests with) and, when it is beside the checkout, the full multilingual set (CI has it).
