@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import full_only
 
 from as2d_bench import folder as folder_module
 from as2d_bench.folder import ResultsFolder
@@ -36,6 +37,7 @@ def _windows(results: Path) -> Counter:
     return Counter(json.loads(line)["window"] for line in text.splitlines())
 
 
+@full_only  # the benchmark's own resume (23 s); `as2d run`'s, `stream`'s and the server's signals are the default run's
 def test_sigterm_mid_run_leaves_whole_windows_and_the_same_command_resumes(tmp_path):
     out = tmp_path / "out"
     results = out / "results.jsonl"

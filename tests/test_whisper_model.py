@@ -401,8 +401,10 @@ def _plain(model, audio, **mode) -> list:
     return PLAIN[key]
 
 
-@pytest.mark.parametrize("options", [  # the prefix without timestamps and all of them with beams: the full run's
-    pytest.param(options, marks=[full_only] if i in (1, 4) else []) for i, options in enumerate(SCORE_OPTIONS)],
+# the full run's alone: the prefix (test_serve's form test checks a forced prefix against faster-whisper's tokens), the
+# prefix without timestamps, and all of them with beams
+@pytest.mark.parametrize("options", [
+    pytest.param(options, marks=[full_only] if i in (0, 1, 4) else []) for i, options in enumerate(SCORE_OPTIONS)],
     ids=["prefix", "prefix-text", "penalties-blank", "suppress-initial", "all-beams"])
 def test_options_that_edit_the_scores_give_faster_whispers_tokens(fp32_model, faster_whisper, options):
     """faster-whisper's ``prefix``, ``repetition_penalty``, ``no_repeat_ngram_size``, ``suppress_blank``,
