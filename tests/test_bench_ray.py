@@ -70,7 +70,7 @@ def _outcome(rows):
     return {(r["window"], r["method"]): (r["tokens"], r["text"], r["exact"]) for r in rows}
 
 
-@full_only  # a Ray cluster of two workers (35 s); the default run takes Ray's path in test_replay and test_select
+@full_only  # a Ray cluster of two workers (35 s); the default run takes Ray's path in test_select
 def test_ray_gives_the_local_rows(ray_instance, spec, windows, local_rows, tmp_path):
     from as2d_bench.distributed import RayBench
 

@@ -371,8 +371,8 @@ def test_held_pieces_share_the_batch_that_publishes_them():
     assert [(u.index, u.tokens, u.published) for u in units] == [(0, 6, 5), (1, 4, 4), (2, 3, 2), (-1, 0, 0)]
 
 
-# Ray's workers for the tuning commands (a cluster started, 8 s); the local replay they must equal is
-# the default run's
+# a Ray cluster started (8 s) for the tuning commands' workers: the default run takes Ray's path in test_select, and
+# the local replay this must equal is the default run's
 @full_only
 def test_replay_on_ray_writes_what_the_local_replay_writes(tmp_path, tiny_request):
     """Every trace priced as a Ray task (local instance, 2 CPUs): the same rows, in the same order."""

@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import full_only
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -125,9 +124,6 @@ def test_select_command_on_saved_traces(tmp_path, batch_costs):
         assert report["batch"] is None
 
 
-# Ray's workers for the tuning commands (a cluster started, 6 s); the local select they must equal is
-# the default run's
-@full_only
 def test_select_on_ray_picks_what_the_local_select_picks(tmp_path):
     """The sweep as Ray tasks (a local Ray instance of 2 CPUs) writes the same selection as the local run."""
     from click.testing import CliRunner
