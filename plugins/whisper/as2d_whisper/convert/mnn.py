@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,9 +40,12 @@ def _mnnconvert(src: Path, dst: Path, extra: tuple[str, ...] = ()) -> None:
     tmp = dst.with_name(dst.name + ".tmp")
     tmp.unlink(missing_ok=True)
     # Exact GELU (erf), as in the ONNX graph, rather than MNN's tanh approximation.
-    cmd = [sys.executable, "-c", _MNNCONVERT_CHILD, "-f", "ONNX", "--modelFile", str(src), "--MNNModel", str(tmp),
-           "--bizCode", "as2d", "--useGeluApproximation", "0", *extra]
-    run = subprocess.run(cmd, capture_output=True, text=True)
+    cmd = [sys.executable, "-c", _MNNCONVERT_CHILD, "-f", "ONNX", "--modelFile", str(Path(src).resolve()),
+           "--MNNModel", str(tmp.resolve()), "--bizCode", "as2d", "--useGeluApproximation", "0", *extra]
+    # The converter keeps its weights in a scratch file of a fixed name in its working folder: a folder of its
+    # own, so that two conversions at once (two models installed side by side) do not write the same file.
+    with tempfile.TemporaryDirectory(prefix="as2d-mnnconvert-") as scratch:
+        run = subprocess.run(cmd, capture_output=True, text=True, cwd=scratch)
     if run.returncode != 0 or not tmp.is_file():
         tmp.unlink(missing_ok=True)
         raise RuntimeError(
