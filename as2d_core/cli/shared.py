@@ -16,7 +16,7 @@ from as2d_core.setup.build import (DEFAULT_SOURCE, DEFAULT_TARGET, build_parts, 
 from as2d_core.setup.config import Config, Report
 from as2d_core.contracts import TASKS
 from as2d_core.decode.methods import get_method, method_names
-from as2d_core.decode.profile import AUTO, NONE, cached_profile
+from as2d_core.decode.profile import cached_profile, profile_path
 from as2d_core.setup.options import config_keys, option_flags
 from as2d_core.setup.plugins import UnknownPart
 
@@ -113,8 +113,10 @@ def pipeline_from_flags(ctx: click.Context, method: str, method_given: bool):
         if config.source is not None and get_method(config.method).needs_source:
             check_pair(config.source.name, config.target.model)  # a pair that can never work, before loading
         options = pipeline_options(config)
-        if options.decode.profile not in (None, AUTO, NONE):  # a file named that is no profile: before loading
-            cached_profile(options.decode.profile)
+        source = None if config.source is None else config.source.name
+        profile = profile_path(options.decode.profile, config.target.model, source)
+        if profile is not None:  # a file that is no device profile is refused before the models load
+            cached_profile(profile)
         return build_pipeline(*build_parts(config, report), options), report
     except (UnknownPart, ValueError, FileNotFoundError, RuntimeError) as exc:
         fail(str(exc))

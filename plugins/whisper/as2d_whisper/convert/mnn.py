@@ -40,7 +40,7 @@ def _mnnconvert(src: Path, dst: Path, extra: tuple[str, ...] = ()) -> None:
     tmp = dst.with_name(dst.name + ".tmp")
     tmp.unlink(missing_ok=True)
     # Exact GELU (erf), as in the ONNX graph, rather than MNN's tanh approximation.
-    cmd = [sys.executable, "-c", _MNNCONVERT_CHILD, "-f", "ONNX", "--modelFile", str(Path(src).resolve()),
+    cmd = [sys.executable, "-c", _MNNCONVERT_CHILD, "-f", "ONNX", "--modelFile", str(src.resolve()),
            "--MNNModel", str(tmp.resolve()), "--bizCode", "as2d", "--useGeluApproximation", "0", *extra]
     # The converter keeps its weights in a scratch file of a fixed name in its working folder: a folder of its
     # own, so that two conversions at once (two models installed side by side) do not write the same file.
