@@ -5,9 +5,11 @@ output in the same decoding mode, decoded with as2d's drafter (``as2d.transcribe
 pipeline and the contracts are in ``as2d_core``.
 """
 from .batched import BatchedInferencePipeline
-from .models import available_models, decode_audio
+from .audio import decode_audio
+from .models import available_models, download_model
 from .objects import Segment, TranscriptionInfo, TranscriptionOptions, VadOptions, Word, format_timestamp
 from .transcribe import WhisperModel
+from .version import __version__
 
 __all__ = [
     "BatchedInferencePipeline",
@@ -17,7 +19,9 @@ __all__ = [
     "VadOptions",
     "WhisperModel",
     "Word",
+    "__version__",
     "available_models",
     "decode_audio",
+    "download_model",
     "format_timestamp",
 ]

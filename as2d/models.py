@@ -1,20 +1,14 @@
-"""Which target a faster-whisper model name, path or compute type means here, and audio in faster-whisper's forms.
+"""Which target a faster-whisper model name, path or compute type means here.
 
 as2d downloads nothing: a size name means an installed target (``as2d models install``), and a path is an as2d
 model folder or a checkpoint the user brings (converted once, ``as2d_core.setup.imports``).
 """
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
 
-import numpy as np
-
-from as2d_core.contracts import SAMPLE_RATE
-from as2d_core.input.audio import read_audio
 from as2d_core.setup import catalog
 from as2d_core.setup.imports import import_checkpoint, recognized
 from as2d_core.setup.plugins import load_registry
@@ -25,34 +19,16 @@ COMPUTE_TYPES = {"default": "float32", "auto": "float32", "float32": "float32", 
                  "int8_float32": "int8"}
 TARGETS = ("whisper-base", "whisper-base-int8")
 INSTALL = "as2d models install whisper-base whisper-base-int8"
+FASTER_WHISPER_REPO = "Systran/faster-whisper-"  # faster-whisper's hub names: this, then the size
 # faster-whisper's other size names: as2d downloads none of them; a user converts the weights they bring
 OTHER_SIZES = ("tiny", "tiny.en", "base.en", "small", "small.en", "medium", "medium.en", "large-v1", "large-v2",
                "large-v3", "large", "large-v3-turbo", "turbo", "distil-small.en", "distil-medium.en",
                "distil-large-v2", "distil-large-v3", "distil-large-v3.5")
 
-def decode_audio(input_file: str | Path | BinaryIO, sampling_rate: int = SAMPLE_RATE, split_stereo: bool = False):
-    """faster-whisper's ``decode_audio``: 16 kHz mono float32 samples of any file FFmpeg reads (``as2d_core.input.audio``)."""
-    if sampling_rate != SAMPLE_RATE or split_stereo:
-        raise ValueError(f"decode_audio gives {SAMPLE_RATE} Hz mono, the models' input; sampling_rate="
-                         f"{sampling_rate} and split_stereo={split_stereo} are not supported")
-    return audio_samples(input_file)
-
 
 def available_models() -> list[str]:
     """The names ``WhisperModel`` takes: faster-whisper's sizes that as2d has a target for, and its targets."""
     return [*SIZES, *TARGETS]
-
-
-def audio_samples(audio) -> np.ndarray:
-    if isinstance(audio, np.ndarray):
-        return np.asarray(audio, dtype=np.float32).reshape(-1)
-    if isinstance(audio, (str, Path)):
-        return read_audio(audio).samples
-    if isinstance(audio, (bytes, bytearray)):
-        return read_audio(bytes(audio)).samples
-    if isinstance(audio, io.IOBase) or hasattr(audio, "read"):
-        return read_audio(audio.read()).samples
-    raise TypeError(f"audio must be a path, a file object or 16 kHz float32 samples, not {type(audio).__name__}")
 
 
 def _installed_targets(names: Sequence[str] = TARGETS) -> list[str]:
@@ -109,6 +85,7 @@ def resolve_target(model_size_or_path: str | Path, compute_type: str) -> tuple[s
         _float32_only(name, compute_type)
         return name, path
     name = str(model_size_or_path)
+    name = name.removeprefix(FASTER_WHISPER_REPO)  # faster-whisper's hub name of a size is that size
     if name in TARGETS:
         return name, None
     if name in SIZES:
@@ -120,3 +97,24 @@ def resolve_target(model_size_or_path: str | Path, compute_type: str) -> tuple[s
     if name in OTHER_SIZES:
         raise _no_weights(name, _installed_targets(targets))
     raise unavailable(f"as2d has no target for the Whisper model {name!r}")
+
+
+def download_model(size_or_id: str, output_dir: str | None = None, local_files_only: bool = False,
+                   cache_dir: str | None = None, revision: str | None = None,
+                   use_auth_token: str | bool | None = None) -> str:
+    """faster-whisper's ``download_model``, answered without a network: the folder of the installed target that
+    ``size_or_id`` names (a size as2d has a target for, or a target's name), which ``WhisperModel`` takes as a path.
+    A model that is not installed is refused with what to install; nothing is downloaded or copied."""
+    for name, value in (("output_dir", output_dir), ("cache_dir", cache_dir), ("revision", revision),
+                        ("use_auth_token", use_auth_token)):
+        if value is not None:
+            raise ValueError(f"{name}={value!r} is not supported: as2d downloads nothing; its models are installed "
+                             f"with `{INSTALL}` into $AS2D_MODELS_DIR (or ~/.local/share/as2d/models)")
+    name, folder = resolve_target(size_or_id, "default")
+    if folder is not None:
+        return str(folder)
+    registry = load_registry()
+    row = next(catalog.row(e, registry) for e in catalog.entries("target", registry) if e.name == name)
+    if not row["available"]:
+        raise ValueError(f"{name} ({size_or_id!r}) is not ready here: {row['reason']}")
+    return row["model_dir"]

@@ -31,14 +31,16 @@ class Segment:
 
 @dataclass
 class VadOptions:
-    """The voice-activity detector's options (the Silero VAD plugin's), with faster-whisper's defaults for its
-    sequential ``transcribe(vad_filter=True)``: speech split at pauses of 2 s, padded by 0.4 s, spans as long as
-    the speech runs. The batched pipeline starts from ``WINDOWS_VAD`` instead."""
+    """The voice-activity detector's options (the Silero VAD plugin's), in faster-whisper's order, with its defaults
+    for its sequential ``transcribe(vad_filter=True)``: speech split at pauses of 2 s, padded by 0.4 s, spans as long
+    as the speech runs. The batched pipeline starts from ``WINDOWS_VAD`` instead."""
 
     threshold: float = LONG_FORM_VAD["threshold"]
+    neg_threshold: float | None = None  # silence below it; None: threshold - 0.15, as faster-whisper's
+    min_speech_duration_ms: int = 0
+    max_speech_duration_s: float = float("inf")
     min_silence_duration_ms: int = LONG_FORM_VAD["min_silence_ms"]
     speech_pad_ms: int = LONG_FORM_VAD["pad_ms"]
-    max_speech_duration_s: float = float("inf")
 
 
 # the windows route's (``BatchedInferencePipeline``'s) defaults: shorter pauses cut the audio into windows of at

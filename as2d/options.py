@@ -100,17 +100,15 @@ def vad_options(parameters: dict | Any | None, decode: DecodeOptions) -> VadOpti
         return base
     given = dict(parameters) if isinstance(parameters, dict) else (
         dataclasses.asdict(parameters) if dataclasses.is_dataclass(parameters) else dict(vars(parameters)))
-    fixed = {"neg_threshold": None, "min_speech_duration_ms": 0, "max_speech_duration_s": base.max_speech_duration_s}
     ours = {f.name for f in dataclasses.fields(VadOptions)} - {"max_speech_duration_s"}
     if route == "windows":
         given.pop("max_speech_duration_s", None)
     for name, value in given.items():
-        if name in ours:
-            continue
-        if name not in fixed:
+        if name == "max_speech_duration_s" and value != base.max_speech_duration_s:
+            raise refuse(f"vad_parameters[{name!r}]", value, "sequential transcription joins each span of speech "
+                                                             "whole (the batched pipeline cuts them at its windows)")
+        if name not in ours and name != "max_speech_duration_s":
             raise ValueError(f"unknown VAD parameter {name!r}; as2d's detector takes {', '.join(sorted(ours))}")
-        if value != fixed[name]:
-            raise refuse(f"vad_parameters[{name!r}]", value, f"as2d's detector takes only {', '.join(sorted(ours))}")
     return dataclasses.replace(base, **{k: v for k, v in given.items() if k in ours})
 
 

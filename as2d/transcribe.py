@@ -11,7 +11,6 @@ segments and its info object, with its field names. Options are faster-whisper's
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -34,11 +33,12 @@ from as2d_core.input.sequential import fitted_mode, speech_only
 from as2d_core.input.transcript import WindowResult
 from as2d_core.setup import catalog
 from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source
-from as2d_core.setup.plugins import load_registry
 
-from .models import INSTALL, audio_samples, resolve_target, unavailable
+from .audio import audio_samples
+from .models import INSTALL, resolve_target, unavailable
 from .objects import Segment, TranscriptionInfo, VadOptions, Word
 from .options import check_options, decode_options, refuse, transcription_options, vad_options
+from .vad import speech_detector
 
 
 
@@ -88,7 +88,6 @@ class WhisperModel:
         self.decode_options = DecodeOptions(profile=None if profile is None else str(profile),
                                             **({"target_threads": cpu_threads} if cpu_threads else {}))
         self._lock = threading.RLock()
-        self._detectors: dict[tuple, Any] = {}
 
     def transcribe(
         self,
@@ -147,7 +146,7 @@ class WhisperModel:
             windows, speech_s, detect, notes, route = self._plan(pipeline, samples, vad, language_detection_segments)
             probabilities = None
             if language is None:
-                language, probability, probabilities = self._detect_language(detect, options,
+                language, probability, probabilities = self._detect_language(detect, options.task,
                                                                              language_detection_threshold)
         if not multilingual:
             pipeline = pipeline.evolve(language=language)
@@ -194,7 +193,44 @@ class WhisperModel:
         return (windows, sum(w.end - w.start for w in plan.windows) / SAMPLE_RATE, detect,
                 _window_notes(plan, vad, decode.chunk_length), pipeline.route(len(plan.windows)))
 
-    def _detect_language(self, detect: list[Request], options: PipelineOptions,
+    @property
+    def supported_languages(self) -> list[str]:
+        """The languages the target tells apart, sorted as faster-whisper lists its codes (``["en"]`` for an
+        English-only model)."""
+        return sorted(self.target.languages) if isinstance(self.target, LanguageDetector) else []
+
+    def detect_language(self, audio: str | BinaryIO | np.ndarray | None = None, features: np.ndarray | None = None,
+                        vad_filter: bool = False, vad_parameters: dict | VadOptions | None = None,
+                        language_detection_segments: int = 1, language_detection_threshold: float | None = 0.5,
+                        ) -> tuple[str, float, list[tuple[str, float]]]:
+        """faster-whisper's ``detect_language``: the language, its probability and every language's probability
+        (likeliest first), read as ``transcribe`` reads them when given no language: from up to
+        ``language_detection_segments`` 30 s segments of ``audio`` (with ``vad_filter``, of its speech joined),
+        the first whose likeliest language is over ``language_detection_threshold`` deciding."""
+        if audio is None:
+            raise ValueError("detect_language reads audio (16 kHz samples, a path or a file object) and computes "
+                             "the log-mel itself, as transcribe does; give audio="
+                             + (", not features=" if features is not None else ""))
+        if language_detection_segments < 1:
+            raise ValueError(f"language_detection_segments must be at least 1, got {language_detection_segments}")
+        if vad_parameters is not None and not vad_filter:
+            raise ValueError("vad_parameters need vad_filter=True (they configure the voice-activity detector)")
+        samples = audio_samples(audio)
+        if samples.size == 0:
+            raise ValueError("the audio is empty")
+        if vad_filter:  # faster-whisper's sequential VAD defaults, as its detect_language takes them
+            vad = vad_options(vad_parameters, attrs.evolve(self.decode_options, route="seek"))
+            samples, _speech = speech_only(samples, speech_detector(vad))
+        chunk = self.decode_options.chunk_length * SAMPLE_RATE
+        samples = samples[: language_detection_segments * chunk]
+        recording = Recording(samples)  # the log-mel over the segments read, as faster-whisper computes it
+        detect = [Request("language", samples[s: s + chunk], recording=recording, offset=s)
+                  for s in range(0, samples.size, chunk)]
+        with self._lock:
+            language, probability, probabilities = self._detect_language(detect, "asr", language_detection_threshold)
+        return language, probability, list(probabilities.items())
+
+    def _detect_language(self, detect: list[Request], task: str,
                          threshold: float | None) -> tuple[str, float, dict[str, float]]:
         """The language, its probability and every language's probability (of the last request read), as
         faster-whisper's ``detect_language`` reads them: request by request, the first whose likeliest language is
@@ -206,7 +242,7 @@ class WhisperModel:
             raise ValueError("no speech was found to detect the language from; give language=")
         votes: dict[str, list[float]] = {}
         for request in detect:
-            probabilities = self.target.language_probabilities(attrs.evolve(request, task=options.task),
+            probabilities = self.target.language_probabilities(attrs.evolve(request, task=task),
                                                                self.decode_options.target_threads)
             language, probability = next(iter(probabilities.items()))
             if threshold is None or probability > threshold:
@@ -216,20 +252,8 @@ class WhisperModel:
         return language, max(votes[language]), probabilities
 
     def _detector(self, vad: VadOptions | None):
-        """The voice-activity detector with ``vad``'s options (built once per options), or None without VAD."""
-        if vad is None:
-            return None
-        key = dataclasses.astuple(vad)
-        if key not in self._detectors:
-            registry = load_registry()
-            names = registry.names("detector")
-            if not names:
-                raise ValueError("vad_filter needs a voice-activity detector: pip install ./plugins/silero_vad "
-                                 "(or vad_filter=False: longer audio is then cut every chunk_length seconds)")
-            self._detectors[key] = registry.get("detector", names[0]).factory(
-                {"threshold": vad.threshold, "min_silence_ms": vad.min_silence_duration_ms,
-                 "pad_ms": vad.speech_pad_ms})
-        return self._detectors[key]
+        """The voice-activity detector with ``vad``'s options, or None without VAD."""
+        return None if vad is None else speech_detector(vad)
 
     def _segments(self, windows: Iterator[WindowResult], duration_s: float, word_timestamps: bool,
                   log_progress: bool) -> Iterator[Segment]:

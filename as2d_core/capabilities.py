@@ -107,6 +107,8 @@ class LanguageDetector(Protocol):
     """Optional for a target: how likely each language is in a request's audio, by the detection its
     ``prepare`` runs when the request names none (which takes the likeliest)."""
 
+    languages: Sequence[str]  # the codes it tells apart, in the model's order
+
     def language_probabilities(self, request: Request, threads: int) -> dict[str, float]:
         """Language code -> probability, likeliest first."""
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from audio_files import encode
-from conftest import full_only, speech_audio
+from conftest import full_only, speech_audio, speech_row
 
 from as2d_core.decode.wrappers import TargetWrapper
 
@@ -95,7 +95,9 @@ def test_the_readmes_first_snippet_runs_with_beams(model, audio_mp3):
     ({"max_new_tokens": 0}, "max_new_tokens must be at least 1, got 0"),
     ({"clip_timestamps": "0,soon"}, "clip_timestamps must be seconds of at least 0"),
     ({"clip_timestamps": [{"start": 1.0}]}, "clip_timestamps as dicts need 'start' and 'end'"),
-    ({"vad_filter": True, "vad_parameters": {"min_speech_duration_ms": 250}}, "min_speech_duration_ms"),
+    ({"vad_filter": True, "vad_parameters": {"max_speech_duration_s": 10}},
+     r"vad_parameters\['max_speech_duration_s'\]=10 is not supported: sequential transcription joins"),
+    ({"vad_filter": True, "vad_parameters": {"window_size_samples": 512}}, "unknown VAD parameter 'window_size_s"),
     ({"vad_filter": False, "vad_parameters": {"threshold": 0.6}}, "vad_parameters need vad_filter=True"),
     ({"task": "summarize"}, "unknown task 'summarize'"),
 ])
@@ -567,3 +569,79 @@ def test_a_silent_windows_text_is_not_the_next_windows_prompt():
                                            lambda r: is_silent(r.avg_logprob, r.no_speech_prob, 0.6, -1.0)))
     assert [w.silent for w in windows] == [False, True, False]
     assert prompts == [None, "one", "one"]
+
+
+@pytest.mark.parametrize("clip", ["ljspeech_en_w00", "fleurs_de_w00"])
+def test_detect_language_reads_the_language_faster_whisper_reads(fp32_model, faster_whisper, clip):
+    """``model.detect_language`` as faster-whisper's: the same language, the same likeliest three, its probability
+    within 1e-3 (the runtimes' float noise, and one STFT frame: as2d reads the frames a request decodes, one fewer
+    than faster-whisper's detection where the audio ends; 3e-4 apart on the German speech joined by the VAD);
+    with ``vad_filter`` and over two segments (the clip twice with a pause) too."""
+    audio = speech_audio(clip)
+    twice = np.concatenate([audio, np.zeros(8 * 16_000, np.float32), audio])
+    for given, options in ((audio, {}), (twice, {"vad_filter": True}),
+                           (twice, {"language_detection_segments": 2, "language_detection_threshold": 0.9999})):
+        language, probability, probabilities = fp32_model.detect_language(given, **options)
+        their_language, their_probability, theirs = faster_whisper.detect_language(given, **options)
+        assert language == their_language == clip.split("_")[1], options
+        assert probability == pytest.approx(their_probability, abs=1e-3), options
+        assert [name for name, _ in probabilities[:3]] == [name for name, _ in theirs[:3]], options
+    supported = fp32_model.supported_languages  # whisper-base's 99; faster-whisper adds large-v3's "yue" to any
+    assert len(supported) == 99 and supported == [c for c in faster_whisper.supported_languages if c in supported]
+
+
+def test_detect_language_refuses_what_it_cannot_read(fp32_model):
+    with pytest.raises(ValueError, match="computes the log-mel itself.*give audio=, not features="):
+        fp32_model.detect_language(features=np.zeros((80, 3000), np.float32))
+    with pytest.raises(ValueError, match="the audio is empty"):
+        fp32_model.detect_language(np.zeros(0, np.float32))
+    with pytest.raises(ValueError, match="no speech was found"):
+        fp32_model.detect_language(np.zeros(16_000, np.float32), vad_filter=True)
+    with pytest.raises(ValueError, match="vad_parameters need vad_filter=True"):
+        fp32_model.detect_language(speech_audio("cmu_cards_en_w00"), vad_parameters={"threshold": 0.6})
+
+
+def test_faster_whispers_modules_answer_with_the_import_changed(faster_whisper, tmp_path):
+    """``from faster_whisper.audio|vad|utils import ...`` with ``as2d`` for ``faster_whisper``: the same audio,
+    padding and speech spans (every VAD option, through as2d's detector plugin), the installed model's folder
+    for faster-whisper's names of it, and a clear refusal for a model that is not here."""
+    import as2d
+    from as2d.audio import decode_audio, pad_or_trim
+    from as2d.utils import available_models, download_model, format_timestamp, get_logger
+    from as2d.vad import VadOptions, get_speech_timestamps
+    from faster_whisper import audio as their_audio, vad as their_vad
+
+    path = speech_row("librivox_sense_en_w00")["file"]
+    samples = decode_audio(path)
+    assert np.allclose(samples, their_audio.decode_audio(str(path)), atol=1e-4)
+    features = np.ones((80, 1234), np.float32)
+    for length in (1000, 3000):
+        assert np.array_equal(pad_or_trim(features, length), their_audio.pad_or_trim(features, length))
+    pauses = np.concatenate([part for clip in ("cmu_cards_en_w00", "cmu_cards_en_w01", "librivox_sense_en_w01")
+                             for part in (speech_audio(clip), np.zeros(40_000, np.float32))])
+    for options in ({}, {"min_silence_duration_ms": 300, "speech_pad_ms": 100},
+                    {"threshold": 0.6, "neg_threshold": 0.2, "min_speech_duration_ms": 250},
+                    {"max_speech_duration_s": 4.0, "min_silence_duration_ms": 200}):
+        spans = get_speech_timestamps(pauses, VadOptions(**options))
+        assert len(spans) > 1 and spans == their_vad.get_speech_timestamps(pauses, their_vad.VadOptions(**options))
+        assert get_speech_timestamps(pauses, **options) == spans
+    for name in ("base", "Systran/faster-whisper-base"):
+        folder = Path(download_model(name))
+        assert folder.name == "whisper-base" and (folder / "model.json").is_file()
+    assert "base" in available_models() and format_timestamp(3725.5) == "01:02:05.500"
+    assert get_logger().name == "as2d" and as2d.__version__[0].isdigit()
+    with pytest.raises(ValueError, match=r"no Whisper 'small' installed.*downloads nothing.*--name whisper-small"):
+        download_model("Systran/faster-whisper-small")
+    with pytest.raises(ValueError, match=r"output_dir=.* is not supported: as2d downloads nothing"):
+        download_model("base", output_dir=str(tmp_path))
+
+
+def test_vad_parameters_reach_the_detector(fp32_model):
+    """faster-whisper's VAD options that drop speech reach the detector: spans under ``min_speech_duration_ms``
+    dropped, less audio to decode (``duration_after_vad``), read before any segment is decoded."""
+    audio = np.concatenate([speech_audio("cmu_cards_en_w00"), np.zeros(3 * 16_000, np.float32),
+                            speech_audio("librivox_sense_en_w00")])
+    _, kept = fp32_model.transcribe(audio, vad_filter=True)
+    _, dropped = fp32_model.transcribe(audio, vad_filter=True, vad_parameters={"min_speech_duration_ms": 8000})
+    assert dropped.vad_options.min_speech_duration_ms == 8000 and kept.vad_options.min_speech_duration_ms == 0
+    assert dropped.duration_after_vad < kept.duration_after_vad - 4

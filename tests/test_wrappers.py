@@ -56,6 +56,8 @@ class FullTarget(TinyLM):
     def align_words(self, request, language, tokens, threads):
         return ["aligned"]
 
+    languages = ("en",)
+
     def language_probabilities(self, request, threads):
         return {"en": 1.0}
 
@@ -150,14 +152,14 @@ def test_a_wrapped_target_exposes_exactly_what_its_target_does(inner, tiny_reque
         assert (wrapped.name, wrapped.vocabulary, wrapped.device_in_use) == (
             inner.name, inner.vocabulary, inner.device_in_use)
     wrapped = TargetWrapper(inner)
-    optional = {"features", "prepare_words", "align_words", "language_probabilities"}
+    optional = {"features", "prepare_words", "align_words", "languages", "language_probabilities"}
     assert public(wrapped) == {"inner", "name", "vocabulary", "device_in_use", "prepare"} | (optional & public(inner))
     request = tiny_request(0)
     assert wrapped.prepare(request, 1).first_token() == inner.prepare(request, 1).first_token()
     if isinstance(inner, FullTarget):
         assert wrapped.features == frozenset({"prompt"}) and wrapped.prepare_words(1) == "words ready"
         assert wrapped.align_words(request, "en", [], 1) == ["aligned"]
-        assert wrapped.language_probabilities(request, 1) == {"en": 1.0}
+        assert wrapped.language_probabilities(request, 1) == {"en": 1.0} and wrapped.languages == ("en",)
 
 
 @pytest.mark.parametrize("inner", [FullSession(), ContractSession()], ids=["every capability", "the contract"])

@@ -50,7 +50,7 @@ class TargetWrapper:
         if isinstance(inner, WordAligner):
             self.prepare_words, self.align_words = inner.prepare_words, inner.align_words
         if isinstance(inner, LanguageDetector):
-            self.language_probabilities = inner.language_probabilities
+            self.languages, self.language_probabilities = inner.languages, inner.language_probabilities
         if isinstance(inner, WindowBatching):
             self.window_group = inner.window_group
 

@@ -41,12 +41,13 @@ those it has and ignores the rest) and return a ``contracts.Target`` /
 part's format; ``backend``, ``device``, ``threads``; ``audio_cache``, how many recent audios'
 encoder outputs to keep for a caller that decodes the same audio again (0, the default, keeps
 none). Detector factories get ``DETECTOR_OPTIONS`` keys: faster-whisper's VAD options
-``threshold``, ``min_silence_duration_ms`` and ``speech_pad_ms`` as ``threshold``,
-``min_silence_ms`` and ``pad_ms``.
+``threshold``, ``neg_threshold``, ``min_speech_duration_ms``, ``min_silence_duration_ms`` and ``speech_pad_ms``
+as ``threshold``, ``neg_threshold``, ``min_speech_ms``, ``min_silence_ms`` and ``pad_ms`` (the longest span is
+an argument of ``speech_spans``).
 """
 import pluggy
 
-DETECTOR_OPTIONS = ("threshold", "min_silence_ms", "pad_ms")
+DETECTOR_OPTIONS = ("threshold", "neg_threshold", "min_speech_ms", "min_silence_ms", "pad_ms")
 
 hookspec = pluggy.HookspecMarker("as2d")
 hookimpl = pluggy.HookimplMarker("as2d")

@@ -194,6 +194,9 @@ class WhisperTarget(WordTimestamps):
         self.model.preload(preload_threads)
         self.name: str = self.model.meta["name"]
         self.vocabulary: str = self.model.meta["vocabulary"]
+        # ``LanguageDetector``: the languages it tells apart, in Whisper's order (an English-only model knows one)
+        self.languages: tuple[str, ...] = tuple(self.model.language_ids) if self.model.meta["multilingual"] \
+            else ("en",)
         self.device = backend_device
         self.backend = backend
 
