@@ -87,10 +87,14 @@ def _text(tokens):
 
 
 def test_segments_from_timestamp_pairs_with_the_unfinished_tail_kept():
+    """The times the timestamps give, one past the end of the audio (0.18 s of 0.15 s) too, as faster-whisper keeps
+    it; the unfinished tail ends with the audio, or where it starts if that is later."""
     tokens = [11, 2, 3, 16, 16, 4, 20, 20, 5, 6]
     segments = split_segments(tokens, BEGIN, _text, duration_s=0.15)
     assert [s.text for s in segments] == [" w2 w3", " w4", " w5 w6"]
-    assert [t for s in segments for t in (s.start_s, s.end_s)] == pytest.approx([0.0, 0.1, 0.1, 0.15, 0.15, 0.15])
+    assert [t for s in segments for t in (s.start_s, s.end_s)] == pytest.approx([0.0, 0.1, 0.1, 0.18, 0.18, 0.18])
+    tail = split_segments([11, 2, 13, 13, 4], BEGIN, _text, duration_s=0.15)[-1]
+    assert (tail.start_s, tail.end_s) == pytest.approx((0.04, 0.15))
     assert [list(s.tokens) for s in segments] == [[11, 2, 3, 16], [16, 4, 20], [20, 5, 6]]
     shifted = segments[0].shifted(30.0)
     assert (shifted.start_s, shifted.end_s) == pytest.approx((30.0, 30.1))

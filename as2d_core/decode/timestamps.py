@@ -155,15 +155,15 @@ class Segment:
 
 
 def split_segments(tokens: Sequence[int], begin: int, decode_text: Callable[[Sequence[int]], str], duration_s: float,
-                   precision_s: float = TIME_PRECISION_S, reach_s: float | None = None) -> list[Segment]:
-    """The segments of a response decoded in timestamp mode, their times kept within ``[0, reach_s]`` (default
-    ``duration_s``, the request's audio; ``time_reach_s``).
+                   precision_s: float = TIME_PRECISION_S) -> list[Segment]:
+    """The segments of a response decoded in timestamp mode, at the times its timestamps give.
 
     A segment opens at a timestamp and closes at the next one after some text. Text after the last
-    timestamp (a response cut short) is a segment that ends with the request's audio, so no text is lost;
-    Whisper's long-form loop decodes it again in its next request.
+    timestamp (a response cut short) is a segment that ends with the request's audio (``duration_s``), so no
+    text is lost; Whisper's long-form loop decodes it again in its next request. A timestamp past the end of
+    the audio is kept as the model gave it, as faster-whisper and openai-whisper keep it (a request of 0.9 s of
+    speech may end its segment at 2.00 s).
     """
-    reach_s = duration_s if reach_s is None else reach_s
     segments: list[Segment] = []
     held: list[int] = []
     start = None
@@ -173,28 +173,17 @@ def split_segments(tokens: Sequence[int], begin: int, decode_text: Callable[[Seq
             continue
         at = (token - begin) * precision_s
         if any(t < begin for t in held):
-            segments.append(_segment(start or 0.0, at, held + [token], decode_text, reach_s))
+            segments.append(_segment(start or 0.0, at, held + [token], decode_text))
             held, start = [], None
         else:
             held, start = [token], at  # an opening timestamp (a second one in a row replaces the first)
     if any(t < begin for t in held):
-        segments.append(_segment(start or 0.0, duration_s, held, decode_text, reach_s))
+        segments.append(_segment(start or 0.0, duration_s, held, decode_text))
     return [s for s in segments if s.text.strip()]
 
 
-def _segment(start: float, end: float, tokens: list[int], decode_text, reach_s: float) -> Segment:
-    start = min(max(start, 0.0), reach_s)
-    return Segment(start, min(max(end, start), reach_s), decode_text(tokens), tuple(tokens))
-
-
-def time_reach_s(request: Request) -> float:
-    """How far a response's times may reach from the request's start: to the end of the audio it is cut from.
-    A long-form request (cut from a ``Recording``) that ends before the recording does (a clip of
-    ``clip_timestamps``) keeps the times the model gives past its end, as faster-whisper keeps them, and so
-    does the previous text they condition the next request on."""
-    if request.recording is None:
-        return request.duration_s
-    return max(request.duration_s, (request.recording.audio.size - request.offset) / request.sample_rate)
+def _segment(start: float, end: float, tokens: list[int], decode_text) -> Segment:
+    return Segment(start, max(end, start), decode_text(tokens), tuple(tokens))
 
 
 def marked_up(segments: Sequence[Segment], begin: int | None = None) -> str:
@@ -214,5 +203,4 @@ def response_segments(request: Request, session, tokens: Sequence[int], text: st
     if request.timestamps == "none":
         return [Segment(0.0, request.duration_s, text, tuple(tokens))] if text.strip() else []
     return split_segments(tokens, session.timestamp_begin, session.decode_text, request.duration_s,
-                          session.time_precision_s if isinstance(session, TimestampVocabulary) else TIME_PRECISION_S,
-                          time_reach_s(request))
+                          session.time_precision_s if isinstance(session, TimestampVocabulary) else TIME_PRECISION_S)

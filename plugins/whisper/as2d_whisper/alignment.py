@@ -32,7 +32,7 @@ import numpy as np
 from as2d_core.capabilities import TimedWords, Word
 from as2d_core.contracts import WORD_PUNCTUATION, Request
 from as2d_core.setup.paths import ModelFilesMissing
-from as2d_core.decode.timestamps import split_segments, time_reach_s
+from as2d_core.decode.timestamps import split_segments
 
 ALIGNER_FILE = "aligner.onnx"
 FRAMES_PER_SECOND = 50  # the encoder's output: one frame per 20 ms
@@ -340,7 +340,7 @@ class WordTimestamps:
             text = [t for t in tokens if t < model.eot]
             return [(0.0, request.duration_s, len(text))] if model.decode_text(text).strip() else []
         segments = split_segments(tokens, model.timestamp_begin, model.decode_text, request.duration_s,
-                                  model.time_precision_s, time_reach_s(request))
+                                  model.time_precision_s)
         return [(s.start_s, s.end_s, sum(1 for t in s.tokens if t < model.eot)) for s in segments]
 
     def _in_segments(self, request: Request, bounds: list[tuple[float, float, int]], words: list[_Timed],
