@@ -75,6 +75,22 @@ def test_features_match_faster_whisper():
     assert not mel[0, :, reference.shape[1]:].any()  # padded with zeros in the log domain
 
 
+def test_the_spectrum_by_blocks_is_the_whole_files_bit_for_bit():
+    """The STFT taken a block of frames at a time (a block ends mid-file and the last one is short) gives the
+    same bits as the whole file at once, and faster-whisper's log-mel to its float noise."""
+    from faster_whisper.feature_extractor import FeatureExtractor
+
+    from as2d_whisper import features
+    from conftest import speech_audio
+
+    audio = np.concatenate([speech_audio("librivox_sense_en_w00"), speech_audio("ljspeech_en_w00")])  # 42 s
+    frames = audio.size // features.HOP_LENGTH
+    by_blocks = features._power_spectrogram(audio)
+    assert by_blocks.shape[1] == frames > 2 * features.STFT_BLOCK and frames % features.STFT_BLOCK
+    assert np.array_equal(by_blocks, features._power_spectrogram(audio, block=frames))
+    np.testing.assert_allclose(features.log_mel(audio), FeatureExtractor()(audio)[:, :-1], atol=1e-5)
+
+
 def test_the_log_mel_is_computed_once_for_the_target_and_the_drafter(monkeypatch):
     """Two threads asking for one request's log-mel at once share one computation (read-only) through the
     request's feature cache; nothing is kept afterwards, so a later decode of the request computes it afresh."""
