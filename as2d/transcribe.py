@@ -11,6 +11,7 @@ segments and its info object, with its field names. Options are faster-whisper's
 """
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -32,7 +33,7 @@ from as2d_core.input.seek import HOP
 from as2d_core.input.sequential import fitted_mode, speech_only
 from as2d_core.input.transcript import WindowResult
 from as2d_core.setup import catalog
-from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source
+from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source, build_together
 
 from .audio import audio_samples
 from .models import INSTALL, resolve_target, unavailable
@@ -78,10 +79,10 @@ class WhisperModel:
         options: dict[str, Any] = {"audio_cache": 1}  # the language detection's encoding serves the first window
         if folder is not None:
             options["model_dir"] = folder
-        self.target = build_part("target", name, **options)
         if source is not None:
             catalog.check_pair(source, name)  # a drafter that could never draft for this target, before loading
-        self.source = build_source(source) if source is not None else None
+        self.target, self.source = build_together(functools.partial(build_part, "target", name, **options),
+                                                  None if source is None else functools.partial(build_source, source))
         self.bridge = catalog.resolve_bridge(self.source, self.target) if self.source is not None else None
         if profile not in (None, AUTO, NONE):
             read_profile(profile)  # a file that is no profile fails here, before the models load

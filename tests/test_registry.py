@@ -201,3 +201,27 @@ def test_plugin_rows_list_known_but_missing_plugins(fresh, monkeypatch):
     omni = rows["omni"]
     assert not omni["installed"] and not omni["available"] and omni["distribution"] == "as2d-omni"
     assert omni["install"] == "pip install ./plugins/lm ./plugins/mnn ./plugins/omni" and omni["install"] in omni["reason"]
+
+
+def test_the_target_and_the_source_load_side_by_side_and_either_ones_error_is_raised():
+    """Each part waits until the other has started loading (built one after the other, the barrier would break),
+    so the two models load at once; a failure of either reaches the caller."""
+    import threading
+
+    from as2d_core.setup.build import build_together
+
+    both = threading.Barrier(2, timeout=10)
+
+    def part(name: str) -> str:
+        both.wait()
+        return name
+
+    assert build_together(lambda: part("target"), lambda: part("source")) == ("target", "source")
+    assert build_together(lambda: "target", None) == ("target", None)
+
+    def broken():
+        raise FileNotFoundError("no weights here")
+
+    for target, source in ((lambda: "target", broken), (broken, lambda: "source")):
+        with pytest.raises(FileNotFoundError, match="no weights here"):
+            build_together(target, source)

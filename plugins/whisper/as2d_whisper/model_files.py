@@ -57,10 +57,14 @@ class ModelFiles(WhisperVocabulary):
         self.audio_cache_size = 0
         self._audio_cache: dict[bytes, np.ndarray] = {}
 
-    def preload(self, thread_counts: Sequence[int]) -> None:
-        """Build the sessions a request will use now, at load time, so no request pays for them."""
+    def preload(self, thread_counts: Sequence[int], encoder_threads: Sequence[int] | None = None) -> None:
+        """Build the sessions a request will use now, at load time, so no request pays for them: the decoder's at
+        each of ``thread_counts``, the encoder's at ``encoder_threads`` (default: the same); any other is built
+        when first used."""
         for threads in thread_counts:
-            self.executor.preload([self.encoder_file, self.decoder_file], threads)
+            self.executor.preload([self.decoder_file], threads)
+        for threads in thread_counts if encoder_threads is None else encoder_threads:
+            self.executor.preload([self.encoder_file], threads)
 
     @property
     def device_in_use(self) -> list[str]:

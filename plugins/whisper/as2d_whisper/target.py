@@ -191,7 +191,9 @@ class WhisperTarget(WordTimestamps):
         model_dir = default_models_dir() / "whisper-base" if model_dir is None else model_dir
         self.model = ModelFiles(model_dir, "decoder", backend_device, backend, install_hint=install_hint)
         self.model.audio_cache_size = audio_cache
-        self.model.preload(preload_threads)
+        # the target encodes on all its threads, alone or beside a drafter started at arrival, and decodes on
+        # fewer beside a drafter: its encoder is built for the most threads only (one session less to load)
+        self.model.preload(preload_threads, encoder_threads=[max(preload_threads)] if preload_threads else [])
         self.name: str = self.model.meta["name"]
         self.vocabulary: str = self.model.meta["vocabulary"]
         # ``LanguageDetector``: the languages it tells apart, in Whisper's order (an English-only model knows one)
