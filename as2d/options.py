@@ -104,10 +104,11 @@ def vad_options(parameters: dict | Any | None, decode: DecodeOptions) -> VadOpti
     if route == "windows":
         given.pop("max_speech_duration_s", None)
     for name, value in given.items():
-        if name == "max_speech_duration_s" and value != base.max_speech_duration_s:
-            raise refuse(f"vad_parameters[{name!r}]", value, "sequential transcription joins each span of speech "
-                                                             "whole (the batched pipeline cuts them at its windows)")
-        if name not in ours and name != "max_speech_duration_s":
+        if name == "max_speech_duration_s":
+            if value != base.max_speech_duration_s:
+                raise refuse(f"vad_parameters[{name!r}]", value, "sequential transcription joins each span of "
+                                                                 "speech whole (the batched pipeline cuts them at its windows)")
+        elif name not in ours:
             raise ValueError(f"unknown VAD parameter {name!r}; as2d's detector takes {', '.join(sorted(ours))}")
     return dataclasses.replace(base, **{k: v for k, v in given.items() if k in ours})
 

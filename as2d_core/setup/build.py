@@ -48,8 +48,8 @@ def build_part(kind: str, name: str, **options):
 def build_together(make_target: Callable[[], Any], make_source: Callable[[], Any] | None) -> tuple[Any, Any]:
     """The target and the source built at once (``make_source``: None for none). Loading a model is mostly one
     core's work (reading weights, optimizing graphs), so two cores load both in about the time of the slower:
-    1.6 s instead of 2.5 s for whisper-base and the CTranslate2 drafter here (BENCHMARKS.md section 29). An error
-    of either is raised, the target's first."""
+    about 1.5 s instead of 2.4-2.9 s for whisper-base and the CTranslate2 drafter here (BENCHMARKS.md section 29).
+    An error of either is raised, the target's first."""
     if make_source is None:
         return make_target(), None
     load_registry()  # once, before two threads ask for it
