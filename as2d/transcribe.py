@@ -33,7 +33,8 @@ from as2d_core.input.seek import HOP
 from as2d_core.input.sequential import fitted_mode, speech_only
 from as2d_core.input.transcript import WindowResult
 from as2d_core.setup import catalog
-from as2d_core.setup.build import DEFAULT_SOURCE, build_part, build_source, build_together
+from as2d_core.setup.build import (DEFAULT_SOURCE, build_part, build_source, build_together,
+                                   target_thread_counts)
 
 from .audio import audio_samples
 from .models import INSTALL, resolve_target, unavailable
@@ -76,7 +77,13 @@ class WhisperModel:
         if cpu_threads < 0:
             raise ValueError(f"cpu_threads must be 0 (as2d's default) or more, got {cpu_threads}")
         name, folder = resolve_target(model_size_or_path, compute_type)
-        options: dict[str, Any] = {"audio_cache": 1}  # the language detection's encoding serves the first window
+        if profile not in (None, AUTO, NONE):
+            read_profile(profile)  # a file that is no profile fails here, before the models load
+        self.decode_options = DecodeOptions(profile=None if profile is None else str(profile),
+                                            **({"target_threads": cpu_threads} if cpu_threads else {}))
+        # the language detection's encoding serves the first window
+        options: dict[str, Any] = {"audio_cache": 1,
+                                   "preload_threads": target_thread_counts(self.decode_options, source is not None)}
         if folder is not None:
             options["model_dir"] = folder
         if source is not None:
@@ -84,10 +91,6 @@ class WhisperModel:
         self.target, self.source = build_together(functools.partial(build_part, "target", name, **options),
                                                   None if source is None else functools.partial(build_source, source))
         self.bridge = catalog.resolve_bridge(self.source, self.target) if self.source is not None else None
-        if profile not in (None, AUTO, NONE):
-            read_profile(profile)  # a file that is no profile fails here, before the models load
-        self.decode_options = DecodeOptions(profile=None if profile is None else str(profile),
-                                            **({"target_threads": cpu_threads} if cpu_threads else {}))
         self._lock = threading.RLock()
 
     def transcribe(

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from as2d_core.decode.methods import get_method
+from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.profile import AUTO, NONE
 from as2d_core.setup.config import Config, Report, check_file, parse, set_values
 from as2d_core.setup.paths import models_dir
@@ -43,6 +44,12 @@ def build_part(kind: str, name: str, **options):
     part = load_registry().get(kind, name)
     options.setdefault("models_dir", models_dir())
     return part.factory(options)
+
+
+def target_thread_counts(decode: DecodeOptions, drafting: bool) -> tuple[int, ...]:
+    """The thread counts a target runs at (its ``preload_threads``, built when it loads): alone, and with a drafter
+    beside it, fewer while the drafter drafts."""
+    return tuple(sorted({decode.target_threads, *([decode.shared_target_threads] if drafting else [])}))
 
 
 def build_together(make_target: Callable[[], Any], make_source: Callable[[], Any] | None) -> tuple[Any, Any]:
@@ -122,7 +129,9 @@ def build_parts(config: Config, report: Report | None = None, with_source: bool 
                                         threads=config.decode.drafter_threads)
     return build_together(functools.partial(build_part, "target", config.target.model, backend=config.target.backend,
                                             device=devices.get("target", config.target.device),
-                                            threads=config.decode.target_threads), make_source)
+                                            threads=config.decode.target_threads,
+                                            preload_threads=target_thread_counts(config.decode, make_source is not None)),
+                          make_source)
 
 
 def parts_from_config(path: Path, overrides: dict | None = None, with_source: bool | None = None):

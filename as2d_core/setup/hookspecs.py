@@ -38,8 +38,9 @@ which plugin provides a part and how to install it, for listings of absent plugi
 Factories of targets and sources are called with one options dict of these keys (a factory uses
 those it has and ignores the rest) and return a ``contracts.Target`` /
 ``contracts.Source``: ``models_dir``; ``model_dir``, a folder of the user's own weights in the
-part's format; ``backend``, ``device``, ``threads``; ``audio_cache``, how many recent audios'
-encoder outputs to keep for a caller that decodes the same audio again (0, the default, keeps
+part's format; ``backend``, ``device``, ``threads``; ``preload_threads``, the thread counts the caller
+will run a target at (``build.target_thread_counts``: its sessions are built as it loads); ``audio_cache``, how
+many recent audios' encoder outputs to keep for a caller that decodes the same audio again (0, the default, keeps
 none). Detector factories get ``DETECTOR_OPTIONS`` keys: faster-whisper's VAD options
 ``threshold``, ``neg_threshold``, ``min_speech_duration_ms``, ``min_silence_duration_ms`` and ``speech_pad_ms``
 as ``threshold``, ``neg_threshold``, ``min_speech_ms``, ``min_silence_ms`` and ``pad_ms`` (the longest span is
