@@ -185,9 +185,7 @@ class WhisperModel:
             # faster-whisper reads the language from the first clip's mel frame, and from 0 s where that is past the end
             start = int(decode.clip_timestamps[0] * 100) * HOP if decode.clip_timestamps else 0
             start = start if start < audio.size - HOP else 0
-            chunk = decode.chunk_length * SAMPLE_RATE
-            detect = [Request("language", audio[s: s + chunk], recording=recording, offset=s)
-                      for s in range(start, audio.size, chunk)[:detection_segments]]
+            detect = _language_requests(recording, start, decode.chunk_length, detection_segments)
             return windows, audio.size / SAMPLE_RATE, detect, notes, pipeline.route(0)
         plan = pipeline.plan(samples)
         silent = lambda result: _silent(result, decode.no_speech_threshold, decode.log_prob_threshold)  # noqa: E731
@@ -225,11 +223,10 @@ class WhisperModel:
         if vad_filter:  # faster-whisper's sequential VAD defaults, as its detect_language takes them
             vad = vad_options(vad_parameters, attrs.evolve(self.decode_options, route="seek"))
             samples, _speech = speech_only(samples, speech_detector(vad))
-        chunk = self.decode_options.chunk_length * SAMPLE_RATE
-        samples = samples[: language_detection_segments * chunk]
-        recording = Recording(samples)  # the log-mel over the segments read, as faster-whisper computes it
-        detect = [Request("language", samples[s: s + chunk], recording=recording, offset=s)
-                  for s in range(0, samples.size, chunk)]
+        chunk_length = self.decode_options.chunk_length
+        # the log-mel over the segments read, as faster-whisper computes it
+        recording = Recording(samples[: language_detection_segments * chunk_length * SAMPLE_RATE])
+        detect = _language_requests(recording, 0, chunk_length, language_detection_segments)
         with self._lock:
             language, probability, probabilities = self._detect_language(detect, "asr", language_detection_threshold)
         return language, probability, list(probabilities.items())
@@ -275,6 +272,14 @@ class WhisperModel:
                     progress.advance_to(window.end_s)
             finally:
                 windows.close()
+
+
+def _language_requests(recording: Recording, start: int, chunk_length: int, segments: int) -> list[Request]:
+    """The requests the language is read from: up to ``segments`` consecutive ``chunk_length`` s of ``recording``
+    from sample ``start``, each with its frames of the recording's log-mel."""
+    chunk, audio = chunk_length * SAMPLE_RATE, recording.audio
+    return [Request("language", audio[s: s + chunk], recording=recording, offset=s)
+            for s in range(start, audio.size, chunk)[:segments]]
 
 
 def _silent(result, no_speech_threshold: float | None, log_prob_threshold: float | None) -> bool:
