@@ -349,7 +349,8 @@ def test_random_large_v3_and_turbo_convert_and_decode(tmp_path, shape, decoder_l
 
 def test_a_graph_over_two_gigabytes_keeps_its_weights_in_one_file_of_its_own(tmp_path):
     """torch writes a graph over protobuf's limit (large-v3's encoder and decoder) with one file per tensor, named
-    after the tensor; moved into a model folder, its weights become one NAME.data, so graphs cannot collide."""
+    after the tensor; moved into a model folder, its weights become one NAME.data, as every graph's do, so graphs
+    cannot collide."""
     import onnx
     import onnxruntime as ort
     from onnx import helper, numpy_helper

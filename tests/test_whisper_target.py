@@ -241,6 +241,27 @@ def test_an_older_model_format_is_refused_and_converted_again(target, tmp_path):
         WhisperTarget(old)
 
 
+def test_every_graph_keeps_its_weights_beside_it_and_a_missing_weights_file_is_named(target, tmp_path):
+    """Each installed graph's weights lie in NAME.onnx.data beside a small graph (ONNX Runtime maps them rather than
+    copying them, ``convert.onnx_export.save_graph``); a folder that lost one is refused with the file's name and
+    the command that installs it, and the installer does not take it as installed."""
+    from as2d_whisper.plugin import REQUIRED_FILES, _installed
+    from as2d_whisper.target import WhisperTarget
+
+    graphs = sorted(target.model.dir.glob("*.onnx"))
+    assert {"encoder.onnx", "decoder.onnx"} <= {g.name for g in graphs}
+    for graph in graphs:
+        assert graph.with_name(graph.name + ".data").stat().st_size > 50 * graph.stat().st_size, graph.name
+    partial = tmp_path / "whisper-base"
+    partial.mkdir()
+    for file in target.model.dir.iterdir():
+        if file.name != "decoder.onnx.data":
+            (partial / file.name).symlink_to(file)
+    assert not _installed(partial, REQUIRED_FILES)
+    with pytest.raises(FileNotFoundError, match="lacks decoder.onnx.data.*as2d models install whisper-base"):
+        WhisperTarget(partial)
+
+
 @full_only  # a developer's tool for the decoder graph, not a path a transcript takes
 def test_decoder_profile_command_names_the_operators(target):
     """``as2d whisper-decoder-profile`` times the installed decoder's step and names where its time goes, and

@@ -10,7 +10,9 @@ IMPORTER = "whisper-checkpoint"  # the model part that converts a Whisper the us
 ACCEPTED = ("a faster-whisper/CTranslate2 folder (model.bin, config.json, tokenizer.json or vocabulary.*), "
             "a Hugging Face WhisperForConditionalGeneration folder (config.json, model.safetensors or "
             "pytorch_model.bin, tokenizer.json), or an openai-whisper checkpoint (.pt with dims and model_state_dict)")
-REQUIRED_FILES = ("encoder.onnx", "decoder.onnx", "tokenizer.json", "model.json")
+# a converted folder: the graphs, each with its weights beside it (``convert.onnx_export.save_graph``)
+REQUIRED_FILES = ("encoder.onnx", "encoder.onnx.data", "decoder.onnx", "decoder.onnx.data", "tokenizer.json",
+                  "model.json")
 
 
 def imported_models() -> dict[str, dict]:

@@ -14,10 +14,9 @@ from as2d_core.decode.options import DEFAULTS
 from as2d_core.setup.hookspecs import hookimpl
 from as2d_core.setup.paths import absent_files
 
-from .imported_parts import (ACCEPTED, IMPORTER, import_checkpoint, imported_info, imported_models,
+from .imported_parts import (ACCEPTED, IMPORTER, REQUIRED_FILES, import_checkpoint, imported_info, imported_models,
                              recognizes, roles as _roles)
 
-REQUIRED_FILES = ("encoder.onnx", "decoder.onnx", "tokenizer.json", "model.json")
 CT2_REQUIRED_FILES = ("model.bin", "config.json", "vocabulary.txt", "tokenizer.json", "model.json")
 INT8_TARGET, CT2_SOURCE = "whisper-base-int8", "whisper-tiny.en-ct2"
 ALIGNED_TARGETS = ("whisper-base",)  # installed with the aligner graph that word timestamps need
@@ -144,7 +143,7 @@ def register_sources(register):
         vocabulary="whisper-en",
         backends=("onnxruntime", "mnn"),
         model_dir="whisper-tiny.en",
-        required_files=(*REQUIRED_FILES, "decoder.int8.onnx"),
+        required_files=(*REQUIRED_FILES, "decoder.int8.onnx", "decoder.int8.onnx.data"),
         layout="ONNX export of Whisper tiny.en, plus decoder.int8.onnx (dynamic quantization)",
         model_install="as2d models install whisper-tiny.en",
     )

@@ -18,7 +18,8 @@ from .convert.weights import FORMAT_VERSION
 INSTALL_HINT = "run `as2d models install whisper-base whisper-tiny.en`"
 MARKUP = re.compile(r"<\|(\d+\.\d+)\|>")  # a timestamp in text (``<|2.40|>``), as ``timestamps.marked_up`` writes it
 LAST_TIMESTAMP = 1500  # <|30.00|>
-LAYOUT = "a Whisper folder converted by as2d: model.json, tokenizer.json, the encoder and decoder graphs"
+LAYOUT = ("a Whisper folder converted by as2d: model.json, tokenizer.json, the encoder and decoder graphs, each "
+          "with its weights beside it (NAME.onnx.data)")
 
 
 def read_model_folder(model_dir: str | Path, files: Sequence[str], hint: str = INSTALL_HINT):
@@ -30,6 +31,8 @@ def read_model_folder(model_dir: str | Path, files: Sequence[str], hint: str = I
     if meta.get("format_version") != FORMAT_VERSION:
         raise ModelFilesMissing(
             f"{folder} holds model format {meta.get('format_version')}, this plugin reads {FORMAT_VERSION}; {hint} again")
+    # an ONNX graph's weights lie beside it (``convert.onnx_export.save_graph``): named here if lost, not by ORT
+    check_folder(folder, [f"{f}.data" for f in files if f.endswith(".onnx")], LAYOUT, "Whisper", hint)
     return folder, meta, Tokenizer.from_file(str(folder / "tokenizer.json"))
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from .aligner import checked_aligner
 from .formats import Checkpoint, detect, read_checkpoint
-from .onnx_export import export_graphs, model_meta, write_meta
+from .onnx_export import export_graphs, graph_files, model_meta, write_meta
 from .tokenizers import vocabulary_label
 from .weights import FORMAT_VERSION, special_tokens
 
@@ -96,7 +96,7 @@ def import_model(path: str | Path, models_dir: str | Path, name: str | None = No
                                   label=name, on_model=lambda model: alignment.update(checked_aligner(
                                       model, checkpoint.dims, alignment_heads(checkpoint), out, name)))
     meta = folder_meta(checkpoint, name, out)
-    meta.update({"files": [*outputs, "tokenizer.json", alignment["file"]], IMPORTED: source,
+    meta.update({"files": [*outputs, "tokenizer.json", *graph_files(out, [alignment["file"]])], IMPORTED: source,
                  "validation_max_abs_diff": diff, "alignment": alignment})
     write_meta(out, meta)
     print(f"[as2d-whisper] {name}: {kind} checkpoint {path} converted into {out} in "

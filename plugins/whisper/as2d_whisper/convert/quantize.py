@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..graph_io import BEAMS_FILE, WINDOWS_FILE
-from .onnx_export import DECODER_FILE, ENCODER_FILE
+from .onnx_export import DECODER_FILE, ENCODER_FILE, graph_files, save_graph
 from .weights import package_version
 
 # model.json's ``int8.recipe``: a folder quantized by an older recipe is quantized again on install
@@ -160,7 +160,7 @@ def quantize_decoder(graph, n_vocab: int, out_path: Path, layers: bool = False) 
 
 def _quantize(graph, out_path: Path, check=None, **options) -> None:
     """``graph``'s weight products in int8, a scale per column, their activations per row (``per_row_activations``),
-    written to ``out_path`` once whole; ``check`` sees the quantized model first."""
+    written to ``out_path`` (``save_graph``); ``check`` sees the quantized model first."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -168,11 +168,11 @@ def _quantize(graph, out_path: Path, check=None, **options) -> None:
     quantize_dynamic(graph, str(tmp), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"],
                      **options)
     model = onnx.load(str(tmp))
+    tmp.unlink()
     per_row_activations(model)
     if check is not None:
         check(model)
-    onnx.save(model, str(tmp))
-    tmp.replace(out_path)
+    save_graph(model, out_path)
 
 
 def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
@@ -215,7 +215,7 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     plan = ((DECODER_FILE, DECODER_FILE, False), (WINDOWS_FILE, WINDOWS_FILE, False), (WINDOWS_FILE, BEAMS_FILE, True))
     outputs = {out: quantize_decoder(onnx.load(str(fp32_dir / source)), meta["dims"]["n_vocab"], out_dir / out, layers)
                for source, out, layers in plan if (fp32_dir / source).is_file()}
-    meta["files"] = [*meta["files"], *(f for f in outputs if f not in meta["files"])]
+    meta["files"] = [*meta["files"], *(f for f in graph_files(out_dir, list(outputs)) if f not in meta["files"])]
     output_nodes = outputs[DECODER_FILE]
     encoder = onnx.load(str(fp32_dir / ENCODER_FILE))
     kept_fp32 = first_layer_products(encoder)
