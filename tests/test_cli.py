@@ -113,8 +113,8 @@ def test_config_check_here_names_missing_model_files(invoke, tmp_path):
     result = invoke("config", "check", "--here", path, allow="whisper,onnxruntime")
     assert result.exit_code == 1
     folder = tmp_path / "models" / "whisper-base"
-    assert (f"missing here: target: model files missing in {folder}: encoder.onnx, decoder.onnx, tokenizer.json, "
-            "model.json; run `as2d models install whisper-base`") in result.output
+    assert (f"missing here: target: model files missing in {folder}: encoder.onnx, encoder.onnx.data, decoder.onnx, "
+            "decoder.onnx.data, tokenizer.json, model.json; run `as2d models install whisper-base`") in result.output
     assert f"missing here: source: model files missing in {tmp_path / 'models' / 'whisper-tiny.en'}" in result.output
 
 

@@ -220,7 +220,7 @@ def test_a_folder_without_the_aligner_names_the_install_command(tmp_path):
     """A whisper-base folder installed before word timestamps existed: one line, exit 2, the command that adds it."""
     installed, folder = models_dir() / "whisper-base", tmp_path / "whisper-base"
     folder.mkdir()
-    for name in ("encoder.onnx", "decoder.onnx", "tokenizer.json"):
+    for name in ("encoder.onnx", "encoder.onnx.data", "decoder.onnx", "decoder.onnx.data", "tokenizer.json"):
         (folder / name).symlink_to(installed / name)
     meta = json.loads((installed / "model.json").read_text())
     meta.pop("alignment", None)
