@@ -50,8 +50,8 @@ def save_graph(model, target: Path) -> None:
     """Write ONNX graph ``model`` to ``target`` with its weights in one file beside it, ``target.data``.
 
     ONNX Runtime maps that file into memory rather than copying every weight out of the protobuf: a session of
-    whisper-base's decoder builds in 0.2 s instead of 0.5-0.8 s, and the sessions of one graph at two thread
-    counts read one copy of the weights (BENCHMARKS.md section 30). The computed bits are the same.
+    whisper-base's decoder builds in 0.2 s instead of 0.5-0.8 s (BENCHMARKS.md section 30), with the same bits.
+    Each session still packs its own copy of the weights its matrix products read.
     """
     import onnx
 
