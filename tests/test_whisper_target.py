@@ -262,6 +262,28 @@ def test_every_graph_keeps_its_weights_beside_it_and_a_missing_weights_file_is_n
         WhisperTarget(partial)
 
 
+def test_weights_mapped_from_beside_the_graph_compute_the_same_bits_as_weights_inside_it(target):
+    """Format 4 moved the weights out of the graph (``save_graph``); ONNX Runtime must compute with them exactly as
+    with the same weights inside the graph, or every transcript made before would change."""
+    import onnx
+    import onnxruntime as ort
+
+    from as2d_whisper.graph_io import audio_input_names
+
+    path = target.model.dir / "decoder.onnx"
+    inside = onnx.load(str(path)).SerializeToString()  # the weights read back into the protobuf
+    assert len(inside) > 50 * path.stat().st_size
+    rng = np.random.default_rng(0)
+    model = target.model
+    feed = {name: rng.normal(size=(model.n_heads, 1500, model.head_dim)).astype(np.float32)
+            for name in audio_input_names(model.n_layers)}
+    feed["past"] = rng.normal(size=(5, model.n_layers, 2, model.n_heads, model.head_dim)).astype(np.float32)
+    feed["tokens"] = np.array([[model.sot, 440, 3542, 337]], np.int64)
+    beside = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)
+    embedded = ort.InferenceSession(inside, providers=["CPUExecutionProvider"]).run(None, feed)
+    assert all(np.array_equal(a, b) for a, b in zip(beside, embedded, strict=True))
+
+
 @full_only  # a developer's tool for the decoder graph, not a path a transcript takes
 def test_decoder_profile_command_names_the_operators(target):
     """``as2d whisper-decoder-profile`` times the installed decoder's step and names where its time goes, and
