@@ -94,10 +94,12 @@ def test_rows_side_by_side_share_calls_and_only_the_first_drafts():
     group = TinyGroup(model, 3)
     scheduler = Scheduler(group)
     gate = threading.Barrier(3)
+    admitted = [threading.Event() for _ in range(3)]
     results: list = [None] * 3
 
     def one(i):
         with scheduler.admit() as admission:
+            admitted[i].set()
             gate.wait()  # all three admitted before any decodes
             results[i] = run_request(requests[i], scheduler.target(model), ScriptedSource(alone[i]),
                                      "as2d" if admission.drafts else "target-only", DecodeOptions(budget=4))
@@ -105,8 +107,9 @@ def test_rows_side_by_side_share_calls_and_only_the_first_drafts():
     threads = [threading.Thread(target=one, args=(i,)) for i in range(3)]
     for i, thread in enumerate(threads):
         thread.start()
-        while scheduler.decoding <= i:  # admitted in order
-            pass
+        # admitted in order; an event, not the count of rows decoding: on busy cores all three could be admitted,
+        # decode and leave before this thread looks at that count again
+        assert admitted[i].wait(timeout=60), f"row {i} was never admitted"
     for thread in threads:
         thread.join(timeout=60)
     assert [r.tokens for r in results] == alone
