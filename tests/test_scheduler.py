@@ -87,11 +87,12 @@ def test_rows_joining_and_leaving_at_any_step_get_their_tokens_alone(starts, bud
 
 def test_rows_side_by_side_share_calls_and_only_the_first_drafts():
     """Three rows at once: calls carry several rows, and with the default rule the row admitted alone drafts
-    while those admitted beside it run target-only."""
+    while those admitted beside it run target-only. Each call takes 50 ms, as a real one takes milliseconds: the
+    rows that ask while it runs share the next, however the busy cores schedule their threads."""
     model = TinyLM(seed=5)
     requests = _requests(3, 5)
     alone = [run_request(r, model, None, "target-only").tokens for r in requests]
-    group = TinyGroup(model, 3)
+    group = TinyGroup(model, 3, call_s=0.05)
     scheduler = Scheduler(group)
     gate = threading.Barrier(3)
     admitted = [threading.Event() for _ in range(3)]

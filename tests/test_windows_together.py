@@ -9,6 +9,7 @@ files by every method against one window at a time.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,10 +33,12 @@ SR = 16000
 
 
 class TinyGroup:
-    """A window group on the tiny model: each row verified by its own session, the calls and their rows counted."""
+    """A window group on the tiny model: each row verified by its own session, the calls and their rows counted.
+    ``call_s``: each call takes at least that long, as a real target's does (the scheduler waits that long for the
+    other rows to ask)."""
 
-    def __init__(self, model: TinyLM, size: int, fail_on_call: int | None = None):
-        self.model, self.size, self.fail_on_call = model, size, fail_on_call
+    def __init__(self, model: TinyLM, size: int, fail_on_call: int | None = None, call_s: float = 0.0):
+        self.model, self.size, self.fail_on_call, self.call_s = model, size, fail_on_call, call_s
         self.calls: list[int] = []
         self._lock = threading.Lock()
 
@@ -47,6 +50,7 @@ class TinyGroup:
             self.calls.append(len(rows))
             if self.fail_on_call is not None and len(self.calls) == self.fail_on_call:
                 raise RuntimeError("the group's call failed")
+        time.sleep(self.call_s)
         return [session.verify(root, candidates) for session, root, candidates in rows]
 
 
