@@ -284,6 +284,44 @@ def test_weights_mapped_from_beside_the_graph_compute_the_same_bits_as_weights_i
     assert all(np.array_equal(a, b) for a, b in zip(beside, embedded, strict=True))
 
 
+def _anonymous_mb() -> float:
+    rollup = Path("/proc/self/smaps_rollup")
+    if not rollup.is_file():
+        pytest.skip("reads this process's anonymous memory from Linux's /proc/self/smaps_rollup")
+    return next(int(line.split()[1]) for line in rollup.read_text().splitlines()
+                if line.startswith("Anonymous:")) / 1024
+
+
+def test_the_optimized_copy_computes_the_same_bits_and_its_sessions_share_the_packed_weights(target):
+    """The target's sessions run this machine's optimized copy of each graph (``as2d_onnxruntime.sessions``): the
+    decoder and the encoder compute the same bits as the graphs as converted, and one more decoder session maps
+    the packed weights from the copy instead of packing its own (before: about 190 MB more each)."""
+    import onnxruntime as ort
+
+    from as2d_onnxruntime.sessions import optimized_copy, ort_session
+    from as2d_whisper.graph_io import audio_input_names
+
+    model = target.model
+    rng = np.random.default_rng(0)
+    feed = {name: rng.normal(size=(model.n_heads, 1500, model.head_dim)).astype(np.float32)
+            for name in audio_input_names(model.n_layers)}
+    feed["past"] = rng.normal(size=(5, model.n_layers, 2, model.n_heads, model.head_dim)).astype(np.float32)
+    feed["tokens"] = np.array([[model.sot, 440, 3542, 337]], np.int64)
+    mel = {"mel": rng.normal(size=(1, model.n_mels, 3000)).astype(np.float32)}
+    as_converted = {}
+    for graph, inputs in (("decoder.onnx", feed), ("encoder.onnx", mel)):
+        path = model.dir / graph
+        assert optimized_copy(path) is not None
+        as_converted[graph] = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, inputs)
+        copied = ort_session(path, "cpu", 2)[0].run(None, inputs)
+        assert all(np.array_equal(a, b) for a, b in zip(as_converted[graph], copied, strict=True)), graph
+    before = _anonymous_mb()
+    another = ort_session(model.dir / "decoder.onnx", "cpu", 3)[0]
+    grown = _anonymous_mb() - before
+    assert grown < 60, f"one more decoder session took {grown:.0f} MB of its own"
+    assert all(np.array_equal(a, b) for a, b in zip(as_converted["decoder.onnx"], another.run(None, feed), strict=True))
+
+
 @full_only  # a developer's tool for the decoder graph, not a path a transcript takes
 def test_decoder_profile_command_names_the_operators(target):
     """``as2d whisper-decoder-profile`` times the installed decoder's step and names where its time goes, and

@@ -1,0 +1,100 @@
+"""ONNX Runtime sessions from this machine's optimized copy of a graph (``as2d_onnxruntime.sessions``).
+
+The copy is a cache of ONNX Runtime's own work, so it must never change a result: the same bits as the graph it
+comes from, a new copy when the graph is converted again, the graph as it is where no copy can be written, and
+two processes making it at once both running. A small graph with its weights beside it, built here, stands for the
+installed ones (``test_whisper_target`` compares whisper-base's own graphs).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="onnx builds the test's graph (pip install onnx)")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from as2d_onnxruntime.sessions import OPTIMIZED_DIR, machine_tag, optimized_copy, ort_session  # noqa: E402
+
+
+def write_graph(folder: Path, seed: int) -> Path:
+    """``y = relu(x @ W1) @ W2`` with 64x64 weights (packed by ONNX Runtime's MatMul) in ``graph.onnx.data``."""
+    rng = np.random.default_rng(seed)
+    weights = [numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}") for i in (1, 2)]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = folder / "graph.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="graph.onnx.data", size_threshold=0)
+    return path
+
+
+def plain_result(path: Path, x: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+X = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
+
+
+def test_sessions_run_the_optimized_copy_and_compute_the_same_bits(tmp_path):
+    path = write_graph(tmp_path, seed=0)
+    copy = optimized_copy(path)
+    assert copy is not None and copy.is_relative_to(tmp_path / OPTIMIZED_DIR / machine_tag())
+    assert copy.with_name(copy.name + ".data").is_file()  # the packed weights beside it
+    for threads in (1, 2):
+        session, note = ort_session(path, "cpu", threads)
+        assert "CPUExecutionProvider" in note
+        assert np.array_equal(session.run(None, {"x": X})[0], plain_result(path, X))
+    assert optimized_copy(path) == copy  # made once
+    assert not list(copy.parent.parent.glob(".making-*"))
+
+
+def test_a_graph_converted_again_gets_a_new_copy(tmp_path):
+    path = write_graph(tmp_path, seed=0)
+    first = optimized_copy(path)
+    before = ort_session(path, "cpu", 1)[0].run(None, {"x": X})[0]
+    path = write_graph(tmp_path, seed=1)  # other weights, written where the old ones were
+    os.utime(path.with_name("graph.onnx.data"), ns=(1, 1))  # even at an unchanged size, another time
+    second = optimized_copy(path)
+    assert second != first and not first.exists()  # the stale copy is removed
+    after = ort_session(path, "cpu", 1)[0].run(None, {"x": X})[0]
+    assert np.array_equal(after, plain_result(path, X)) and not np.array_equal(after, before)
+
+
+def test_a_folder_that_takes_no_copy_runs_the_graph_as_it_is(tmp_path):
+    path = write_graph(tmp_path, seed=0)
+    (tmp_path / OPTIMIZED_DIR).write_text("not a folder")  # as a read-only folder would, the copy cannot be made
+    assert optimized_copy(path) is None
+    session, _ = ort_session(path, "cpu", 2)
+    assert np.array_equal(session.run(None, {"x": X})[0], plain_result(path, X))
+
+
+def _make_and_run(path: str, queue) -> None:
+    copy = optimized_copy(Path(path))
+    queue.put((str(copy), ort_session(Path(path), "cpu", 1)[0].run(None, {"x": X})[0]))
+
+
+def test_two_processes_making_the_copy_at_once_both_run(tmp_path):
+    path = write_graph(tmp_path, seed=0)
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    workers = [context.Process(target=_make_and_run, args=(str(path), queue)) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    results = [queue.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    expected = plain_result(path, X)
+    assert len({copy for copy, _ in results}) == 1 and all(np.array_equal(y, expected) for _, y in results)
+    home = tmp_path / OPTIMIZED_DIR / machine_tag()
+    assert [p.name for p in home.iterdir()] == [Path(results[0][0]).parent.name]  # no half-made copy left
