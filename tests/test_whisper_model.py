@@ -133,6 +133,27 @@ def test_segments_are_the_targets_greedy_output_and_info_says_how(model):
     assert [s.avg_logprob for s in segments] == pytest.approx([s.avg_logprob for s in reference], abs=1e-4)
 
 
+def test_the_drafter_loads_at_one_niceness_and_a_guessing_one_when_first_asked(model):
+    """Its requests name the language (detected first), so the model loads the drafter at the niceness of a named
+    language only (a second CTranslate2 model cost about 75 MB); ``multilingual=True`` detects per request, drafts
+    on a guess at ``guess_nice``, and gets that drafter when it first asks, with the target's own tokens."""
+    from as2d_core.decode.options import DecodeOptions
+
+    defaults = DecodeOptions()
+    assert {nice for _, nice in model.source._models} == {defaults.drafter_nice}
+    audio = speech_audio("ljspeech_en_w00")
+    guessed, _ = model.transcribe(audio, multilingual=True, without_timestamps=True)
+    guessed = list(guessed)
+    assert {nice for _, nice in model.source._models} == {defaults.drafter_nice, defaults.guess_nice}
+    source, model.source = model.source, None  # the same model, target-only
+    try:
+        reference, _ = model.transcribe(audio, multilingual=True, without_timestamps=True)
+        reference = list(reference)
+    finally:
+        model.source = source
+    assert guessed and [s.tokens for s in guessed] == [s.tokens for s in reference]
+
+
 def test_a_profile_that_prices_drafting_above_decoding_alone_decodes_target_only(model, tmp_path):
     """as2d's ``profile``: on a device where drafting does not pay, sequential transcription runs target-only."""
     from as2d import WhisperModel

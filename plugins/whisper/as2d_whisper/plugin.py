@@ -89,6 +89,7 @@ def _ct2_source(options: dict):
         _model_dir(options, CT2_SOURCE),
         backend_device=options.get("device", "cpu"),
         preload_threads=options.get("preload_threads", CT2_SOURCE_THREADS),
+        **({"preload_nice": options["preload_nice"]} if "preload_nice" in options else {}),
         # Measured with drafting from arrival (BENCHMARKS.md section 6): the encoder on the audio plus 4 s
         # and one whole decode cost the target's own encoder least; the first tokens are ready before it is.
         first_call_tokens=options.get("first_call_tokens", 0),
