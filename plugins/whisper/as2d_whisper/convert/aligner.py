@@ -24,7 +24,7 @@ import numpy as np
 
 from ..alignment import ALIGNER_FILE
 from ..graph_io import audio_feed
-from .onnx_export import DECODER_FILE, graph_file, graph_files, scaled_diff
+from .onnx_export import DECODER_FILE, graph_file, listing_graphs, scaled_diff
 from .quantize import quantize_decoder
 from .torch_model import build_torch_model
 from .weights import load_ct2_weights, package_version, source_files
@@ -142,8 +142,7 @@ def _write_meta(out_dir: Path, alignment: dict) -> None:
     meta_path = out_dir / "model.json"
     meta = json.loads(meta_path.read_text())
     meta["alignment"] = alignment
-    meta["files"] = [*meta.get("files", []),
-                     *(f for f in graph_files(out_dir, [ALIGNER_FILE]) if f not in meta.get("files", []))]
+    meta["files"] = listing_graphs(meta.get("files", []), out_dir, [ALIGNER_FILE])
     tmp = meta_path.with_name("model.json.tmp")
     tmp.write_text(json.dumps(meta, indent=1))
     tmp.replace(meta_path)

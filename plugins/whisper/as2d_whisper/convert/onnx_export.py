@@ -67,6 +67,12 @@ def graph_files(out_dir: Path, graphs: list[str]) -> list[str]:
     return graphs + [f"{g}.data" for g in graphs if (out_dir / f"{g}.data").is_file()]
 
 
+def listing_graphs(listed: list[str], out_dir: Path, graphs: list[str]) -> list[str]:
+    """A model.json's ``files`` (``listed``) with ``graphs`` written later into the folder, and their weight files,
+    added where not listed yet (a second conversion lists each file once)."""
+    return [*listed, *(f for f in graph_files(out_dir, graphs) if f not in listed)]
+
+
 def _export(model, dims: dict, out_dir: Path, opset: int = 17) -> None:
     import torch
 

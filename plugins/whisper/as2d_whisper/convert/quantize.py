@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..graph_io import BEAMS_FILE, WINDOWS_FILE
-from .onnx_export import DECODER_FILE, ENCODER_FILE, graph_files, save_graph
+from .onnx_export import DECODER_FILE, ENCODER_FILE, listing_graphs, save_graph
 from .weights import package_version
 
 # model.json's ``int8.recipe``: a folder quantized by an older recipe is quantized again on install
@@ -215,7 +215,7 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     plan = ((DECODER_FILE, DECODER_FILE, False), (WINDOWS_FILE, WINDOWS_FILE, False), (WINDOWS_FILE, BEAMS_FILE, True))
     outputs = {out: quantize_decoder(onnx.load(str(fp32_dir / source)), meta["dims"]["n_vocab"], out_dir / out, layers)
                for source, out, layers in plan if (fp32_dir / source).is_file()}
-    meta["files"] = [*meta["files"], *(f for f in graph_files(out_dir, list(outputs)) if f not in meta["files"])]
+    meta["files"] = listing_graphs(meta["files"], out_dir, list(outputs))
     output_nodes = outputs[DECODER_FILE]
     encoder = onnx.load(str(fp32_dir / ENCODER_FILE))
     kept_fp32 = first_layer_products(encoder)
