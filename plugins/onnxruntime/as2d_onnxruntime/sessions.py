@@ -29,10 +29,27 @@ OPTIMIZED_DIR = ".onnxruntime"  # in the graph's folder: removed with the graphs
 _log = logging.getLogger(__name__)
 
 
+@cache
+def _shared_arena() -> None:
+    """One CPU memory arena for all of this process's sessions, grown by what is asked rather than doubled.
+
+    By default every session keeps an arena of its own that doubles as it grows and never shrinks: whisper-base's
+    encoder and its decoder at two thread counts held about 240 MB more after a few 30 s windows than they used."""
+    import onnxruntime as ort
+
+    cpu = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+    try:
+        ort.create_and_register_allocator(cpu, ort.OrtArenaCfg(0, 1, -1, -1))  # 1: kSameAsRequested
+    except Exception as error:  # onnxruntime's own error type: the host application registered one already
+        _log.info("onnxruntime's shared CPU arena is the one registered before (%s)", error)
+
+
 def _options(threads: int):
     import onnxruntime as ort
 
+    _shared_arena()
     options = ort.SessionOptions()
+    options.add_session_config_entry("session.use_env_allocators", "1")
     options.intra_op_num_threads = max(1, threads)
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
