@@ -70,6 +70,17 @@ def test_a_graph_converted_again_gets_a_new_copy(tmp_path):
     assert np.array_equal(after, plain_result(path, X)) and not np.array_equal(after, before)
 
 
+def test_another_onnxruntimes_copies_are_removed_and_another_processors_kept(tmp_path):
+    path = write_graph(tmp_path, seed=0)
+    older = tmp_path / OPTIMIZED_DIR / "ort1.0.0-x86_64-0123456789abcdef" / "graph.onnx-0123456789abcdef"
+    other_cpu = tmp_path / OPTIMIZED_DIR / f"{machine_tag()[:-16]}fedcba9876543210" / "graph.onnx-0123456789abcdef"
+    for folder in (older, other_cpu):
+        folder.mkdir(parents=True)
+        (folder / "graph.onnx").write_bytes(b"")
+    assert optimized_copy(path) is not None
+    assert not older.exists() and other_cpu.exists()
+
+
 def test_a_folder_that_takes_no_copy_runs_the_graph_as_it_is(tmp_path):
     path = write_graph(tmp_path, seed=0)
     (tmp_path / OPTIMIZED_DIR).write_text("not a folder")  # as a read-only folder would, the copy cannot be made

@@ -9,7 +9,8 @@ default) eats the core the other model is computing on.
 On the CPU a graph runs from this machine's optimized copy (``optimized_copy``): ONNX Runtime's optimized
 graph with the packed weights its kernels compute from saved beside it, made on first use. Its sessions map
 the packed weights from that file instead of each packing its own copy, so a graph's sessions at several
-thread counts, and the processes that load it, share one copy in memory, and a session builds sooner.
+thread counts, and the processes that load it, share one copy in memory, and a session builds sooner. All
+sessions draw their working memory from one arena (``_shared_arena``).
 """
 from __future__ import annotations
 
@@ -114,6 +115,9 @@ def optimized_copy(path: Path) -> Path | None:
         for stale in home.glob(f"{path.name}-*"):  # the graph's copies before a conversion, or one left half made
             if stale != made or not copy.is_file():
                 shutil.rmtree(stale, ignore_errors=True)
+        for older in home.parent.glob(f"ort*/{path.name}-*"):  # another onnxruntime's (an upgrade's) copies
+            if not older.parent.name.startswith(f"ort{ort.__version__}-"):
+                shutil.rmtree(older, ignore_errors=True)
         os.rename(work, made)
     except OSError as error:
         if not copy.is_file():  # not another process's copy, renamed first
