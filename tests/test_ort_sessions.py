@@ -89,6 +89,15 @@ def test_a_folder_that_takes_no_copy_runs_the_graph_as_it_is(tmp_path):
     assert np.array_equal(session.run(None, {"x": X})[0], plain_result(path, X))
 
 
+def test_a_copy_onnxruntime_cannot_write_leaves_the_graph_as_it_is(tmp_path, monkeypatch):
+    import tempfile
+
+    path = write_graph(tmp_path, seed=0)
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda **_: str(tmp_path / "gone" / "work"))  # nowhere to write
+    assert optimized_copy(path) is None
+    assert np.array_equal(ort_session(path, "cpu", 1)[0].run(None, {"x": X})[0], plain_result(path, X))
+
+
 def _make_and_run(path: str, queue) -> None:
     copy = optimized_copy(Path(path))
     queue.put((str(copy), ort_session(Path(path), "cpu", 1)[0].run(None, {"x": X})[0]))

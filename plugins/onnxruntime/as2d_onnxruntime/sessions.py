@@ -70,8 +70,8 @@ def machine_tag() -> str:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
         cpu = "\n".join(sorted({line for line in lines if line.startswith(("model name", "flags", "Features",
                                                                              "CPU part", "CPU implementer"))}))
-    except OSError:
-        cpu = platform.processor()
+    except OSError:  # no /proc (macOS, Windows): the host's name stands for its processor
+        cpu = f"{platform.processor()}\n{platform.node()}"
     digest = hashlib.sha256(f"{platform.machine()}\n{cpu}".encode()).hexdigest()[:16]
     return f"ort{ort.__version__}-{platform.machine()}-{digest}"
 
@@ -119,7 +119,7 @@ def optimized_copy(path: Path) -> Path | None:
             if not older.parent.name.startswith(f"ort{ort.__version__}-"):
                 shutil.rmtree(older, ignore_errors=True)
         os.rename(work, made)
-    except OSError as error:
+    except Exception as error:  # OSError, or onnxruntime's errors (which derive from Exception) writing the copy
         if not copy.is_file():  # not another process's copy, renamed first
             _log.info("no optimized copy of %s (%s): its sessions pack their own weights", path, error)
             return None
