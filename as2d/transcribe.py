@@ -90,9 +90,9 @@ class WhisperModel:
             catalog.check_pair(source, name)  # a drafter that could never draft for this target, before loading
         # its requests name the language (detected first) unless ``multilingual``: the drafter loads at the niceness
         # of a named language; a guessing one (``DecodeOptions.guess_nice``) loads when first asked for
-        drafter = functools.partial(build_source, source, preload_nice=(self.decode_options.drafter_nice,))
-        self.target, self.source = build_together(functools.partial(build_part, "target", name, **options),
-                                                  None if source is None else drafter)
+        drafter = None if source is None else functools.partial(
+            build_source, source, preload_nice=(self.decode_options.drafter_nice,))
+        self.target, self.source = build_together(functools.partial(build_part, "target", name, **options), drafter)
         self.bridge = catalog.resolve_bridge(self.source, self.target) if self.source is not None else None
         self._lock = threading.RLock()
 

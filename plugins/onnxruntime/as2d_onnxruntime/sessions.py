@@ -97,13 +97,10 @@ def optimized_copy(path: Path) -> Path | None:
     copy = made / path.name
     if copy.is_file():
         return copy
+    work = None
     try:
         home.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(dir=home, prefix=".making-"))
-    except OSError as error:
-        _log.info("no optimized copy of %s (%s): its sessions pack their own weights", path, error)
-        return None
-    try:
         options = _options(1)
         options.log_severity_level = 3  # its warning that the copy suits this machine only is the point here
         options.optimized_model_filepath = str(work / path.name)
@@ -124,7 +121,8 @@ def optimized_copy(path: Path) -> Path | None:
             _log.info("no optimized copy of %s (%s): its sessions pack their own weights", path, error)
             return None
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
     return copy
 
 
