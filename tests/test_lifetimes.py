@@ -70,6 +70,16 @@ def test_exit_waits_for_a_drafter_inside_a_runtime_call(whisper_target, whisper_
         assert done.stdout.startswith("EXACT"), done.stdout
 
 
+@pytest.fixture
+def no_threads_left_by_earlier_tests():
+    """These tests count every tracked thread of the process, so the drafters of earlier tests must have ended
+    first. A stopped drafter ends after its runtime call; at niceness 19 on busy cores that can take seconds, so
+    wait as the process would at exit, and fail (naming them) only if some never end."""
+    left = lifetimes.wait_for_threads(lifetimes.EXIT_WAIT_S)
+    assert left == [], f"tracked threads of earlier tests still running after {lifetimes.EXIT_WAIT_S:.0f} s: {left}"
+
+
+@pytest.mark.usefixtures("no_threads_left_by_earlier_tests")
 def test_join_all_waits_for_tracked_threads_only():
     release = threading.Event()
     tracked = lifetimes.start_thread(release.wait, "as2d-test-tracked", 30)
@@ -84,6 +94,7 @@ def test_join_all_waits_for_tracked_threads_only():
 
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
+@pytest.mark.usefixtures("no_threads_left_by_earlier_tests")
 def test_a_join_cut_short_by_a_signal_still_waits_for_the_thread():
     """A stop signal during ``join()`` (as during a drafter's model load): CPython 3.11 then marks the thread as
     stopped while it runs (python/cpython#90882); the exit must still wait for it, or the interpreter finalizes
