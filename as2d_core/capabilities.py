@@ -232,8 +232,10 @@ class BeamRows(Protocol):
 class BeamScoring(Protocol):
     """Optional for a target session: beam search over its prepared request."""
 
-    def beam_rows(self, width: int) -> BeamRows:
-        """``width`` rows holding the prompt alone (the session's own cache is left as it is)."""
+    def beam_rows(self, width: int, as_verified: bool = False) -> BeamRows:
+        """``width`` rows holding the prompt alone (the session's own cache is left as it is); ``as_verified``:
+        scored with the arithmetic of the session's own verification, never a faster one for beams alone (sampled
+        rows must draw what a decode alone draws)."""
 
 
 @runtime_checkable

@@ -62,7 +62,8 @@ class _CancellableSession(SessionWrapper):
         super().__init__(session)
         self._cancel = cancel
         if isinstance(session, BeamScoring):  # beam search steps through its rows, not through verify
-            self.beam_rows = lambda width: _CancellableRows(session.beam_rows(width), cancel)
+            self.beam_rows = lambda width, as_verified=False: _CancellableRows(session.beam_rows(width, as_verified),
+                                                                              cancel)
 
     def first_token(self) -> int:
         self._cancel.check()

@@ -1,4 +1,5 @@
-"""Make a long English recording from the shared speech clips, for whole-file and stream benchmarks.
+"""Make a long recording in one language (English unless asked) from the shared speech clips, for whole-file and
+stream benchmarks.
 
 Clips are joined in their listed order (or shuffled by a seed, for a second recording of the same
 clips) with a pause between them (the pauses are what a voice-activity detector cuts at), each
@@ -23,19 +24,21 @@ LEVEL_RMS = 0.05  # about -26 dBFS
 DEFAULT_SPEECH = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "speech"
 
 
-def english_clips(speech_dir: Path) -> list[dict]:
+def language_clips(speech_dir: Path, language: str = "en") -> list[dict]:
     rows = [json.loads(line) for line in (speech_dir / "clips.jsonl").read_text().splitlines() if line.strip()]
-    return [r for r in rows if r["lang"] == "en" and not r["id"].endswith("_8k")]
+    return [r for r in rows if r["lang"] == language and not r["id"].endswith("_8k")]
 
 
 def build(speech_dir: Path, seconds: float, pause_s: float = 1.0, once: bool = False,
-          shuffle: int | None = None) -> tuple[np.ndarray, list[dict]]:
+          shuffle: int | None = None, language: str = "en") -> tuple[np.ndarray, list[dict]]:
     """Samples (16 kHz mono float32) and the clip list with their times in the result (``once``: each clip once,
     up to ``seconds``, as the word-error-rate benchmark wants: no clip's words counted twice; ``shuffle``: the
     clips in the order this seed draws, so other clips share each 30 s request)."""
     from as2d_core.input.audio import load_audio
 
-    clips = english_clips(speech_dir)
+    clips = language_clips(speech_dir, language)
+    if not clips:
+        raise ValueError(f"no clips in {language!r} in {speech_dir / 'clips.jsonl'}")
     if shuffle is not None:
         clips = [clips[i] for i in np.random.default_rng(shuffle).permutation(len(clips))]
     pieces, listing, at = [], [], 0
@@ -85,10 +88,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--once", action="store_true", help="use each clip at most once (for word error rates)")
     parser.add_argument("--shuffle", type=int, metavar="SEED", help="the clips in the order this seed draws")
+    parser.add_argument("--lang", default="en", help="the clips' language (the shared set's codes: en, de, es, ...)")
     args = parser.parse_args()
     if not (args.speech / "clips.jsonl").exists():
         parser.error(f"no clips.jsonl in {args.speech}")
-    samples, listing = build(args.speech, args.seconds, args.pause_s, args.once, args.shuffle)
+    try:
+        samples, listing = build(args.speech, args.seconds, args.pause_s, args.once, args.shuffle, args.lang)
+    except ValueError as exc:
+        parser.error(str(exc))
     write_wav(args.out, samples)
     args.out.with_suffix(".json").write_text(json.dumps(listing, indent=1, ensure_ascii=False))
     print(f"{args.out}: {samples.size / SAMPLE_RATE:.1f} s from {len(listing)} clips "

@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from as2d_core.contracts import Request
+from as2d_core.decode.best_of import NoRows, run_samples_request
 from as2d_core.decode.fallback import Attempt, decode_with_fallback, needs_fallback
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.request import run_request
@@ -19,7 +20,7 @@ from as2d_core.setup.build import build_pipeline
 from as2d_core.input.seek import HOP, kept_segments, seek_steps
 from conftest import full_only, speech_audio
 from drafting import options_that_draft
-from tiny_lm import ScriptedSource, TinyLM, edited_draft
+from tiny_lm import ScriptedSource, TinyLM, TinySession, edited_draft
 
 MODEL = TinyLM(timestamps=160, max_new_tokens=40)
 BEGIN = MODEL.rules.begin
@@ -122,6 +123,51 @@ def test_fallback_follows_faster_whisper_rules():
     assert needs_fallback(Attempt(_result([]), 0.0, 3.0), mode)  # too repetitive
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 50), temperature=st.sampled_from([0.2, 0.6, 1.0, 2.5]),
+       seeds=st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=5), timestamps=st.booleans(),
+       prefix=st.booleans())
+def test_samples_side_by_side_are_each_seeds_own_decode(tiny_request, seed, temperature, seeds, timestamps, prefix):
+    """The fallback's ``best_of`` samples in one call a step: each row's tokens and scores are those of the request
+    decoded alone with its seed (rows that end early wait while the others go on)."""
+    request = attrs.evolve(tiny_request(seed), temperature=temperature, scores=True,
+                           timestamps="segment" if timestamps else "none")
+    calls = MODEL.calls
+    together = run_samples_request(request, MODEL, seeds)
+    steps = MODEL.calls - calls
+    alone = [run_request(attrs.evolve(request, seed=s), MODEL, None, "target-only") for s in seeds]
+    assert [r.tokens for r in together] == [r.tokens for r in alone]
+    assert [r.avg_logprob for r in together] == pytest.approx([r.avg_logprob for r in alone], rel=1e-12, nan_ok=True)
+    assert [r.no_speech_prob for r in together] == [r.no_speech_prob for r in alone]
+    assert [r.text for r in together] == [r.text for r in alone]
+    assert [r.segments for r in together] == [r.segments for r in alone]
+    # one call a step for all rows, not one a row: a row calls after each token, but for one at the limit
+    assert steps == max(len(r.tokens) - (len(r.tokens) == MODEL.max_new_tokens) for r in alone)
+
+
+def test_samples_side_by_side_refuse_greedy_and_a_target_without_rows(tiny_request):
+    with pytest.raises(ValueError, match="above temperature 0"):
+        run_samples_request(tiny_request(0), MODEL, [1, 2])
+
+    class NoRowsSession(TinySession):
+        beam_rows = None  # not callable: no rows
+
+    class NoRowsTarget(TinyLM):
+        def prepare(self, request, threads):
+            session = super().prepare(request, threads)
+            session.__class__ = NoRowsSession
+            return session
+
+    hot = attrs.evolve(tiny_request(0), temperature=0.5, scores=True)
+    with pytest.raises(NoRows):
+        run_samples_request(hot, NoRowsTarget(), [1, 2])
+    # the pipeline then samples one by one, as before: the same results
+    target = NoRowsTarget(timestamps=160, max_new_tokens=40)  # MODEL's weights
+    pipeline = build_pipeline(target, None, PipelineOptions(method="target-only"), detector=None)
+    assert [r.tokens for r in pipeline.decode_samples(hot, [1, 2])] == \
+        [r.tokens for r in run_samples_request(hot, MODEL, [1, 2])]
+
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 1000), temperatures=st.sampled_from(["0", "0,0.4,1.0", "0.7"]),
        best_of=st.integers(1, 3), threshold=st.sampled_from([-0.5, -1.5, None]),
@@ -204,7 +250,23 @@ def test_real_speech_long_form_is_exact_in_every_mode(served_whisper_target, ser
         assert "dashwood" in transcript.text.lower() and "disposed" in transcript.text.lower()
     if "log_prob_threshold" in fields:
         assert all(w.attempts == 2 for w in transcript.windows)  # the sampled attempts are checked too
-        assert sum(w.result.accepted for w in transcript.windows) > 0  # drafts verified against sampled tokens
+        # the greedy attempts are drafted; each temperature's samples run side by side on the target alone, the same
+        # for both runs (their tokens against each seed's own decode: the test below)
+        assert sum(w.result.accepted for w in transcript.windows) > 0
+
+
+def test_real_speech_samples_side_by_side_are_each_seeds_own_decode(served_whisper_target):
+    """whisper-base's rows (its windows graph) sample the tokens each seed's decode alone samples; the scores agree
+    to float32's rounding (another graph's arithmetic)."""
+    request = Request("hot", speech_audio("librivox_sense_0870"), language="en", timestamps="segment", scores=True,
+                      temperature=0.6)
+    seeds = [3, 5, 8]
+    together = run_samples_request(request, served_whisper_target, seeds)
+    alone = [run_request(attrs.evolve(request, seed=s), served_whisper_target, None, "target-only") for s in seeds]
+    assert [r.tokens for r in together] == [r.tokens for r in alone]
+    assert len({tuple(r.tokens) for r in alone}) > 1  # the seeds drew other responses
+    assert [r.avg_logprob for r in together] == pytest.approx([r.avg_logprob for r in alone], abs=1e-5)
+    assert [r.no_speech_prob for r in together] == [r.no_speech_prob for r in alone]
 
 
 def test_hallucination_cut_follows_faster_whispers_rules():

@@ -144,7 +144,7 @@ class TinySession:
             raise ValueError("no scores kept")
         return self._no_speech
 
-    def beam_rows(self, width):
+    def beam_rows(self, width, as_verified=False):  # one arithmetic: rows score as verify does
         return TinyBeamRows(self, width)
 
     def truncate(self, cache_length):

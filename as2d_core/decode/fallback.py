@@ -54,20 +54,28 @@ def is_silence(attempt: Attempt, mode: DecodeOptions) -> bool:
     return is_silent(attempt.avg_logprob, attempt.no_speech_prob, mode.no_speech_threshold, mode.log_prob_threshold)
 
 
+# the results of one request sampled once per seed (the request's own seed aside), in the seeds' order
+DecodeSamples = Callable[[Request, list[int]], list[DecodeResult]]
+
+
 def decode_with_fallback(request: Request, decode: Callable[[Request], DecodeResult], mode: DecodeOptions,
-                         key: object = 0) -> tuple[Attempt, list[Attempt]]:
+                         key: object = 0, decode_samples: DecodeSamples | None = None
+                         ) -> tuple[Attempt, list[Attempt]]:
     """The kept attempt and every attempt made, in order. ``decode`` decodes one request in its mode
     (``request.temperature``; beam search at 0 when ``mode.beam_size`` > 1 is the caller's choice); ``mode`` holds
     faster-whisper's options (``DecodeOptions``: temperatures, best_of, thresholds, seed); ``key`` names the segment,
-    so each segment's samples draw their own noise from ``mode.seed``."""
+    so each segment's samples draw their own noise from ``mode.seed``. ``decode_samples`` decodes a temperature's
+    samples together (``decode.best_of``); without it each is one ``decode``."""
     attempts: list[Attempt] = []
     for temperature in mode.temperature:
-        samples = 1 if temperature == 0 else mode.best_of
-        tries = []
-        for sample in range(samples):
-            seed = derive_seed(mode.seed, key, temperature, sample) if temperature > 0 else 0
-            result = decode(attrs.evolve(request, temperature=temperature, seed=seed, scores=True))
-            tries.append(Attempt(result, temperature, compression_ratio(result.text.strip())))
+        hot = attrs.evolve(request, temperature=temperature, seed=0, scores=True)
+        if temperature == 0:
+            results = [decode(hot)]
+        else:
+            seeds = [derive_seed(mode.seed, key, temperature, sample) for sample in range(mode.best_of)]
+            results = decode_samples(hot, seeds) if decode_samples is not None else \
+                [decode(attrs.evolve(hot, seed=seed)) for seed in seeds]
+        tries = [Attempt(result, temperature, compression_ratio(result.text.strip())) for result in results]
         attempt = max(tries, key=_ranked(mode.length_penalty))  # the first of equals, as a stable sort keeps it
         attempts.append(attempt)
         if not needs_fallback(attempt, mode):

@@ -14,6 +14,8 @@ import math
 import zlib
 from collections.abc import Sequence
 
+import numpy as np
+
 from as2d_core.capabilities import ResponseScores, forced_tokens
 from as2d_core.contracts import TargetSession
 
@@ -23,12 +25,25 @@ def response_scores(session: TargetSession, tokens: Sequence[int]) -> tuple[floa
     session that keeps them; ``(None, None)`` from one that does not."""
     if not isinstance(session, ResponseScores):
         return None, None
-    count = len(tokens)
-    ended = count < session.max_new_tokens  # the loop stops short of the limit only at the end token
-    logprobs = session.token_logprobs()[: count + ended]
+    return average_logprob(session.token_logprobs(), len(tokens), session), session.no_speech_prob()
+
+
+def average_logprob(logprobs: Sequence[float], count: int, session: TargetSession) -> float:
+    """faster-whisper's ``avg_logprob`` of a response of ``count`` tokens from ``logprobs``, the chosen tokens'
+    log-probabilities in order (the end token's after them, if it was chosen)."""
+    ended = count < session.max_new_tokens  # a decode stops short of the limit only at the end token
+    logprobs = logprobs[: count + ended]
     count += len(forced_tokens(session))  # a forced start counts as tokens that cost nothing, as CTranslate2's
-    average = sum(logprobs) / (count + 1) if count else math.nan
-    return average, session.no_speech_prob()
+    return sum(logprobs) / (count + 1) if count else math.nan
+
+
+def chosen_logprobs(rows: np.ndarray, tokens: Sequence[int]) -> list[float]:
+    """Log-softmax of each row's chosen token (``rows``: ``[K, vocab]``, the scores the tokens were chosen from;
+    untempered, as openai-whisper scores sampled tokens too)."""
+    rows = rows.astype(np.float64)
+    top = rows.max(axis=-1, keepdims=True)
+    norm = top[:, 0] + np.log(np.exp(rows - top).sum(axis=-1))
+    return [float(rows[j, t] - norm[j]) for j, t in enumerate(tokens)]
 
 
 def is_silent(avg_logprob: float, no_speech_prob: float, no_speech_threshold: float | None,

@@ -43,6 +43,7 @@ from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.loop import OnCommit
 from as2d_core.decode.methods import get_method
 from as2d_core.decode.beam import BeamOptions, run_beam_request
+from as2d_core.decode.best_of import NoRows, run_samples_request
 from as2d_core.decode.request import run_request
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.lookahead import LookaheadSource
@@ -142,6 +143,7 @@ class Pipeline:
         self._detector = detector
         self._long_form_detector = long_form_detector
         self._decode = decode
+        self._rows = True  # until a prepared session says otherwise: the target decodes samples side by side
         self._lock = threading.Lock()
         self.device_profile()  # a file that is no device profile fails here, before any audio is read
 
@@ -224,6 +226,17 @@ class Pipeline:
         """Target-only decoding of the same request in the same mode: what every method must reproduce."""
         result = self._in_mode(request, "target-only", self.options.decode)
         return add_words(self.target, request, result, self.options.decode.target_threads) if words else result
+
+    def decode_samples(self, request: Request, seeds: list[int]) -> list[DecodeResult]:
+        """``request`` sampled once per seed (the temperature fallback's ``best_of``), the same way for every
+        method: side by side on the target alone, one call a step (``decode.best_of``); one by one on a target
+        without rows, or by the caller's decoder if the pipeline has one."""
+        if self._decode is None and self._rows:
+            try:
+                return run_samples_request(request, self.target, seeds, self.options.decode)
+            except NoRows:
+                self._rows = False  # no use preparing a session to find out again
+        return [self.decode(attrs.evolve(request, seed=seed), words=False) for seed in seeds]
 
     def time_words(self, request: Request, result: DecodeResult, tokens: list[int],
                    last_speech_s: float) -> DecodeResult:

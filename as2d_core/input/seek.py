@@ -22,7 +22,7 @@ import attrs
 import numpy as np
 
 from as2d_core.contracts import SAMPLE_RATE, Request, TokenPrompt
-from as2d_core.decode.fallback import Attempt, decode_with_fallback, is_silence
+from as2d_core.decode.fallback import Attempt, DecodeSamples, decode_with_fallback, is_silence
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.timestamps import TIME_PRECISION_S, Segment, marked_up
@@ -80,13 +80,14 @@ TimeWords = Callable[[Request, DecodeResult, list[int], float], DecodeResult]
 
 def seek_steps(samples: np.ndarray, make_request: Callable[[Window, TokenPrompt | None, bool], Request],
                decode: Callable[[Request], DecodeResult], mode: DecodeOptions, vocabulary: str,
-               initial_prompt: bool = False, time_words: TimeWords | None = None):
+               initial_prompt: bool = False, time_words: TimeWords | None = None,
+               decode_samples: DecodeSamples | None = None):
     """Walk ``samples`` as faster-whisper's sequential transcription does, yielding each :class:`SeekStep`.
 
     ``make_request(window, previous_text, first)`` builds the request on ``samples[window.start : window.end]``
     (``previous_text``: with conditioning, the tokens kept since the last reset, of the target's ``vocabulary``;
     ``first``: the user's prompt, if any, still applies); ``decode`` decodes one request in its mode (greedy,
-    sampled or beam search).
+    sampled or beam search); ``decode_samples``, if given, a fallback temperature's ``best_of`` samples together.
     With ``time_words`` (word timestamps) the kept segments' words are timed, and, as faster-whisper does, the
     seek moves to the last word's end unless the response ended on a single timestamp.
     """
@@ -105,7 +106,7 @@ def seek_steps(samples: np.ndarray, make_request: Callable[[Window, TokenPrompt 
             fed = [t for h in history for t in h.tokens] if mode.condition_on_previous_text else []
             previous = TokenPrompt(vocabulary, fed, "".join(h.text for h in history)) if fed else None
             request = make_request(window, previous, prompt_on)
-            attempt, attempts = decode_with_fallback(request, decode, mode, key=seek)
+            attempt, attempts = decode_with_fallback(request, decode, mode, seek, decode_samples)
             result = attempt.result
             if is_silence(attempt, mode):
                 yield SeekStep(window, attempt, attempts, attrs.evolve(result, segments=[], text=""), True)

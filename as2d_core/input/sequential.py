@@ -24,7 +24,8 @@ from as2d_core.input.windows import SpeechDetector, Window
 
 class Decoding(Protocol):
     """What the loop needs of a pipeline (``Pipeline``): its target, its requests, its two ways of decoding one
-    (``words=False``: the loop times the words of the segments it keeps) and its timing of words."""
+    (``words=False``: the loop times the words of the segments it keeps), its decoding of a request's samples
+    together (the same for every method: the temperature fallback's) and its timing of words."""
 
     target: Target
 
@@ -35,6 +36,8 @@ class Decoding(Protocol):
                ) -> DecodeResult: ...
 
     def reference(self, request: Request, words: bool = True) -> DecodeResult: ...
+
+    def decode_samples(self, request: Request, seeds: list[int]) -> list[DecodeResult]: ...
 
     def time_words(self, request: Request, result: DecodeResult, tokens: list[int],
                    last_speech_s: float) -> DecodeResult: ...
@@ -92,7 +95,8 @@ def long_form_steps(pipeline: Decoding, audio: np.ndarray, request_id: str, mode
 
     decode = decode or functools.partial(pipeline.decode, words=False)
     return seek_steps(audio, make, decode, mode, pipeline.target.vocabulary, initial_prompt=True,
-                      time_words=pipeline.time_words if mode.word_timestamps else None)
+                      time_words=pipeline.time_words if mode.word_timestamps else None,
+                      decode_samples=pipeline.decode_samples)
 
 
 def window_result(step: SeekStep, speech: SpeechMap | None, reference: SeekStep | None = None) -> WindowResult:

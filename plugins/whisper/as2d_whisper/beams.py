@@ -68,10 +68,10 @@ class _Rows:
 class WindowsRows(_Rows):
     """All rows in the windows graph's one call: the folder's beams graph (``BEAMS_FILE``) where it has one."""
 
-    def __init__(self, session, width: int):
+    def __init__(self, session, width: int, as_verified: bool = False):
         super().__init__(session, width)
         model, alone = self._model, session.state
-        self.graph_file = BEAMS_FILE if (model.dir / BEAMS_FILE).is_file() else WINDOWS_FILE
+        self.graph_file = BEAMS_FILE if (model.dir / BEAMS_FILE).is_file() and not as_verified else WINDOWS_FILE
         self._graph = model.executor.session(self.graph_file, alone.threads)
         # one window's audio K/V for every row: the graph attends with all rows' queries in one block and reads
         # each head's K/V once a step (a sixth less time a step for 5 rows than reading it once a row, and 36 MB
@@ -144,9 +144,10 @@ class SeparateRows(_Rows):
             state.close()
 
 
-def beam_rows(session, width: int) -> _Rows:
-    """The faster layout this session's model offers: the windows graph's one call where it is installed."""
+def beam_rows(session, width: int, as_verified: bool = False) -> _Rows:
+    """The faster layout this session's model offers: the windows graph's one call where it is installed (the
+    beams graph's, unless the rows must score as the session verifies)."""
     model = session.model
     if model.backend == "onnxruntime" and (model.dir / WINDOWS_FILE).is_file():
-        return WindowsRows(session, width)
+        return WindowsRows(session, width, as_verified)
     return SeparateRows(session, width)

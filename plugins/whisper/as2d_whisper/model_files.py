@@ -137,15 +137,6 @@ def top_probability(row: np.ndarray) -> float:
     return 1.0 / float(np.exp(row - row.max()).sum())
 
 
-def chosen_logprobs(rows: np.ndarray, tokens: Sequence[int]) -> list[float]:
-    """Log-softmax of each row's chosen token (``rows``: ``[K, vocab]``, the scores the tokens were chosen from;
-    untempered, as openai-whisper scores sampled tokens too)."""
-    rows = rows.astype(np.float64)
-    top = rows.max(axis=-1, keepdims=True)
-    norm = top[:, 0] + np.log(np.exp(rows - top).sum(axis=-1))
-    return [float(rows[j, t] - norm[j]) for j, t in enumerate(tokens)]
-
-
 def probability(row: np.ndarray, token: int) -> float:
     """Softmax probability of ``token`` in one logits row."""
     row = row.astype(np.float64)

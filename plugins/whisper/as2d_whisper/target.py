@@ -13,11 +13,12 @@ import numpy as np
 
 from as2d_core.contracts import Request
 from as2d_core.decode.sampling import Sampling
+from as2d_core.decode.scores import chosen_logprobs
 from as2d_core.setup.paths import models_dir as default_models_dir
 
 from .alignment import WordTimestamps
 from .masks import ScoreMasks
-from .model_files import DecoderState, ModelFiles, chosen_logprobs, probability, top_probability
+from .model_files import DecoderState, ModelFiles, probability, top_probability
 from .vocabulary import INSTALL_HINT
 
 
@@ -141,11 +142,12 @@ class WhisperTargetSession:
             raise ValueError("the no-speech probability is kept only for a request that asks for scores")
         return self._no_speech
 
-    def beam_rows(self, width: int):
-        """``width`` hypotheses from this session's prompt, for beam search (``capabilities.BeamRows``; ``beams``)."""
+    def beam_rows(self, width: int, as_verified: bool = False):
+        """``width`` hypotheses from this session's prompt, for beam search or samples side by side
+        (``capabilities.BeamRows``; ``beams``)."""
         from .beams import beam_rows
 
-        return beam_rows(self, width)
+        return beam_rows(self, width, as_verified)
 
     def truncate(self, cache_length: int) -> None:
         if not 0 <= cache_length <= self.cache_length:
