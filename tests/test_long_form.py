@@ -6,7 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from as2d_core.contracts import Request
-from as2d_core.decode.best_of import NoRows, run_samples_request
+from as2d_core.decode.beam import NoRows
+from as2d_core.decode.best_of import run_samples_request
 from as2d_core.decode.fallback import Attempt, decode_with_fallback, needs_fallback
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.request import run_request

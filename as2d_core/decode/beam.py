@@ -16,16 +16,17 @@ never which hypotheses win; on 2 cores they did not pay (``docs/architecture.md`
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import attrs
 import numpy as np
 
 from as2d_core.capabilities import (BeamRows, BeamScoring, KnownVocabulary, ResponseScores, forced_tokens,
                                     unsupported_features)
-from as2d_core.contracts import BridgeFactory, Request, Source, Target
+from as2d_core.contracts import BridgeFactory, Request, Source, Target, TargetSession
 from as2d_core.decode.events import EventLog
 from as2d_core.decode.loop import Counters
 from as2d_core.decode.options import DecodeOptions
@@ -191,6 +192,32 @@ def beam_search(rows: BeamRows, eos_token: int, max_steps: int, beam: BeamOption
     return max(finished, key=lambda h: h.score) if finished else Hypothesis((), -math.inf, -math.inf)
 
 
+class NoRows(ValueError):
+    """The target's sessions have no rows side by side (``capabilities.BeamScoring``)."""
+
+
+@contextlib.contextmanager
+def prepared_rows(request: Request, target: Target, options: DecodeOptions, width: int, use: str,
+                  as_verified: bool = False) -> Iterator[tuple[TargetSession, BeamRows, float]]:
+    """The request prepared on ``target`` (its features checked first) with ``width`` rows from its prompt, both
+    closed on the way out: ``(session, rows, arrival)``; ``use`` names what needs the rows, where there are none."""
+    missing = unsupported_features(target, request)
+    if missing:
+        raise ValueError(f"target {target.name} does not offer {' or '.join(missing)}")
+    arrival = time.perf_counter()
+    session = target.prepare(request, options.target_threads)
+    rows = None
+    try:
+        if not isinstance(session, BeamScoring):
+            raise NoRows(f"target {target.name} offers no {use} (its sessions lack beam_rows)")
+        rows = session.beam_rows(width, as_verified) if as_verified else session.beam_rows(width)
+        yield session, rows, arrival
+    finally:
+        if rows is not None:
+            rows.close()
+        session.close()
+
+
 def run_beam_request(request: Request, target: Target, beam: BeamOptions, options: DecodeOptions | None = None,
                      source: Source | None = None, bridge: BridgeFactory | None = None) -> DecodeResult:
     """One response by beam search on the target alone, as ``run_request`` returns it (method ``"beam"``).
@@ -203,22 +230,13 @@ def run_beam_request(request: Request, target: Target, beam: BeamOptions, option
         raise TypeError(f"beam must be BeamOptions, got {type(beam).__name__}")
     if request.temperature != 0:
         raise ValueError(f"beam search decodes at temperature 0, the request asks {request.temperature:g}")
-    missing = unsupported_features(target, request)
-    if missing:
-        raise ValueError(f"target {target.name} does not offer {' or '.join(missing)}")
     options = options or DecodeOptions()
     events, counters = EventLog(), Counters()
-    arrival = time.perf_counter()
-    session = target.prepare(request, options.target_threads)
-    rows = None
-    try:
-        if not isinstance(session, BeamScoring):
-            raise ValueError(f"target {target.name} offers no beam search (its sessions lack beam_rows)")
+    with prepared_rows(request, target, options, beam.beam_size, "beam search") as (session, rows, arrival):
         vocab = session.vocab_size if isinstance(session, KnownVocabulary) else None
         if vocab is not None and 2 * beam.beam_size > vocab:
             raise ValueError(f"beam_size {beam.beam_size} needs {2 * beam.beam_size} candidates a step; "
                              f"{target.name} has {vocab} tokens")
-        rows = session.beam_rows(beam.beam_size)
         steps = session.max_new_tokens if beam.max_length is None else min(beam.max_length, session.max_new_tokens)
         prepare_s = time.perf_counter() - arrival
         events.add("prepare", arrival)
@@ -230,10 +248,6 @@ def run_beam_request(request: Request, target: Target, beam: BeamOptions, option
         text = session.decode_text(tokens)
         scores = (best.avg_logprob(beam.length_penalty), session.no_speech_prob()) \
             if request.scores and isinstance(session, ResponseScores) else (None, None)
-    finally:
-        if rows is not None:
-            rows.close()
-        session.close()
     note = f"beam search runs target-only; source {source.name} not used" if source is not None else None
     return build_result(request, "beam", session, tokens, text, (clock_start, clock_end), prepare_s, counters,
                         events, [], avg_logprob=scores[0], no_speech_prob=scores[1], note=note,

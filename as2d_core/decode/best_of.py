@@ -15,8 +15,9 @@ from collections.abc import Sequence
 
 import attrs
 
-from as2d_core.capabilities import BeamScoring, ResponseScores, unsupported_features
+from as2d_core.capabilities import ResponseScores
 from as2d_core.contracts import Request, Target
+from as2d_core.decode.beam import prepared_rows
 from as2d_core.decode.events import EventLog
 from as2d_core.decode.loop import Counters
 from as2d_core.decode.options import DecodeOptions
@@ -25,10 +26,6 @@ from as2d_core.decode.sampling import Sampling
 from as2d_core.decode.scores import average_logprob, chosen_logprobs
 
 METHOD = "best-of"
-
-
-class NoRows(ValueError):
-    """The target's sessions have no beam rows: its samples are decoded one by one (``run_request``)."""
 
 
 def run_samples_request(request: Request, target: Target, seeds: Sequence[int],
@@ -43,18 +40,10 @@ def run_samples_request(request: Request, target: Target, seeds: Sequence[int],
         raise ValueError(f"samples are drawn above temperature 0, the request asks {request.temperature:g}")
     if not seeds:
         raise ValueError("run_samples_request needs at least one seed")
-    missing = unsupported_features(target, request)
-    if missing:
-        raise ValueError(f"target {target.name} does not offer {' or '.join(missing)}")
     options = options or DecodeOptions()
     events, counters = EventLog(), Counters()
-    arrival = time.perf_counter()
-    session = target.prepare(request, options.target_threads)
-    rows = None
-    try:
-        if not isinstance(session, BeamScoring):
-            raise NoRows(f"target {target.name} offers no rows side by side (its sessions lack beam_rows)")
-        rows = session.beam_rows(len(seeds), as_verified=True)
+    with prepared_rows(request, target, options, len(seeds), "rows side by side", as_verified=True) as (
+            session, rows, arrival):
         prepare_s = time.perf_counter() - arrival
         events.add("prepare", arrival)
         clock_start = time.perf_counter()
@@ -68,10 +57,6 @@ def run_samples_request(request: Request, target: Target, seeds: Sequence[int],
                                 [], avg_logprob=average_logprob(chosen, len(tokens), session) if scored else None,
                                 no_speech_prob=no_speech, timestamp_ids=timestamp_ids(request, session))
                    for seed, tokens, chosen in zip(seeds, responses, logprobs)]
-    finally:
-        if rows is not None:
-            rows.close()
-        session.close()
     return results
 
 

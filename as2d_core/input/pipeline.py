@@ -42,8 +42,8 @@ from as2d_core.decode.deltas import TextDeltas
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.loop import OnCommit
 from as2d_core.decode.methods import get_method
-from as2d_core.decode.beam import BeamOptions, run_beam_request
-from as2d_core.decode.best_of import NoRows, run_samples_request
+from as2d_core.decode.beam import BeamOptions, NoRows, run_beam_request
+from as2d_core.decode.best_of import run_samples_request
 from as2d_core.decode.request import run_request
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.lookahead import LookaheadSource
