@@ -75,9 +75,15 @@ def test_kept_segments_follow_faster_whisper():
     # an early end on a repeated timestamp: the seek moves to it, so what follows is decoded again
     kept, advance = kept_segments(_result([t(0), 5, t(1.5), t(1.5)]), 3000)
     assert len(kept) == 1 and advance == 150
-    # no complete pair: all kept
-    kept, advance = kept_segments(_result([t(0), 5, 6]), 2000)
-    assert len(kept) == 1 and advance == 2000
+    # no complete pair: all kept, as one segment from the request's start to the last timestamp, or to the request's
+    # end if there is none past 0 (faster-whisper's, whatever timestamp opened it)
+    kept, advance = kept_segments(_result([t(0), 5, 6], text="t5t6"), 2000)
+    assert [(s.start_s, s.end_s, s.tokens) for s in kept] == [(0.0, 20.0, (t(0), 5, 6))] and advance == 2000
+    kept, advance = kept_segments(_result([t(1), 5, 6, t(14)], text="t5t6"), 2000)
+    assert [(s.start_s, s.end_s, s.text) for s in kept] == [(0.0, 14.0, "t5t6")] and advance == 2000
+    kept, advance = kept_segments(_result([t(1), 5, t(3), 6], text="t5t6"), 3000)
+    assert [(s.start_s, s.end_s, s.tokens) for s in kept] == [(0.0, 3.0, (t(1), 5, t(3), 6))] and advance == 3000
+    assert kept_segments(_result([t(1)], text=""), 3000) == ([], 3000)
 
 
 def test_a_segment_that_starts_where_it_ends_is_dropped_as_faster_whisper_drops_it():

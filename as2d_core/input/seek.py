@@ -49,8 +49,9 @@ def kept_segments(result: DecodeResult, segment_frames: int) -> tuple[list[Segme
     """The segments faster-whisper keeps of a timestamped response and how many frames the seek moves on.
 
     With a complete timestamp pair inside the response (``<|a|><|a|>``), a last segment that no timestamp
-    closes is left for the next request, which starts at the pair's time; else everything is kept and the
-    seek moves ``segment_frames`` on.
+    closes is left for the next request, which starts at the pair's time; else everything is kept as one segment
+    from the request's start to its last timestamp (to its end if it has none past 0), whatever timestamp opened
+    it, and the seek moves ``segment_frames`` on.
     """
     if result.timestamp_ids is None:  # without timestamps (faster-whisper's without_timestamps) all is kept
         return list(result.segments), segment_frames
@@ -58,7 +59,12 @@ def kept_segments(result: DecodeResult, segment_frames: int) -> tuple[list[Segme
     tokens = result.tokens
     pairs = [i for i in range(1, len(tokens)) if tokens[i] >= begin and tokens[i - 1] >= begin]
     segments = list(result.segments)
-    if not pairs or ends_on_single_timestamp(result):
+    if not pairs:
+        stamps = [t for t in tokens if t >= begin]
+        end = (stamps[-1] - begin) * TIME_PRECISION_S if stamps and stamps[-1] != begin else \
+            segment_frames * HOP / SAMPLE_RATE
+        return ([Segment(0.0, end, result.text, tuple(tokens))] if result.text.strip() else []), segment_frames
+    if ends_on_single_timestamp(result):
         return segments, segment_frames
     if segments and segments[-1].tokens[-1] < begin:  # the unfinished segment is decoded again
         segments.pop()
