@@ -93,6 +93,16 @@ def speech_row(item_id: str) -> dict:
     raise KeyError(f"no speech item {item_id!r} in {TEST_SPEECH} or {SHARED_SPEECH}")
 
 
+def script_module(name: str):
+    """``scripts/NAME.py`` imported as a module (the benchmark scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def speech_audio(item_id: str) -> np.ndarray:
     """The item's samples, read by the project's own loader (16 kHz mono float32)."""
     from as2d_core.input.audio import load_audio

@@ -5,7 +5,6 @@ tests skip when ``../shared`` is absent; the format and CLI tests use the bundle
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -29,7 +28,7 @@ from as2d_core.setup.build import build_pipeline, pipeline_from_config
 from as2d_core.cli.subtitles import to_srt, to_vtt
 from as2d_core.decode.timestamps import marked_up
 from audio_files import encode
-from conftest import SHARED_SPEECH, full_only
+from conftest import SHARED_SPEECH, full_only, script_module
 from drafting import options_that_draft
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,13 +38,6 @@ WINDOWS = options_that_draft(route="windows")  # these tests are about the windo
 needs_shared = pytest.mark.skipif(
     not (SHARED_SPEECH / "clips.jsonl").exists(), reason=f"real speech not found at {SHARED_SPEECH} (../shared)"
 )
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _frame_rms(samples: np.ndarray) -> np.ndarray:
@@ -61,7 +53,7 @@ def _words(text: str) -> set[str]:
 def recording():
     if not (SHARED_SPEECH / "clips.jsonl").exists():
         pytest.skip(f"real speech not found at {SHARED_SPEECH} (../shared)")
-    samples, clips = _script("make_long_audio").build(SHARED_SPEECH, 125.0)
+    samples, clips = script_module("make_long_audio").build(SHARED_SPEECH, 125.0)
     return samples, clips
 
 
@@ -290,7 +282,7 @@ def test_the_whole_file_benchmark_runs_interleaved_rounds_and_quotes_medians(tmp
     path = tmp_path / "long.wav"
     soundfile.write(path, audio, SR)
     out = tmp_path / "rows.jsonl"
-    _script("bench_long_audio").main([str(path), "--methods", "as2d,target-only", "--rounds", "2",
+    script_module("bench_long_audio").main([str(path), "--methods", "as2d,target-only", "--rounds", "2",
                                       "--out", str(out)])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["round"], r["method"]) for r in rows] == [(1, "target-only"), (1, "as2d"), (2, "target-only"),
@@ -312,7 +304,7 @@ def test_where_the_words_go_lists_the_stretches_where_two_systems_differ(tmp_pat
     rows.write_text("\n".join(json.dumps({"method": method, "text": text}) for method, text in [
         ("greedy", "The cat sat on a mat."), ("beams", "The hat sat on a mat. Ten of clubs.")]) + "\n")
     monkeypatch.setattr("sys.argv", ["where_words_go.py", str(rows), str(reference)])
-    _script("where_words_go").main()
+    script_module("where_words_go").main()
     out = capsys.readouterr().out
     assert "reference words 1-2: 'cat'" in out and "reference words 6-9: 'ten of clubs'" in out
     assert "'the'" not in out  # "a" for "the": both systems alike

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from audio_files import encode
-from conftest import full_only, speech_audio, speech_row
+from conftest import SHARED_SPEECH, full_only, script_module, speech_audio, speech_row
 
 from as2d_core.decode.wrappers import TargetWrapper
 
@@ -386,6 +386,27 @@ def test_hallucination_silence_threshold_skips_made_up_segments_as_faster_whispe
     assert [t for s in ours for t in (s.start, s.end)] == pytest.approx(
         [t for s in theirs for t in (s.start, s.end)], abs=1e-9)
     assert len(ours) < len(plain) and plain.count(" He was not an ill-disposed young man.") > 1
+
+
+@full_only  # 93 s of Portuguese decoded on both sides (about 15 s); the rule's cases: test_long_form
+def test_a_response_without_a_timestamp_pair_is_one_segment_from_the_requests_start(fp32_model, faster_whisper):
+    """The shared set's Portuguese clips joined as ``scripts/make_long_audio.py --lang pt`` joins them: the last
+    request's response is one segment opened at 1.00 s and closed at 14.00 s with no complete timestamp pair, which
+    faster-whisper keeps from the request's start; the same segments, times and language as faster-whisper's."""
+    if not (SHARED_SPEECH / "clips.jsonl").is_file():
+        pytest.skip(f"Portuguese speech not found at {SHARED_SPEECH} (../shared)")
+    audio, _clips = script_module("make_long_audio").build(SHARED_SPEECH, 400.0, once=True, language="pt")
+    theirs, info = faster_whisper.transcribe(audio, beam_size=1)
+    theirs = list(theirs)
+    ours, our_info = fp32_model.transcribe(audio)
+    ours = list(ours)
+    assert (our_info.language, round(our_info.language_probability, 4)) == (info.language,
+                                                                              round(info.language_probability, 4))
+    assert [(s.seek, s.text, s.tokens) for s in ours] == [(s.seek, s.text, s.tokens) for s in theirs]
+    assert [t for s in ours for t in (s.start, s.end)] == pytest.approx([t for s in theirs for t in (s.start, s.end)],
+                                                                         abs=1e-9)
+    begin = fp32_model.target.model.timestamp_begin
+    assert any(s.tokens[0] > begin and s.start == s.seek / 100 for s in ours)  # the case is there
 
 
 @pytest.mark.parametrize("options", [
