@@ -210,6 +210,7 @@ def prepared_rows(request: Request, target: Target, options: DecodeOptions, widt
     try:
         if not isinstance(session, BeamScoring):
             raise NoRows(f"target {target.name} offers no {use} (its sessions lack beam_rows)")
+        # a session written before ``as_verified`` still serves beams, which never ask for it
         rows = session.beam_rows(width, as_verified) if as_verified else session.beam_rows(width)
         yield session, rows, arrival
     finally:

@@ -46,11 +46,11 @@ def run_samples_request(request: Request, target: Target, seeds: Sequence[int],
             session, rows, arrival):
         prepare_s = time.perf_counter() - arrival
         events.add("prepare", arrival)
+        scored = request.scores and isinstance(session, ResponseScores)
         clock_start = time.perf_counter()
         responses, logprobs = _sample(rows, [Sampling(request.temperature, seed) for seed in seeds],
-                                      session.eos_token, session.max_new_tokens, events, counters)
+                                      session.eos_token, session.max_new_tokens, events, counters, scored)
         clock_end = time.perf_counter()
-        scored = request.scores and isinstance(session, ResponseScores)
         no_speech = session.no_speech_prob() if scored else None
         results = [build_result(attrs.evolve(request, seed=seed), METHOD, session, tokens,
                                 session.decode_text(tokens), (clock_start, clock_end), prepare_s, counters, events,
@@ -61,8 +61,9 @@ def run_samples_request(request: Request, target: Target, seeds: Sequence[int],
 
 
 def _sample(rows, samplers: list[Sampling], eos: int, limit: int, events: EventLog,
-            counters: Counters) -> tuple[list[list[int]], list[list[float]]]:
-    """Each row's response (without its end token) and its chosen tokens' log-probabilities (the end's included)."""
+            counters: Counters, scored: bool) -> tuple[list[list[int]], list[list[float]]]:
+    """Each row's response (without its end token) and, if ``scored``, its chosen tokens' log-probabilities (the
+    end's included; a log-softmax over the vocabulary a row a step, so not without need)."""
     width = len(samplers)
     responses: list[list[int]] = [[] for _ in range(width)]
     logprobs: list[list[float]] = [[] for _ in range(width)]
@@ -74,7 +75,8 @@ def _sample(rows, samplers: list[Sampling], eos: int, limit: int, events: EventL
         for i, sampler in enumerate(samplers):
             if not done[i]:
                 token = sampler.choose(logits[i][:1], len(responses[i]))[0]
-                logprobs[i] += chosen_logprobs(logits[i][:1], [token])
+                if scored:
+                    logprobs[i] += chosen_logprobs(logits[i][:1], [token])
                 if token == eos:
                     done[i] = True
                 else:
