@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from as2d_core.capabilities import BeamScoring
 from as2d_core.contracts import Request
-from as2d_core.decode.beam import BeamOptions, beam_search, run_beam_request
+from as2d_core.decode.beam import SAMPLE_STRIDE, BeamOptions, beam_search, run_beam_request, top_candidates
 from as2d_core.decode.events import EventLog
 from as2d_core.decode.loop import Counters
 from as2d_core.decode.request import run_request
@@ -109,6 +109,37 @@ def test_beams_equal_the_reference_whatever_is_proposed(seed, model_seed, timest
     assert spoken.score == pytest.approx(alone.score, rel=1e-9)
     if drafted[: len(result.tokens)] == result.tokens and len(result.tokens) > 2:
         assert counters.proposed > 0
+
+
+def _best_by_sorting(scores: np.ndarray, count: int) -> list[int]:
+    """The ``count`` best indices by sorting every score: the higher score first, then the lower index."""
+    return sorted(range(scores.size), key=lambda i: (-scores[i], i))[:count]
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.sampled_from([-math.inf, -9.5, -3.25, -3.0, -1.0, -0.5, 0.0]), min_size=1, max_size=4000),
+       count=st.integers(1, 40), seed=st.integers(0, 2**32 - 1))
+def test_the_best_candidates_are_those_of_sorting_every_score(values, count, seed):
+    """Ties and masked (-inf) scores included, whether the strided sample's bound is used or not: the same indices
+    in the same order as sorting the whole array."""
+    scores = np.array(values) + np.random.default_rng(seed).choice([0.0, 1e-3], len(values))  # some near-ties
+    assert top_candidates(scores, count).tolist() == _best_by_sorting(scores, count)
+
+
+def test_the_best_candidates_of_a_beam_step_of_whisper_bases_size():
+    """Five rows of whisper-base's vocabulary (the sample's bound in use): as sorting, and as the whole array's
+    partition, which a NaN ranks above all."""
+    rng = np.random.default_rng(7)
+    scores = (rng.standard_normal((5, 51865)) * 3).reshape(-1)
+    scores[rng.integers(0, scores.size, 5000)] = -np.inf
+    scores[rng.integers(0, scores.size, 3)] = scores.max()  # ties at the top
+    assert scores[::SAMPLE_STRIDE].size > 10
+    assert top_candidates(scores, 10).tolist() == _best_by_sorting(scores, 10)
+    scores[[3, 70_000]] = np.nan
+    threshold = np.partition(scores, scores.size - 10)[scores.size - 10]
+    at_least = np.flatnonzero(scores >= threshold)
+    whole = at_least[np.argsort(-scores[at_least], kind="stable")[:10]]
+    assert top_candidates(scores, 10).tolist() == whole.tolist()
 
 
 def test_a_right_proposal_spares_calls():
