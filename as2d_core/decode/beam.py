@@ -111,8 +111,8 @@ def top_candidates(scores: np.ndarray, count: int) -> np.ndarray:
     """Flat indices of the ``count`` best ``scores``, best first; ties go to the lower index.
 
     The ``count``-th best of a strided sample is at most the whole array's, so the scores at or above it hold
-    every candidate: only they are partitioned (a 5-beam step of whisper-base: a few hundred of 259,325 scores,
-    0.3 ms against 1.9 ms for the whole array), and the result is the same."""
+    every candidate: only they are partitioned (a 5-beam step of whisper-base: under a thousand of 259,325 scores,
+    0.1 ms against 2.0 ms for the whole array), and the result is the same."""
     if count >= scores.size:
         return np.argsort(-scores, kind="stable")
     sample = scores[::SAMPLE_STRIDE]
