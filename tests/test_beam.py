@@ -225,10 +225,18 @@ def test_whisper_beams_in_one_call_equal_each_row_alone(whisper_target, timestam
         assert found.avg_logprob(beam.length_penalty) == pytest.approx(result.avg_logprob, abs=1e-4)
 
 
-def test_the_semantics_are_ctranslate2s():
+# previous text, as conditioning feeds it: a long prompt, before the start of transcript, that no row writes to
+PREVIOUS_TEXT = ("Printing, in the only sense with which we are at present concerned, differs from most if not from "
+                 "all the arts and crafts represented in the exhibition.")
+
+
+@pytest.mark.parametrize("previous_text", [None, PREVIOUS_TEXT])
+def test_the_semantics_are_ctranslate2s(previous_text):
     """whisper-tiny.en decoded by as2d's beam search (ONNX Runtime) and by CTranslate2's, as faster-whisper calls it,
     on the same features: the same tokens at length penalty 1 and 0 (0 ends at the first finished best beam), which
-    here give different texts (1's unlike greedy's); avg_logprob as faster-whisper derives it, up to the runtimes."""
+    here give different texts (1's unlike greedy's); avg_logprob as faster-whisper derives it, up to the runtimes.
+    With previous text, the rows share its positions in their caches as they are (each row copies only the response
+    positions it takes from another)."""
     ctranslate2 = pytest.importorskip("ctranslate2")
     from as2d_core.setup.paths import models_dir
     from as2d_whisper.features import request_encoder_input
@@ -237,7 +245,7 @@ def test_the_semantics_are_ctranslate2s():
     target = WhisperTarget(models_dir() / "whisper-tiny.en")
     theirs = ctranslate2.models.Whisper(str(models_dir() / "whisper-tiny.en-ct2"), device="cpu",
                                         compute_type="float32", intra_threads=2)
-    request = Request("cards", speech_audio("cmu_cards_en_w00"), language="en", scores=True)
+    request = Request("cards", speech_audio("cmu_cards_en_w00"), language="en", scores=True, prompt=previous_text)
     features = ctranslate2.StorageView.from_array(request_encoder_input(request, 80))
     session = target.prepare(request, 2)
     prompt = session.prompt
@@ -253,4 +261,7 @@ def test_the_semantics_are_ctranslate2s():
         average = reference.scores[0] * len(tokens) ** length_penalty / (len(tokens) + 1)
         assert ours.avg_logprob == pytest.approx(average, abs=0.01)
         found[length_penalty] = ours.tokens
-    assert found[1.0] != found[0.0] and found[1.0] != run_request(request, target, None, "target-only").tokens
+    if previous_text is None:
+        assert found[1.0] != found[0.0] and found[1.0] != run_request(request, target, None, "target-only").tokens
+    else:
+        assert len(prompt) > 20 and found[1.0]

@@ -57,7 +57,8 @@ class _Rows:
         return out
 
     def _reorder(self, parents: list[int], kept: int) -> None:
-        """Each row's cache from its parent's first ``kept`` response positions (and the prompt)."""
+        """Each row's cache from its parent's first ``kept`` response positions (the prompt's are every row's own
+        already: no row writes there, so a long prompt of previous text costs no copying a step)."""
         raise NotImplementedError
 
     def _append(self, starts: list[int], appended: list[list[int]]) -> list[np.ndarray]:
@@ -88,9 +89,9 @@ class WindowsRows(_Rows):
 
     def _reorder(self, parents: list[int], kept: int) -> None:
         moved = [i for i, parent in enumerate(parents) if parent != i]
-        if moved:  # the right side is gathered before it is written, so rows may swap
-            used = self._prompt + kept
-            self._cache[:used, moved] = self._cache[:used, [parents[i] for i in moved]]
+        if moved and kept:  # the right side is gathered before it is written, so rows may swap
+            response = slice(self._prompt, self._prompt + kept)
+            self._cache[response, moved] = self._cache[response, [parents[i] for i in moved]]
 
     def _append(self, starts: list[int], appended: list[list[int]]) -> list[np.ndarray]:
         width = max(len(tokens) for tokens in appended)
@@ -126,11 +127,11 @@ class SeparateRows(_Rows):
             state.bind(alone.threads)
 
     def _reorder(self, parents: list[int], kept: int) -> None:
-        used = self._prompt + kept
-        taken = {parent: self._states[parent].cache[:used].copy() for i, parent in enumerate(parents) if parent != i}
+        response = slice(self._prompt, self._prompt + kept)
+        taken = {parent: self._states[parent].cache[response].copy() for i, parent in enumerate(parents) if parent != i}
         for i, parent in enumerate(parents):
             if parent != i:
-                self._states[i].cache[:used] = taken[parent]
+                self._states[i].cache[response] = taken[parent]
 
     def _append(self, starts: list[int], appended: list[list[int]]) -> list[np.ndarray]:
         out = []
