@@ -59,6 +59,13 @@ class _Rows:
     def _reorder(self, parents: list[int], kept: int) -> None:
         """Each row's cache from its parent's first ``kept`` response positions (the prompt's are every row's own
         already: no row writes there, so a long prompt of previous text costs no copying a step)."""
+        moved = [i for i, parent in enumerate(parents) if parent != i]
+        if moved and kept:
+            self._copy_rows(moved, [parents[i] for i in moved], slice(self._prompt, self._prompt + kept))
+
+    def _copy_rows(self, rows: list[int], parents: list[int], positions: slice) -> None:
+        """Row ``rows[j]``'s cache at ``positions`` from row ``parents[j]``'s, every source read before any row is
+        written (rows may swap)."""
         raise NotImplementedError
 
     def _append(self, starts: list[int], appended: list[list[int]]) -> list[np.ndarray]:
@@ -87,11 +94,8 @@ class WindowsRows(_Rows):
                              "other arithmetic than beams without them (its layers are int8; ``convert.quantize``)")
         return super().advance(rows)
 
-    def _reorder(self, parents: list[int], kept: int) -> None:
-        moved = [i for i, parent in enumerate(parents) if parent != i]
-        if moved and kept:  # the right side is gathered before it is written, so rows may swap
-            response = slice(self._prompt, self._prompt + kept)
-            self._cache[response, moved] = self._cache[response, [parents[i] for i in moved]]
+    def _copy_rows(self, rows: list[int], parents: list[int], positions: slice) -> None:
+        self._cache[positions, rows] = self._cache[positions, parents]  # the right side is gathered first
 
     def _append(self, starts: list[int], appended: list[list[int]]) -> list[np.ndarray]:
         width = max(len(tokens) for tokens in appended)
@@ -126,12 +130,10 @@ class SeparateRows(_Rows):
             state.cache, state.logits = alone.cache.copy(), alone.logits.copy()
             state.bind(alone.threads)
 
-    def _reorder(self, parents: list[int], kept: int) -> None:
-        response = slice(self._prompt, self._prompt + kept)
-        taken = {parent: self._states[parent].cache[response].copy() for i, parent in enumerate(parents) if parent != i}
-        for i, parent in enumerate(parents):
-            if parent != i:
-                self._states[i].cache[response] = taken[parent]
+    def _copy_rows(self, rows: list[int], parents: list[int], positions: slice) -> None:
+        taken = {parent: self._states[parent].cache[positions].copy() for parent in set(parents)}
+        for row, parent in zip(rows, parents):
+            self._states[row].cache[positions] = taken[parent]
 
     def _append(self, starts: list[int], appended: list[list[int]]) -> list[np.ndarray]:
         out = []
