@@ -203,3 +203,44 @@ def test_untied_token_lookup_reads_each_token_at_its_own_scale():
         None, {"ids": ids, "x": np.ones((1, width), np.float32)})
     step = np.abs(weight).max(axis=0) / 127
     assert np.all(np.abs(looked_up - weight[:, ids]) <= step[ids] / 2 + 1e-7)
+
+
+def test_per_row_quantization_gives_each_row_its_own_numbers(tmp_path):
+    """The int8 recipe's products quantize each activation row by its own scale: bit for bit the formula
+    ``float(int8 row · int8 column) * column scale * row scale + bias``, and a row's output the same whatever rows
+    share the call (a batched verification must equal one-token steps)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from as2d_whisper.convert.quantize import _quantize
+
+    rng = np.random.default_rng(1)
+    width, columns = 16, 6
+    weight = rng.normal(size=(width, columns)).astype(np.float32)
+    bias = rng.normal(size=columns).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["product"], name="projection"),
+         helper.make_node("Add", ["product", "b"], ["y"])],
+        "one_product", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", "tokens", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", "tokens", columns])],
+        initializer=[numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")])
+    _quantize(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "q.onnx")
+    model = onnx.load(str(tmp_path / "q.onnx"))
+    onnx.checker.check_model(model)
+    assert [n.op_type for n in model.graph.node if "MatMul" in n.op_type] == ["MatMulIntegerToFloat"]
+    stored = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    weight_int8 = next(v for v in stored.values() if v.dtype == np.int8 and v.shape == weight.shape)
+    weight_scale = next(v for k, v in stored.items() if v.shape == (columns,) and v.dtype == np.float32 and k != "b")
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    x = (rng.normal(size=(3, 2, width)) * np.array([1e-3, 1.0, 50.0])[:, None, None]).astype(np.float32)
+    x[1, 1] = 0.0  # a row of zeros takes the smallest scale, not a division by zero
+    y = session.run(None, {"x": x})[0]
+    row_scale = np.maximum(np.abs(x).max(axis=-1, keepdims=True), np.float32(1e-12)) / np.float32(127)
+    quantized = np.clip(np.round(x / row_scale) + 128, 0, 255).astype(np.int32) - 128
+    products = (quantized @ weight_int8.astype(np.int32)).astype(np.float32)
+    assert np.array_equal(y, products * weight_scale * row_scale + bias)
+    for r in range(x.shape[0]):
+        for t in range(x.shape[1]):
+            assert np.array_equal(session.run(None, {"x": x[r : r + 1, t : t + 1]})[0][0, 0], y[r, t])

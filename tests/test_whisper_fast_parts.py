@@ -235,7 +235,7 @@ def test_int8_beams_read_their_own_graph_with_every_layer_in_int8(whisper_int8_t
     weights = {i.name for i in graph.graph.initializer}
     assert not [n.name for n in graph.graph.node if n.op_type in ("MatMul", "Gemm") and set(n.input) & weights]
     dims = whisper_int8_target.model.meta["dims"]
-    products = sum(n.op_type == "MatMulInteger" for n in graph.graph.node)
+    products = sum(n.op_type == "MatMulIntegerToFloat" for n in graph.graph.node)
     assert products == dims["decoder_layers"] * 8 + 1  # q, k, v, out, cross q and out, fc1, fc2; the projection
     request = _example_request()
     session = whisper_int8_target.prepare(request, threads=2)

@@ -59,7 +59,8 @@ def save_graph(model, target: Path) -> None:
     data.unlink(missing_ok=True)
     onnx.save_model(model, str(target), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=data.name)
-    data.chmod(target.stat().st_mode & 0o777)  # onnx creates it private; a model folder is read like its graphs
+    if data.exists():  # onnx writes none where every weight is under its 1 KB threshold (a tiny graph)
+        data.chmod(target.stat().st_mode & 0o777)  # onnx creates it private; a model folder is read like its graphs
 
 
 def graph_files(out_dir: Path, graphs: list[str]) -> list[str]:

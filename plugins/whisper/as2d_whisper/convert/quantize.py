@@ -13,9 +13,9 @@ from .onnx_export import DECODER_FILE, ENCODER_FILE, listing_graphs, save_graph
 from .weights import package_version
 
 # model.json's ``int8.recipe``: a folder quantized by an older recipe is quantized again on install
-# (3: and a beams graph with every decoder layer in int8; 2: weights per column, activations per row, the
-# encoder's first layer fp32, the token lookup untied; 1: per tensor)
-INT8_RECIPE = 3
+# (4: the same numbers in fewer nodes, opset 21; 3: and a beams graph with every decoder layer in int8; 2: weights
+# per column, activations per row, the encoder's first layer fp32, the token lookup untied; 1: per tensor)
+INT8_RECIPE = 4
 
 
 def per_row_activations(model) -> int:
@@ -25,16 +25,23 @@ def per_row_activations(model) -> int:
     token's logits would depend on the other tokens in the same call, and a batched
     verification could disagree with one-token steps (it did, on real speech). Each
     such node becomes a symmetric per-row quantization (scale = row max |x| / 127,
-    zero point 128, still uint8 for ``MatMulInteger``): the integer product of a row
+    zero point 128, uint8 for the integer product): the integer product of a row
     then depends on that row alone, but not what feeds it: see ``quantize_target``.
     In the encoder a scale per frame, not one per 30 s of audio, is what keeps it close to fp32.
+    The rounding is one ``QuantizeLinear`` with a block as long as the row (opset 21; the model is converted up to
+    it), and the product one ``MatMulIntegerToFloat`` (``_row_scale_last``): the same numbers as the ten nodes a
+    product took before (BENCHMARKS.md section 35: the int8 encoder 13% faster, a beams step as fast).
     """
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
+    if not any(n.op_type == "DynamicQuantizeLinear" for n in model.graph.node):
+        return 0
+    _opset_at_least(model, QUANTIZE_OPSET)
     graph = model.graph
-    constants = {"per_row_zero_point": np.array(128, np.uint8), "per_row_levels": np.array(127.0, np.float32),
-                 "per_row_offset": np.array(128.0, np.float32), "per_row_tiny": np.array(1e-12, np.float32),
-                 "per_row_low": np.array(0.0, np.float32), "per_row_high": np.array(255.0, np.float32)}
+    constants = {"per_row_zero_point": np.array(128, np.uint8), "per_row_zero_points": np.array([128], np.uint8),
+                 "per_row_levels": np.array(127.0, np.float32), "per_row_tiny": np.array(1e-12, np.float32),
+                 "per_row_last_axis": np.array([-1], np.int64),
+                 "per_row_unit_scale": np.array(1.0, np.float32)}
     nodes, count = [], 0
     for node in graph.node:
         if node.op_type != "DynamicQuantizeLinear":
@@ -44,31 +51,54 @@ def per_row_activations(model) -> int:
         t = f"{node.name}_per_row"
         nodes += [
             helper.make_node("Abs", [x], [f"{t}_abs"]),
-            helper.make_node("ReduceMax", [f"{t}_abs"], [f"{t}_max"], axes=[-1], keepdims=1),
+            helper.make_node("ReduceMax", [f"{t}_abs", "per_row_last_axis"], [f"{t}_max"], keepdims=1),
             helper.make_node("Max", [f"{t}_max", "per_row_tiny"], [f"{t}_range"]),
             helper.make_node("Div", [f"{t}_range", "per_row_levels"], [scale]),
-            helper.make_node("Div", [x, scale], [f"{t}_ratio"]),
-            helper.make_node("Round", [f"{t}_ratio"], [f"{t}_round"]),
-            helper.make_node("Add", [f"{t}_round", "per_row_offset"], [f"{t}_shift"]),
-            helper.make_node("Clip", [f"{t}_shift", "per_row_low", "per_row_high"], [f"{t}_clip"]),
-            helper.make_node("Cast", [f"{t}_clip"], [quantized], to=TensorProto.UINT8),
+        ]
+        if not count:  # every activation of a graph has the same rows (its tokens or frames): one zero point each
+            nodes += [helper.make_node("Shape", [scale], ["per_row_scale_shape"]),
+                      helper.make_node("Expand", ["per_row_zero_points", "per_row_scale_shape"], ["per_row_zeros"])]
+        nodes += [
+            # one block per row: a block longer than any row (blocks are counted by ceil(row / block_size))
+            helper.make_node("QuantizeLinear", [x, scale, "per_row_zeros"], [quantized], axis=-1, block_size=1 << 30),
             helper.make_node("Identity", ["per_row_zero_point"], [zero_point]),
         ]
         count += 1
-    if count:
-        graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())
-        del graph.node[:]
-        graph.node.extend(_row_scale_last(nodes))
+    graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())
+    del graph.node[:]
+    graph.node.extend(_row_scale_last(nodes))
+    if not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    # the converter's shape inference recorded each scale as one number; it is one per row now
+    scales = {n.output[0] for n in graph.node if n.op_type == "Div" and n.input[1:] == ["per_row_levels"]}
+    kept = [v for v in graph.value_info if v.name not in scales]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
     return count
 
 
-def _row_scale_last(nodes: list) -> list:
-    """``y = int_product * (row_scale * weight_scale)`` becomes ``(int_product * weight_scale) * row_scale``.
+# QuantizeLinear's blocks (one scale per row of the activation) came in ONNX opset 21
+QUANTIZE_OPSET = 21
 
-    ONNX Runtime's extended optimizations fuse MatMulInteger -> Cast -> Mul into one
+
+def _opset_at_least(model, version: int) -> None:
+    """Convert ``model`` in place to the default domain's opset ``version`` where it is older (ONNX's own converter:
+    ReduceMax's axes become an input, and so on)."""
+    from onnx import version_converter
+
+    current = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    if current < version:
+        model.CopyFrom(version_converter.convert_version(model, version))
+
+
+def _row_scale_last(nodes: list) -> list:
+    """``y = float(int_product) * (row_scale * weight_scale)`` becomes one ``MatMulIntegerToFloat`` that multiplies
+    by the weight's scales (its activation scale a constant 1), then ``* row_scale``.
+
+    ONNX Runtime's extended optimizations fuse MatMulInteger -> Cast -> Mul into a
     MatMulIntegerToFloat that reads the activation scale as a single number: with
-    per-row scales it would apply the first row's to every row. Multiplying the row
-    scale on its own, after the product, leaves nothing of that pattern to misread.
+    per-row scales it would apply the first row's to every row. Here the fused node gets the weight's scales
+    only, and the row scale is multiplied on its own after it: the same numbers as the three nodes it replaces.
     """
     from onnx import helper
 
@@ -77,18 +107,29 @@ def _row_scale_last(nodes: list) -> list:
     for n in nodes:
         if n.op_type == "Mul" and n.input[0] in row_scales:
             products[n.output[0]] = (n.input[0], n.input[1])
+    made = {n.output[0]: n for n in nodes}
+    fused = set()  # the MatMulInteger and Cast nodes each fused node replaces
     out = []
     for n in nodes:
         if n.op_type == "Mul" and n.output[0] in products:
             continue
         if n.op_type == "Mul" and n.input[1] in products:
             row, weight = products[n.input[1]]
+            cast = made[n.input[0]]
+            product = made[cast.input[0]]
+            if (cast.op_type, product.op_type) != ("Cast", "MatMulInteger"):
+                raise RuntimeError(f"{n.name}: expected the quantizer's MatMulInteger -> Cast -> Mul, found "
+                                   f"{product.op_type} -> {cast.op_type} -> Mul (an ONNX Runtime that quantizes "
+                                   "otherwise?)")
+            a, b, a_zero, b_zero = (list(product.input) + ["", ""])[:4]
             partial = n.output[0] + "_weight_scaled"
-            out += [helper.make_node("Mul", [n.input[0], weight], [partial], name=n.name + "_weight_scale"),
+            out += [helper.make_node("MatMulIntegerToFloat", [a, b, "per_row_unit_scale", weight, a_zero, b_zero],
+                                     [partial], name=product.name + "_to_float", domain="com.microsoft"),
                     helper.make_node("Mul", [partial, row], [n.output[0]], name=n.name + "_row_scale")]
+            fused |= {id(cast), id(product)}
             continue
         out.append(n)
-    return out
+    return [n for n in out if id(n) not in fused]
 
 
 def first_layer_products(model) -> list[str]:
