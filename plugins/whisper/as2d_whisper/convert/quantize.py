@@ -29,8 +29,8 @@ def per_row_activations(model) -> int:
     then depends on that row alone, but not what feeds it: see ``quantize_target``.
     In the encoder a scale per frame, not one per 30 s of audio, is what keeps it close to fp32.
     The rounding is one ``QuantizeLinear`` with a block as long as the row (opset 21; the model is converted up to
-    it), and the product one ``MatMulIntegerToFloat`` (``_row_scale_last``): the same numbers as the ten nodes a
-    product took before (BENCHMARKS.md section 35: the int8 encoder 13% faster, a beams step as fast).
+    it), and the product one ``MatMulIntegerToFloat`` (``_row_scale_last``): the same numbers as the five and three
+    nodes they replace (BENCHMARKS.md section 35: the int8 encoder about an eighth faster, a beam step as fast).
     """
     from onnx import helper, numpy_helper
 

@@ -1,0 +1,85 @@
+"""Two Whisper model folders' graphs on the same inputs: are their outputs bit for bit the same, and which is faster.
+
+For a change of a conversion recipe that should keep the numbers (BENCHMARKS.md section 35): the encoder on the
+quick start's clip, and one 5-beam step of the beams graph (or the windows graph where a folder has none) at
+60 positions on seeded random cache and audio K/V. The two folders' sessions run alternately in one process, their
+workers not spinning (as ``as2d_onnxruntime.sessions`` runs them; a spinning pool steals the cores from the session
+run after it); medians per graph.
+
+    .venv/bin/python scripts/compare_graphs.py OLD_FOLDER ~/.local/share/as2d/models/whisper-base-int8 --rounds 40
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from as2d_core.input.audio import load_audio
+from as2d_whisper.features import encoder_input
+from as2d_whisper.graph_io import BEAMS_FILE, WINDOWS_FILE, audio_input_names
+
+QUICK_START_CLIP = Path(__file__).resolve().parent.parent / "examples" / "ljspeech_en_w00.wav"
+
+
+def session(path: Path, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def step_feed(meta: dict, beams: int = 5, positions: int = 60) -> dict[str, np.ndarray]:
+    """One beam step's inputs: each row's next token after ``positions`` cached ones, one window's audio K/V."""
+    dims, rng = meta["dims"], np.random.default_rng(0)
+    layers, heads = dims["decoder_layers"], dims["decoder_heads"]
+    head_dim, frames = dims["d_model"] // heads, dims["n_audio_ctx"]
+    cache = rng.standard_normal((positions, beams, layers, 2, heads, head_dim)).astype(np.float32) * 0.5
+    feed = {"tokens": rng.integers(0, 50_000, (beams, 1)).astype(np.int64), "cache": cache,
+            "lengths": np.full(beams, positions, np.int64)}
+    for name in audio_input_names(layers):
+        feed[name] = rng.standard_normal((1, heads, frames, head_dim)).astype(np.float32)
+    return feed
+
+
+def clip_feed() -> dict[str, np.ndarray]:
+    return {"mel": encoder_input(load_audio(QUICK_START_CLIP))}
+
+
+def compare(old: Path, new: Path, graph: str, feed: dict, rounds: int, threads: int) -> dict:
+    sessions = {"old": session(old / graph, threads), "new": session(new / graph, threads)}
+    times: dict[str, list[float]] = {"old": [], "new": []}
+    outputs = {}
+    for _ in range(rounds):
+        for name, s in sessions.items():
+            started = time.perf_counter()
+            outputs[name] = s.run(None, feed)
+            times[name].append(time.perf_counter() - started)
+    same = all(np.array_equal(a, b) for a, b in zip(outputs["old"], outputs["new"]))
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(outputs["old"], outputs["new"]))
+    old_ms, new_ms = (float(np.median(times[k])) * 1e3 for k in ("old", "new"))
+    return {"graph": graph, "bitwise_equal": same, "max_abs_diff": diff, "old_ms": round(old_ms, 2),
+            "new_ms": round(new_ms, 2), "old_over_new": round(old_ms / new_ms, 3), "rounds": rounds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("old", type=Path)
+    parser.add_argument("new", type=Path)
+    parser.add_argument("--rounds", type=int, default=40, help="calls of each step graph (the encoder: a fifth)")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    old, new = args.old.expanduser(), args.new.expanduser()
+    meta = json.loads((new / "model.json").read_text())
+    step = BEAMS_FILE if (old / BEAMS_FILE).is_file() and (new / BEAMS_FILE).is_file() else WINDOWS_FILE
+    for graph, feed, rounds in (("encoder.onnx", clip_feed(), max(3, args.rounds // 5)),
+                                (step, step_feed(meta), args.rounds)):
+        print(json.dumps(compare(old, new, graph, feed, rounds, args.threads)))
+
+
+if __name__ == "__main__":
+    main()
