@@ -1,12 +1,12 @@
 """Two Whisper model folders' graphs on the same inputs: are their outputs bit for bit the same, and which is faster.
 
-For a change of a conversion recipe that should keep the numbers (BENCHMARKS.md section 35): the encoder on the
-quick start's clip, and one 5-beam step of the beams graph (or the windows graph where a folder has none) at
+For a change of a conversion recipe that should keep the numbers (BENCHMARKS.md section 35): the encoder on a
+clip (the quick start's), and one 5-beam step of the beams graph (or the windows graph where a folder has none) at
 60 positions on seeded random cache and audio K/V. The two folders' sessions run alternately in one process, their
 workers not spinning (as ``as2d_onnxruntime.sessions`` runs them; a spinning pool steals the cores from the session
 run after it); medians per graph.
 
-    .venv/bin/python scripts/compare_graphs.py OLD_FOLDER ~/.local/share/as2d/models/whisper-base-int8 --rounds 40
+    .venv/bin/python -m as2d_whisper.convert.compare_graphs OLD_FOLDER ~/.local/share/as2d/models/whisper-base-int8
 """
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from as2d_core.input.audio import load_audio
-from as2d_whisper.features import encoder_input
-from as2d_whisper.graph_io import BEAMS_FILE, WINDOWS_FILE, audio_input_names
 
-QUICK_START_CLIP = Path(__file__).resolve().parent.parent / "examples" / "ljspeech_en_w00.wav"
+from ..features import encoder_input
+from ..graph_io import BEAMS_FILE, WINDOWS_FILE, audio_input_names
 
 
 def session(path: Path, threads: int):
@@ -46,8 +45,8 @@ def step_feed(meta: dict, beams: int = 5, positions: int = 60) -> dict[str, np.n
     return feed
 
 
-def clip_feed() -> dict[str, np.ndarray]:
-    return {"mel": encoder_input(load_audio(QUICK_START_CLIP))}
+def clip_feed(clip: Path) -> dict[str, np.ndarray]:
+    return {"mel": encoder_input(load_audio(clip))}
 
 
 def compare(old: Path, new: Path, graph: str, feed: dict, rounds: int, threads: int) -> dict:
@@ -72,11 +71,13 @@ def main() -> None:
     parser.add_argument("new", type=Path)
     parser.add_argument("--rounds", type=int, default=40, help="calls of each step graph (the encoder: a fifth)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--clip", type=Path, default=Path("examples/ljspeech_en_w00.wav"),
+                        help="the encoder's audio (default: the quick start's clip, from the repository's root)")
     args = parser.parse_args()
     old, new = args.old.expanduser(), args.new.expanduser()
     meta = json.loads((new / "model.json").read_text())
     step = BEAMS_FILE if (old / BEAMS_FILE).is_file() and (new / BEAMS_FILE).is_file() else WINDOWS_FILE
-    for graph, feed, rounds in (("encoder.onnx", clip_feed(), max(3, args.rounds // 5)),
+    for graph, feed, rounds in (("encoder.onnx", clip_feed(args.clip), max(3, args.rounds // 5)),
                                 (step, step_feed(meta), args.rounds)):
         print(json.dumps(compare(old, new, graph, feed, rounds, args.threads)))
 
