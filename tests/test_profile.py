@@ -72,8 +72,9 @@ def test_measure_on_tiny_lm():
     from as2d_core.decode.options import DecodeOptions
     from tiny_lm import ScriptedSource, TinyLM
 
-    source = ScriptedSource([3, 4, 5, 6] * 10, delays=[0.0005] * 40)
-    other = ScriptedSource([3, 4] * 20, delays=[0.001] * 40, name="other")
+    # 20 pieces a job, not 40: the measurement times each drafter's whole jobs many times over (40 pieces: 38 s)
+    source = ScriptedSource([3, 4, 5, 6] * 5, delays=[0.0005] * 20)
+    other = ScriptedSource([3, 4] * 10, delays=[0.001] * 20, name="other")
     audio = np.random.default_rng(0).normal(0, 0.1, 3200).astype(np.float32)
     body = Measurement(TinyLM(), {"scripted": source, "other": other}, audio, "en",
                        DecodeOptions(budget=3, publication_size=4), kmax=4, offsets=(0, 3), repeats=2, warmup=1,
@@ -86,7 +87,7 @@ def test_measure_on_tiny_lm():
         assert all(s["n"] == 4 and s["median"] > 0 for s in body["verify_s"][condition].values())
     for name, step in (("scripted", 0.0005), ("other", 0.001)):
         drafter = body["drafters"][name]
-        assert drafter["piece_s"]["next"] >= step * 0.9 and drafter["piece_s"]["pieces"] == 240
+        assert drafter["piece_s"]["next"] >= step * 0.9 and drafter["piece_s"]["pieces"] == 120
         assert len(drafter["prepare_s"]) == 6 and sorted(drafter["niceness"]) == ["0", "5"]
         for measured in drafter["niceness"].values():
             assert set(measured["verify_s"]) == {"1", "2", "3", "4"}
