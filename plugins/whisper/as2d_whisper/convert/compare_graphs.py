@@ -2,9 +2,9 @@
 
 For a change of a conversion recipe that should keep the numbers (BENCHMARKS.md section 35): the encoder on a
 clip (the quick start's), and one 5-beam step of the beams graph (or the windows graph where a folder has none) at
-60 positions on seeded random cache and audio K/V. The two folders' sessions run alternately in one process, their
-workers not spinning (as ``as2d_onnxruntime.sessions`` runs them; a spinning pool steals the cores from the session
-run after it); medians per graph.
+60 positions on seeded random cache and audio K/V. The two folders' sessions run alternately in one process, made as the
+runtime makes them (``as2d_onnxruntime.sessions``: workers not spinning, or a spinning pool would steal the cores
+from the session run after it); medians per graph.
 
     .venv/bin/python -m as2d_whisper.convert.compare_graphs OLD_FOLDER ~/.local/share/as2d/models/whisper-base-int8
 """
@@ -18,18 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from as2d_core.input.audio import load_audio
+from as2d_onnxruntime.sessions import ort_session
 
 from ..features import encoder_input
 from ..graph_io import BEAMS_FILE, WINDOWS_FILE, audio_input_names
-
-
-def session(path: Path, threads: int):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def step_feed(meta: dict, beams: int = 5, positions: int = 60) -> dict[str, np.ndarray]:
@@ -50,7 +42,7 @@ def clip_feed(clip: Path) -> dict[str, np.ndarray]:
 
 
 def compare(old: Path, new: Path, graph: str, feed: dict, rounds: int, threads: int) -> dict:
-    sessions = {"old": session(old / graph, threads), "new": session(new / graph, threads)}
+    sessions = {name: ort_session(folder / graph, "cpu", threads)[0] for name, folder in (("old", old), ("new", new))}
     times: dict[str, list[float]] = {"old": [], "new": []}
     outputs = {}
     for _ in range(rounds):
