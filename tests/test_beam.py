@@ -192,14 +192,26 @@ def test_what_beam_search_refuses(tiny_request):
         run_beam_request(tiny_request(), model, 5)
 
 
-@pytest.mark.parametrize("timestamps", ["none", "segment"])
-def test_whisper_beams_in_one_call_equal_each_row_alone(whisper_target, timestamps):
-    """whisper-base on a real window: the windows graph's one call per step gives the beams that each
-    hypothesis decoded on its own decoder state gives; drafts of the greedy result change nothing either (checked
-    in timestamp mode, where beams and drafts disagree most)."""
-    from as2d_whisper.beams import SeparateRows, WindowsRows
+# previous text, as conditioning feeds it: a long prompt, before the start of transcript, that no row writes to
+PREVIOUS_TEXT = ("Printing, in the only sense with which we are at present concerned, differs from most if not from "
+                 "all the arts and crafts represented in the exhibition.")
 
-    request = Request("cards", speech_audio("cmu_cards_en_w00"), language="en", timestamps=timestamps, scores=True)
+
+@pytest.mark.parametrize("timestamps, previous_text", [("none", None), ("segment", PREVIOUS_TEXT)])
+def test_whisper_beams_in_one_call_equal_each_row_alone(whisper_target, timestamps, previous_text):
+    """whisper-base on a real window: the beams graph's one call per step (the prompt one block that every row
+    reads) gives the beams that each hypothesis decoded on its own decoder state gives, after a long prompt of
+    previous text too; so does the windows graph's call, where drafts of the greedy result change nothing either
+    (checked in timestamp mode, where beams and drafts disagree most)."""
+    from as2d_whisper.beams import SeparateRows, SharedPromptRows, WindowsRows
+
+    request = Request("cards", speech_audio("cmu_cards_en_w00"), language="en", timestamps=timestamps, scores=True,
+                      prompt=previous_text)
+    session = whisper_target.prepare(request, 2)
+    rows = session.beam_rows(4)
+    assert isinstance(rows, SharedPromptRows) and len(session.prompt) > (20 if previous_text else 0)
+    rows.close()
+    session.close()
     beam = BeamOptions(4)
     result = run_beam_request(request, whisper_target, beam)
     greedy = run_request(request, whisper_target, None, "target-only")
@@ -223,11 +235,6 @@ def test_whisper_beams_in_one_call_equal_each_row_alone(whisper_target, timestam
             session.close()
         assert list(found.tokens) == result.tokens, f"{layout.__name__}: {found.tokens} != {result.tokens}"
         assert found.avg_logprob(beam.length_penalty) == pytest.approx(result.avg_logprob, abs=1e-4)
-
-
-# previous text, as conditioning feeds it: a long prompt, before the start of transcript, that no row writes to
-PREVIOUS_TEXT = ("Printing, in the only sense with which we are at present concerned, differs from most if not from "
-                 "all the arts and crafts represented in the exhibition.")
 
 
 @pytest.mark.parametrize("previous_text", [None, PREVIOUS_TEXT])

@@ -17,12 +17,26 @@ WINDOWS_FILE = "decoder.windows.onnx"
 BEAMS_FILE = "decoder.beams.onnx"
 
 
+# The beams graph's inputs besides tokens and lengths (``torch_model.decode_beams``): per layer and kind, the prompt's
+# K/V every row shares, [1, heads, prompt, head_dim], and the rows' own response, [positions, rows, heads, head_dim].
+PROMPT, OWN, AUDIO = "prompt", "own", "cross"
+
+
+def kv_input_names(layers: int, prefix: str = AUDIO) -> list[str]:
+    """A graph's K/V input names of one kind (``prefix``): layer by layer, K then V."""
+    return [f"{prefix}_{kind}{layer}" for layer in range(layers) for kind in ("k", "v")]
+
+
 def audio_input_names(layers: int) -> list[str]:
     """The decoder's audio input names, in the order of the encoder's array."""
-    return [f"cross_{kind}{layer}" for layer in range(layers) for kind in ("k", "v")]
+    return kv_input_names(layers, AUDIO)
+
+
+def kv_feed(blocks: np.ndarray, prefix: str = AUDIO) -> dict[str, np.ndarray]:
+    """An array ``[layers, 2 (k, v), ...]`` as a graph's inputs ``prefix``: views of its blocks, no copies."""
+    return dict(zip(kv_input_names(blocks.shape[0], prefix), blocks.reshape(-1, *blocks.shape[2:])))
 
 
 def audio_feed(cross_kv: np.ndarray) -> dict[str, np.ndarray]:
     """The encoder's array as the decoder's audio inputs: views of it, no copies."""
-    blocks = cross_kv.reshape(-1, *cross_kv.shape[2:])
-    return dict(zip(audio_input_names(cross_kv.shape[0]), blocks))
+    return kv_feed(cross_kv, AUDIO)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..graph_io import WINDOWS_FILE, audio_feed, audio_input_names
+from ..graph_io import BEAMS_FILE, OWN, PROMPT, WINDOWS_FILE, audio_feed, audio_input_names, kv_feed, kv_input_names
 from .torch_model import build_torch_model
 from .weights import FORMAT_VERSION, load_ct2_weights, source_files, special_tokens
 
@@ -140,6 +140,71 @@ def _export_windows(model, dims: dict, out_dir: Path, opset: int = 17) -> None:
                               opset_version=opset, dynamo=False)
 
 
+def _export_beams(model, dims: dict, out_dir: Path, opset: int = 17) -> None:
+    """Beam search's graph (``torch_model.decode_beams``): tokens [B, K], each row's response ``lengths`` [B], then
+    per layer and kind the rows' own response K/V [R, B, H, hd], the shared prompt's [1, H, S, hd] and the audio's
+    [1, H, frames, hd] (``graph_io``)."""
+    import torch
+
+    layers, heads = dims["decoder_layers"], dims["decoder_heads"]
+    hd = dims["d_model"] // heads
+
+    class BeamsGraph(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, tokens, lengths, *blocks):  # own, prompt, audio: 2 * layers each
+            own, prompt, audio = (list(zip(part[::2], part[1::2])) for part in
+                                  (blocks[:2 * layers], blocks[2 * layers:4 * layers], blocks[4 * layers:]))
+            return self.m.decode_beams(tokens, own, lengths, prompt, audio)
+
+    names = {OWN: kv_input_names(layers, OWN), PROMPT: kv_input_names(layers, PROMPT),
+             "audio": audio_input_names(layers)}
+    blocks = (*(torch.zeros(4, 2, heads, hd) for _ in names[OWN]), *(torch.zeros(1, heads, 6, hd) for _ in names[PROMPT]),
+              *(torch.zeros(1, heads, dims["n_audio_ctx"], hd) for _ in names["audio"]))
+    with torch.no_grad(), graph_file(out_dir, BEAMS_FILE) as path:
+        torch.onnx.export(BeamsGraph(model), (torch.zeros(2, 3, dtype=torch.int64), torch.tensor([4, 2]), *blocks),
+                          str(path), input_names=["tokens", "lengths", *names[OWN], *names[PROMPT], *names["audio"]],
+                          output_names=["logits", "new_kv"],
+                          dynamic_axes={"tokens": {0: "B", 1: "K"}, "lengths": {0: "B"}, "logits": {0: "B", 1: "K"},
+                                        "new_kv": {0: "B", 1: "K"}, **{n: {0: "R", 1: "B"} for n in names[OWN]},
+                                        **{n: {2: "S"} for n in names[PROMPT]}},
+                          opset_version=opset, dynamo=False)
+
+
+def _validate_beams(out_dir: Path, dims: dict, tol: float) -> float:
+    """The beams graph against the single-window decoder: rows of different response lengths after one shared
+    prompt, one and several tokens a row, and a first step, where no row has a response yet (one masked position
+    stands in for the empty block, as the runtime feeds it)."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(2)
+    layers, heads = dims["decoder_layers"], dims["decoder_heads"]
+    row = (layers, 2, heads, dims["d_model"] // heads)
+    cross = rng.normal(size=(layers, 2, heads, dims["n_audio_ctx"], row[-1])).astype(np.float32)
+    providers = ["CPUExecutionProvider"]
+    single = ort.InferenceSession(str(out_dir / DECODER_FILE), providers=providers)
+    beams = ort.InferenceSession(str(out_dir / BEAMS_FILE), providers=providers)
+    prompt = rng.normal(size=(5, *row)).astype(np.float32)
+    shared = kv_feed(np.ascontiguousarray(prompt.transpose(1, 2, 3, 0, 4))[:, :, None], PROMPT)
+    audio = {name: block[None] for name, block in audio_feed(cross).items()}
+    worst = 0.0
+    for lengths, k in (([4, 0, 2], 1), ([4, 0, 2], 3), ([0, 0], 2)):
+        lengths = np.array(lengths, np.int64)
+        own = rng.normal(size=(max(1, int(lengths.max())), len(lengths), *row)).astype(np.float32)
+        tokens = rng.integers(0, dims["n_vocab"], size=(len(lengths), k)).astype(np.int64)
+        logits, new_kv = beams.run(None, {"tokens": tokens, "lengths": lengths, **shared, **audio,
+                                          **kv_feed(np.ascontiguousarray(own.transpose(2, 3, 0, 1, 4, 5)), OWN)})
+        for b, n in enumerate(lengths):
+            past = np.concatenate([prompt, own[:n, b]])
+            lo, kvo = single.run(None, {"tokens": tokens[b:b + 1], "past": past, **audio_feed(cross)})
+            worst = max(worst, scaled_diff(lo[0], logits[b]), scaled_diff(kvo, new_kv[b]))
+    if worst > tol:
+        raise RuntimeError(f"{BEAMS_FILE} disagrees with {DECODER_FILE}: max scaled |diff| {worst:.3g} > {tol}")
+    return worst
+
+
 def scaled_diff(reference: np.ndarray, other: np.ndarray) -> float:
     """How far ``other`` is from ``reference``: the largest difference, relative to the largest value where that
     is over 1 (a large model's logits and K/V are larger, and so are float32's differences in them)."""
@@ -218,6 +283,10 @@ def export_graphs(state: dict, dims: dict, out_dir: Path, *, tied_output: bool, 
         windows_diff = _validate_windows(out_dir, dims, tol=1e-3)
         print(f"[as2d-whisper] {label}: {WINDOWS_FILE} matches {DECODER_FILE}, max scaled |diff| {windows_diff:.2e}")
         outputs.append(WINDOWS_FILE)
+        _export_beams(model, dims, out_dir)
+        beams_diff = _validate_beams(out_dir, dims, tol=1e-3)
+        print(f"[as2d-whisper] {label}: {BEAMS_FILE} matches {DECODER_FILE}, max scaled |diff| {beams_diff:.2e}")
+        outputs.append(BEAMS_FILE)
     if int8_decoder:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 

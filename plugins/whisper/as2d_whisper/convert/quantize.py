@@ -13,9 +13,9 @@ from .onnx_export import DECODER_FILE, ENCODER_FILE, listing_graphs, save_graph
 from .weights import package_version
 
 # model.json's ``int8.recipe``: a folder quantized by an older recipe is quantized again on install
-# (4: the same numbers in fewer nodes, opset 21; 3: and a beams graph with every decoder layer in int8; 2: weights
+# (5: the beams graph from the fp32 folder's own, prompt shared by its rows; 4: the same numbers in fewer nodes, opset 21; 3: and a beams graph with every decoder layer in int8; 2: weights
 # per column, activations per row, the encoder's first layer fp32, the token lookup untied; 1: per tensor)
-INT8_RECIPE = 4
+INT8_RECIPE = 5
 
 
 def per_row_activations(model) -> int:
@@ -235,7 +235,7 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
       batched verification differ from one-token steps on real speech: the fp32 attention's last-bit
       differences between call widths flip a rounding, and the flip grows through the quantized
       layers after it. At the last layer nothing follows, so only a near-tie of the logits could differ.
-    - Beam search's own graph (``decoder.beams.onnx``, from the windows graph): every weight product in int8,
+    - Beam search's own graph (``decoder.beams.onnx``, ``torch_model.decode_beams``): every weight product in int8,
       the layers' too, as CTranslate2's int8 has them. Beams compare no batched call with one-token steps (as2d
       runs beams as target-only does, ``as2d_core.decode.beam``), so nothing needs the layers in fp32 there, and
       a 5-beam step costs 27% less (BENCHMARKS.md section 18).
@@ -253,7 +253,7 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
                                 f"(`as2d models install {fp32_dir.name}`)")
     meta = json.loads((fp32_dir / "model.json").read_text())
     out_dir.mkdir(parents=True, exist_ok=True)
-    plan = ((DECODER_FILE, DECODER_FILE, False), (WINDOWS_FILE, WINDOWS_FILE, False), (WINDOWS_FILE, BEAMS_FILE, True))
+    plan = ((DECODER_FILE, DECODER_FILE, False), (WINDOWS_FILE, WINDOWS_FILE, False), (BEAMS_FILE, BEAMS_FILE, True))
     outputs = {out: quantize_decoder(onnx.load(str(fp32_dir / source)), meta["dims"]["n_vocab"], out_dir / out, layers)
                for source, out, layers in plan if (fp32_dir / source).is_file()}
     meta["files"] = listing_graphs(meta["files"], out_dir, list(outputs))

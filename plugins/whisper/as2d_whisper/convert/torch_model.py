@@ -40,6 +40,27 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             out = out.reshape(k.shape[0], heads, -1, width, hd).permute(0, 2, 3, 1, 4)  # [A, R, K, H, hd]
             return self.out_proj(out.reshape(-1, width, heads * hd))
 
+        def attend_beams(self, q, shared, rows, new, mask):
+            """Self-attention of B beam rows' queries [B, H, K, hd] over three blocks of keys, one softmax over all:
+            the prompt every row shares (K, V, each [1, H, S, hd], read in one block of all rows' queries, as
+            ``attend_audio`` reads the audio), each row's own response (K, V, each position-major [R, B, H, hd]) and
+            the new positions (K, V, each [B, H, K, hd]). No block is copied into one cache a step: a 5-beam step
+            after a long prompt of previous text costs half what it did (BENCHMARKS.md section 36)."""
+            n_rows, heads, width, hd = q.shape
+            scale = 1.0 / math.sqrt(self.head_dim)
+            block = q.transpose(0, 1).reshape(1, heads, -1, hd)  # [1, H, B * K, hd]
+            on_prompt = torch.matmul(block, shared[0].transpose(-1, -2)).reshape(heads, n_rows, width, -1)
+            on_rows = torch.matmul(q, rows[0].permute(1, 2, 3, 0))  # [B, H, K, R]
+            on_new = torch.matmul(q, new[0].transpose(-1, -2))
+            scores = torch.cat([on_prompt.transpose(0, 1), on_rows, on_new], dim=-1) * scale + mask
+            weights = torch.softmax(scores, dim=-1)
+            n_prompt, n_own = shared[0].shape[2], rows[0].shape[0]
+            prompt_weights = weights[..., :n_prompt].transpose(0, 1).reshape(1, heads, -1, n_prompt)
+            out = (torch.matmul(prompt_weights, shared[1]).reshape(heads, n_rows, width, hd).transpose(0, 1)
+                   + torch.matmul(weights[..., n_prompt:n_prompt + n_own], rows[1].permute(1, 2, 0, 3))
+                   + torch.matmul(weights[..., n_prompt + n_own:], new[1]))
+            return self.out_proj(out.transpose(1, 2).reshape(n_rows, width, heads * hd))
+
     class EncoderLayer(nn.Module):
         def __init__(self, d: int, heads: int):
             super().__init__()
@@ -72,6 +93,19 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             c = self.encoder_attn
             q = c.split(c.q_proj(self.encoder_attn_layer_norm(x)))
             x = x + (c.attend_audio(q, cross_k, cross_v) if q.dim() == 4 else c.attend(q, cross_k, cross_v))
+            x = x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
+            shape = (*k_new.shape[:-1], a.heads, a.head_dim)
+            return x, k_new.reshape(shape), v_new.reshape(shape)
+
+        def beam_step(self, x, prompt, own, audio, mask):
+            """``forward`` for beam rows (``Attention.attend_beams``): x [B, K, d]; returns it with the new K and V,
+            each [B, K, H, hd]."""
+            h = self.self_attn_layer_norm(x)
+            a = self.self_attn
+            k_new, v_new = a.k_proj(h), a.v_proj(h)
+            x = x + a.attend_beams(a.split(a.q_proj(h)), prompt, own, (a.split(k_new), a.split(v_new)), mask)
+            c = self.encoder_attn
+            x = x + c.attend_audio(c.split(c.q_proj(self.encoder_attn_layer_norm(x))), *audio)
             x = x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
             shape = (*k_new.shape[:-1], a.heads, a.head_dim)
             return x, k_new.reshape(shape), v_new.reshape(shape)
@@ -178,6 +212,39 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
                 pk = cache[:, :, i, 0].permute(1, 2, 0, 3)  # [B, H, P, hd]
                 pv = cache[:, :, i, 1].permute(1, 2, 0, 3)
                 x, k, v = layer(x, pk, pv, audio[i][0], audio[i][1], mask)
+                new_k.append(k)
+                new_v.append(v)
+            logits = torch.matmul(dec.layer_norm(x), self.proj_out_t)
+            new_kv = torch.stack([torch.stack([k, v], dim=2) for k, v in zip(new_k, new_v)], dim=2)
+            return logits, new_kv
+
+        def decode_beams(self, tokens, own, lengths, prompt, audio):
+            """Append tokens [B, K] to B beam rows of one request, each after its first ``lengths[b]`` response
+            positions; every row follows the same prompt.
+
+            ``prompt[i]`` is layer i's prompt (K, V), each [1, H, S, hd]; ``own[i]`` its rows' response (K, V),
+            each position-major [R, B, H, hd], a row's positions from ``lengths[b]`` on masked; ``audio[i]`` its
+            (K, V), each [1, H, T, hd] (``Attention.attend_beams``). Returns the logits [B, K, V] and the new K/V
+            [B, K, L, 2, H, hd].
+            """
+            dec = self.model.decoder
+            n_rows, n_new = tokens.shape
+            n_prompt, n_own = prompt[0][0].shape[2], own[0][0].shape[0]
+            positions = n_prompt + lengths.unsqueeze(1) + torch.arange(n_new, dtype=torch.int64).unsqueeze(0)
+            if tied_output:
+                embedded = torch.index_select(self.proj_out_t, 1, tokens.reshape(-1)).t()
+            else:
+                embedded = dec.embed_tokens(tokens.reshape(-1))
+            x = embedded.reshape(n_rows, n_new, -1) + dec.embed_positions(positions)
+            not_yours = torch.arange(n_own).view(1, 1, n_own) >= lengths.view(n_rows, 1, 1)
+            ahead = torch.arange(n_new).view(1, n_new) > torch.arange(n_new).view(n_new, 1)
+            hidden = torch.cat([torch.zeros(n_rows, n_new, n_prompt, dtype=torch.bool),
+                                not_yours.expand(n_rows, n_new, n_own),
+                                ahead.unsqueeze(0).expand(n_rows, n_new, n_new)], dim=2)
+            mask = torch.zeros(hidden.shape).masked_fill(hidden, float("-inf")).unsqueeze(1)  # [B, 1, K, S+R+K]
+            new_k, new_v = [], []
+            for i, layer in enumerate(dec.layers):
+                x, k, v = layer.beam_step(x, prompt[i], own[i], audio[i], mask)
                 new_k.append(k)
                 new_v.append(v)
             logits = torch.matmul(dec.layer_norm(x), self.proj_out_t)
