@@ -168,6 +168,7 @@ def _write(row: dict, path: Path | None) -> None:
     line = json.dumps(row, ensure_ascii=False)
     print(line, flush=True)
     if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as out:
             out.write(line + "\n")
 
