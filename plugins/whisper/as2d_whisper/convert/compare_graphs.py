@@ -2,9 +2,9 @@
 
 For a change of a conversion recipe that should keep the numbers (BENCHMARKS.md section 35): the encoder on a
 clip (the quick start's), and one 5-beam step of the beams graph (or the windows graph where a folder has none) at
-60 positions on seeded random cache and audio K/V; two folders of different model formats are refused. The two folders' sessions run alternately in one process, made as the
-runtime makes them (``as2d_onnxruntime.sessions``: workers not spinning, or a spinning pool would steal the cores
-from the session run after it); medians per graph.
+60 positions on seeded random cache and audio K/V; two folders of different model formats are refused. The two
+folders' sessions run alternately in one process, made as the runtime makes them (``as2d_onnxruntime.sessions``:
+workers not spinning, or a spinning pool would steal the cores from the session run after it); medians per graph.
 
     .venv/bin/python -m as2d_whisper.convert.compare_graphs OLD_FOLDER ~/.local/share/as2d/models/whisper-base-int8
 """
@@ -41,7 +41,8 @@ def step_feed(meta: dict, inputs: list[str], beams: int = 5, positions: int = 60
                     lengths=np.full(beams, positions, np.int64))
     else:
         own = positions // 3
-        feed.update(lengths=np.full(beams, own, np.int64), **kv_feed(normal(layers, 2, own, beams, heads, head_dim), OWN),
+        feed.update(lengths=np.full(beams, own, np.int64),
+                    **kv_feed(normal(layers, 2, own, beams, heads, head_dim), OWN),
                     **kv_feed(normal(layers, 2, 1, heads, positions - own, head_dim), PROMPT))
     feed.update(kv_feed(normal(layers, 2, 1, heads, frames, head_dim)))
     return feed

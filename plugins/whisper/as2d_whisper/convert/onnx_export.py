@@ -161,7 +161,8 @@ def _export_beams(model, dims: dict, out_dir: Path, opset: int = 17) -> None:
 
     names = {OWN: kv_input_names(layers, OWN), PROMPT: kv_input_names(layers, PROMPT),
              "audio": audio_input_names(layers)}
-    blocks = (*(torch.zeros(4, 2, heads, hd) for _ in names[OWN]), *(torch.zeros(1, heads, 6, hd) for _ in names[PROMPT]),
+    blocks = (*(torch.zeros(4, 2, heads, hd) for _ in names[OWN]),
+              *(torch.zeros(1, heads, 6, hd) for _ in names[PROMPT]),
               *(torch.zeros(1, heads, dims["n_audio_ctx"], hd) for _ in names["audio"]))
     with torch.no_grad(), graph_file(out_dir, BEAMS_FILE) as path:
         torch.onnx.export(BeamsGraph(model), (torch.zeros(2, 3, dtype=torch.int64), torch.tensor([4, 2]), *blocks),

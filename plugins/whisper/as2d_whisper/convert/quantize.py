@@ -13,8 +13,9 @@ from .onnx_export import DECODER_FILE, ENCODER_FILE, listing_graphs, save_graph
 from .weights import package_version
 
 # model.json's ``int8.recipe``: a folder quantized by an older recipe is quantized again on install
-# (5: the beams graph from the fp32 folder's own, prompt shared by its rows; 4: the same numbers in fewer nodes, opset 21; 3: and a beams graph with every decoder layer in int8; 2: weights
-# per column, activations per row, the encoder's first layer fp32, the token lookup untied; 1: per tensor)
+# (5: the beams graph quantized from the fp32 folder's own, which its rows read the prompt from once; 4: the same
+# numbers in fewer nodes, opset 21; 3: and a beams graph with every decoder layer in int8; 2: weights per column,
+# activations per row, the encoder's first layer fp32, the token lookup untied; 1: per tensor)
 INT8_RECIPE = 5
 
 
