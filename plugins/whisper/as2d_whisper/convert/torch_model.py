@@ -184,6 +184,26 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             new_kv = torch.stack([torch.stack([k, v], dim=1) for k, v in zip(new_k, new_v)], dim=1)
             return logits, new_kv  # [1,K,V], [K, L, 2, H, hd]
 
+        def rows_input(self, tokens, starts, lengths, n_cached, n_shared=None):
+            """The decoder's input for rows of tokens [B, K] that start at positions ``starts`` [B], and the additive
+            mask [B, 1, K, (S +) P + K] over what each row's queries may read: the S positions every row shares (if
+            ``n_shared`` is given), its first ``lengths[b]`` of the P cached ones, and the new ones up to its own."""
+            dec = self.model.decoder
+            n_rows, n_new = tokens.shape
+            positions = starts.unsqueeze(1) + torch.arange(n_new, dtype=torch.int64).unsqueeze(0)
+            if tied_output:
+                embedded = torch.index_select(self.proj_out_t, 1, tokens.reshape(-1)).t()
+            else:
+                embedded = dec.embed_tokens(tokens.reshape(-1))
+            x = embedded.reshape(n_rows, n_new, -1) + dec.embed_positions(positions)
+            not_yours = torch.arange(n_cached).view(1, 1, n_cached) >= lengths.view(n_rows, 1, 1)
+            ahead = torch.arange(n_new).view(1, n_new) > torch.arange(n_new).view(n_new, 1)
+            blocks = [not_yours.expand(n_rows, n_new, n_cached), ahead.unsqueeze(0).expand(n_rows, n_new, n_new)]
+            if n_shared is not None:
+                blocks.insert(0, torch.zeros(n_rows, n_new, n_shared, dtype=torch.bool))
+            hidden = torch.cat(blocks, dim=2)
+            return x, torch.zeros(hidden.shape).masked_fill(hidden, float("-inf")).unsqueeze(1)
+
         def decode_windows(self, tokens, cache, lengths, audio):
             """Append tokens [B, K] to B windows in one call.
 
@@ -194,19 +214,7 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             K/V [B, K, L, 2, H, hd].
             """
             dec = self.model.decoder
-            n_windows, n_new = tokens.shape
-            n_past = cache.shape[0]
-            positions = lengths.unsqueeze(1) + torch.arange(n_new, dtype=torch.int64).unsqueeze(0)
-            if tied_output:
-                embedded = torch.index_select(self.proj_out_t, 1, tokens.reshape(-1)).t()
-            else:
-                embedded = dec.embed_tokens(tokens.reshape(-1))
-            x = embedded.reshape(n_windows, n_new, -1) + dec.embed_positions(positions)
-            not_yours = torch.arange(n_past).view(1, 1, n_past) >= lengths.view(n_windows, 1, 1)
-            ahead = torch.arange(n_new).view(1, n_new) > torch.arange(n_new).view(n_new, 1)
-            hidden = torch.cat([not_yours.expand(n_windows, n_new, n_past),
-                                ahead.unsqueeze(0).expand(n_windows, n_new, n_new)], dim=2)
-            mask = torch.zeros(hidden.shape).masked_fill(hidden, float("-inf")).unsqueeze(1)  # [B, 1, K, P+K]
+            x, mask = self.rows_input(tokens, lengths, lengths, cache.shape[0])  # mask [B, 1, K, P+K]
             new_k, new_v = [], []
             for i, layer in enumerate(dec.layers):
                 pk = cache[:, :, i, 0].permute(1, 2, 0, 3)  # [B, H, P, hd]
@@ -228,20 +236,8 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             [B, K, L, 2, H, hd].
             """
             dec = self.model.decoder
-            n_rows, n_new = tokens.shape
-            n_prompt, n_own = prompt[0][0].shape[2], own[0][0].shape[0]
-            positions = n_prompt + lengths.unsqueeze(1) + torch.arange(n_new, dtype=torch.int64).unsqueeze(0)
-            if tied_output:
-                embedded = torch.index_select(self.proj_out_t, 1, tokens.reshape(-1)).t()
-            else:
-                embedded = dec.embed_tokens(tokens.reshape(-1))
-            x = embedded.reshape(n_rows, n_new, -1) + dec.embed_positions(positions)
-            not_yours = torch.arange(n_own).view(1, 1, n_own) >= lengths.view(n_rows, 1, 1)
-            ahead = torch.arange(n_new).view(1, n_new) > torch.arange(n_new).view(n_new, 1)
-            hidden = torch.cat([torch.zeros(n_rows, n_new, n_prompt, dtype=torch.bool),
-                                not_yours.expand(n_rows, n_new, n_own),
-                                ahead.unsqueeze(0).expand(n_rows, n_new, n_new)], dim=2)
-            mask = torch.zeros(hidden.shape).masked_fill(hidden, float("-inf")).unsqueeze(1)  # [B, 1, K, S+R+K]
+            n_prompt = prompt[0][0].shape[2]
+            x, mask = self.rows_input(tokens, n_prompt + lengths, lengths, own[0][0].shape[0], n_prompt)  # S+R+K
             new_k, new_v = [], []
             for i, layer in enumerate(dec.layers):
                 x, k, v = layer.beam_step(x, prompt[i], own[i], audio[i], mask)
