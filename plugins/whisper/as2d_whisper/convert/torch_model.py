@@ -45,7 +45,7 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             the prompt every row shares (K, V, each [1, H, S, hd], read in one block of all rows' queries, as
             ``attend_audio`` reads the audio), each row's own response (K, V, each position-major [R, B, H, hd]) and
             the new positions (K, V, each [B, H, K, hd]). No block is copied into one cache a step: a 5-beam step
-            after a long prompt of previous text costs half what it did (BENCHMARKS.md section 36)."""
+            after 120-200 prompt positions costs 1.3-1.7x less than on the windows graph (BENCHMARKS.md section 36)."""
             n_rows, heads, width, hd = q.shape
             scale = 1.0 / math.sqrt(self.head_dim)
             block = q.transpose(0, 1).reshape(1, heads, -1, hd)  # [1, H, B * K, hd]
@@ -84,28 +84,26 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
 
         def forward(self, x, past_k, past_v, cross_k, cross_v, mask):
+            def attend(a, q, k_new, v_new):
+                return a.attend(q, torch.cat([past_k, k_new], dim=-2), torch.cat([past_v, v_new], dim=-2), mask)
+
+            return self.step(x, attend, cross_k, cross_v)
+
+        def beam_step(self, x, prompt, own, audio, mask):
+            """``forward`` for beam rows (``Attention.attend_beams``)."""
+            return self.step(x, lambda a, q, k_new, v_new: a.attend_beams(q, prompt, own, (k_new, v_new), mask),
+                             *audio)
+
+        def step(self, x, attend_self, cross_k, cross_v):
+            """The layer on x [..., K, d], its self-attention ``attend_self(attention, q, new K, new V)`` (heads split):
+            returns x with the new K and V, each [..., K, H, hd]."""
             h = self.self_attn_layer_norm(x)
             a = self.self_attn
             k_new, v_new = a.k_proj(h), a.v_proj(h)  # [..., K, d]
-            k = torch.cat([past_k, a.split(k_new)], dim=-2)
-            v = torch.cat([past_v, a.split(v_new)], dim=-2)
-            x = x + a.attend(a.split(a.q_proj(h)), k, v, mask)
+            x = x + attend_self(a, a.split(a.q_proj(h)), a.split(k_new), a.split(v_new))
             c = self.encoder_attn
             q = c.split(c.q_proj(self.encoder_attn_layer_norm(x)))
             x = x + (c.attend_audio(q, cross_k, cross_v) if q.dim() == 4 else c.attend(q, cross_k, cross_v))
-            x = x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
-            shape = (*k_new.shape[:-1], a.heads, a.head_dim)
-            return x, k_new.reshape(shape), v_new.reshape(shape)
-
-        def beam_step(self, x, prompt, own, audio, mask):
-            """``forward`` for beam rows (``Attention.attend_beams``): x [B, K, d]; returns it with the new K and V,
-            each [B, K, H, hd]."""
-            h = self.self_attn_layer_norm(x)
-            a = self.self_attn
-            k_new, v_new = a.k_proj(h), a.v_proj(h)
-            x = x + a.attend_beams(a.split(a.q_proj(h)), prompt, own, (a.split(k_new), a.split(v_new)), mask)
-            c = self.encoder_attn
-            x = x + c.attend_audio(c.split(c.q_proj(self.encoder_attn_layer_norm(x))), *audio)
             x = x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
             shape = (*k_new.shape[:-1], a.heads, a.head_dim)
             return x, k_new.reshape(shape), v_new.reshape(shape)
