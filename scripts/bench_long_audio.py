@@ -168,7 +168,6 @@ def _write(row: dict, path: Path | None) -> None:
     line = json.dumps(row, ensure_ascii=False)
     print(line, flush=True)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as out:
             out.write(line + "\n")
 
@@ -209,6 +208,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", default=None,
                         help="a device profile (as2d profile) whose batch costs price --batch-windows auto")
     args = parser.parse_args(argv)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
     peers = load_registry().names("peer")
     if args.methods is None:
         args.methods = ",".join([PIPELINE_METHODS] if args.stream else [PIPELINE_METHODS, *whole_file_peers()])
