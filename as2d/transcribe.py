@@ -55,7 +55,9 @@ class WhisperModel:
                  download_root: str | None = None, local_files_only: bool = False, files: dict | None = None,
                  revision: str | None = None, use_auth_token: str | bool | None = None,
                  source: str | None = DEFAULT_SOURCE, profile: str | Path | None = AUTO, **model_kwargs):
-        """``source`` and ``profile`` are as2d's own: the drafter (None: target-only), and a device profile
+        """``num_workers`` is taken as faster-whisper takes it, and changes no token: threads sharing the model take
+        turns a window at a time at any value, since one window's decoding already keeps a CPU's cores busy (many
+        requests on one target are batched by ``as2d serve``). ``source`` and ``profile`` are as2d's own: the drafter (None: target-only), and a device profile
         (``as2d profile``) whose costs decide whether drafting pays on this device (sequential transcription decodes
         one request at a time: it drafts unless the profile prices that above decoding alone); ``"auto"``: this
         machine's own profile of the pair, if ``as2d profile`` made one (``as2d_core.decode.profile``); None: none."""
@@ -63,9 +65,8 @@ class WhisperModel:
             raise unavailable(f"device {device!r} is not available")
         if device_index not in (0, [0]):
             raise refuse("device_index", device_index, "as2d runs on the CPU")
-        if num_workers != 1:
-            raise refuse("num_workers", num_workers, "one model decodes one window at a time; "
-                                                      "create one model per worker")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError(f"num_workers must be an integer of at least 1, got {num_workers!r}")
         for name, value in (("download_root", download_root), ("files", files), ("revision", revision),
                             ("use_auth_token", use_auth_token)):
             if value is not None:

@@ -6,6 +6,7 @@ model size its CPU line names set to "base"; options as2d does not have are refu
 from __future__ import annotations
 
 import math
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -178,6 +179,29 @@ def test_a_profile_that_prices_drafting_above_decoding_alone_decodes_target_only
     drafted, drafted_info = model.transcribe(audio, language="en")
     assert drafted_info.route["drafts"] is True
     assert [s.tokens for s in segments] == [s.tokens for s in drafted]
+
+
+def test_threads_share_one_model_and_num_workers_changes_no_token():
+    """faster-whisper's ``num_workers`` is taken, and checked: two threads transcribing at once on one model take
+    turns a window at a time and get the segments each gets alone."""
+    from as2d import WhisperModel
+
+    with pytest.raises(ValueError, match="num_workers must be an integer of at least 1, got 0"):
+        WhisperModel("base", compute_type="int8", num_workers=0)
+    shared = WhisperModel("base", compute_type="int8", num_workers=2, source=None)
+    clips = [speech_audio("ljspeech_en_w00"), speech_audio("librivox_sense_en_w00")]
+
+    def segments(i: int) -> list[tuple[float, float, str]]:
+        return [(s.start, s.end, s.text) for s in shared.transcribe(clips[i], language="en")[0]]
+
+    alone = [segments(0), segments(1)]
+    together: list = [None, None]
+    threads = [threading.Thread(target=lambda i=i: together.__setitem__(i, segments(i))) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert together == alone and all(alone)
 
 
 def test_segments_come_window_by_window_as_the_caller_iterates(model):
