@@ -55,12 +55,14 @@ class WhisperModel:
                  download_root: str | None = None, local_files_only: bool = False, files: dict | None = None,
                  revision: str | None = None, use_auth_token: str | bool | None = None,
                  source: str | None = DEFAULT_SOURCE, profile: str | Path | None = AUTO, **model_kwargs):
-        """``num_workers`` is taken as faster-whisper takes it, and changes no token: threads sharing the model take
-        turns a window at a time at any value, since one window's decoding already keeps a CPU's cores busy (many
-        requests on one target are batched by ``as2d serve``). ``source`` and ``profile`` are as2d's own: the drafter (None: target-only), and a device profile
+        """``source`` and ``profile`` are as2d's own: the drafter (None: target-only), and a device profile
         (``as2d profile``) whose costs decide whether drafting pays on this device (sequential transcription decodes
         one request at a time: it drafts unless the profile prices that above decoding alone); ``"auto"``: this
-        machine's own profile of the pair, if ``as2d profile`` made one (``as2d_core.decode.profile``); None: none."""
+        machine's own profile of the pair, if ``as2d profile`` made one (``as2d_core.decode.profile``); None: none.
+
+        ``num_workers`` is taken as faster-whisper takes it, and changes no token: threads sharing the model take
+        turns a window at a time at any value, since one window's decoding already keeps a CPU's cores busy (many
+        requests on one target are batched by ``as2d serve``)."""
         if device not in ("auto", "cpu"):
             raise unavailable(f"device {device!r} is not available")
         if device_index not in (0, [0]):
