@@ -6,7 +6,7 @@ model size its CPU line names set to "base"; options as2d does not have are refu
 from __future__ import annotations
 
 import math
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -195,12 +195,8 @@ def test_threads_share_one_model_and_num_workers_changes_no_token():
         return [(s.start, s.end, s.text) for s in shared.transcribe(clips[i], language="en")[0]]
 
     alone = [segments(0), segments(1)]
-    together: list = [None, None]
-    threads = [threading.Thread(target=lambda i=i: together.__setitem__(i, segments(i))) for i in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with ThreadPoolExecutor(2) as pool:
+        together = list(pool.map(segments, range(2)))
     assert together == alone and all(alone)
 
 
