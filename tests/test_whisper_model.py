@@ -696,8 +696,10 @@ def test_faster_whispers_modules_answer_with_the_import_changed(faster_whisper, 
         assert folder.name == "whisper-base" and (folder / "model.json").is_file()
     assert "base" in available_models() and format_timestamp(3725.5) == "01:02:05.500"
     assert get_logger().name == "as2d" and as2d.__version__[0].isdigit()
-    with pytest.raises(ValueError, match=r"no Whisper 'small' installed.*downloads nothing.*--name whisper-small"):
-        download_model("Systran/faster-whisper-small")
+    with pytest.raises(ValueError, match=r"no Whisper 'small' installed.*faster-whisper's download of it "
+                                         r"\(Systran/faster-whisper-small\) is not in download_root .*downloads "
+                                         r"nothing.*--name whisper-small"):
+        download_model("Systran/faster-whisper-small", cache_dir=str(tmp_path))
     with pytest.raises(ValueError, match=r"output_dir=.* is not supported: as2d downloads nothing"):
         download_model("base", output_dir=str(tmp_path))
 

@@ -26,8 +26,11 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 def default_name(path: Path) -> str:
     """A model name from the checkpoint's file or folder name: ``faster-whisper-small`` and ``small.pt`` both
-    give ``whisper-small``."""
+    give ``whisper-small``. A Hugging Face cache's snapshot (``models--Systran--faster-whisper-small/snapshots/
+    COMMIT``, as faster-whisper downloads) is named by its repository, not its commit."""
     stem = path.stem if path.is_file() else path.name
+    if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+        stem = path.parent.parent.name.split("--")[-1]
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.").removeprefix("faster-").removeprefix("openai-")
     return stem if "whisper" in stem.lower() else f"whisper-{stem}"
 
