@@ -38,6 +38,16 @@ SIZE_OF_REPO = {repo: size for size, repo in reversed(FASTER_WHISPER_REPOS.items
 OTHER_SIZES = tuple(size for size in FASTER_WHISPER_REPOS if size not in SIZES)
 
 
+def faster_whisper_names(target: str) -> tuple[str, ...]:
+    """faster-whisper's names of the model ``target`` runs: its size and hub repository (``"base"`` and
+    ``"Systran/faster-whisper-base"`` for whisper-base and whisper-base-int8; ``"small"`` and its repository for
+    whisper-small made from faster-whisper's download); none for a target that is no Whisper size."""
+    size = next((s for s, targets in SIZES.items() if target in targets.values()), None)
+    if size is None:
+        size = target.removeprefix("whisper-").removesuffix("-imported")
+    return (size, FASTER_WHISPER_REPOS[size]) if size in FASTER_WHISPER_REPOS else ()
+
+
 def available_models() -> list[str]:
     """The names ``WhisperModel`` takes: faster-whisper's sizes that as2d has a target for, and its targets."""
     return [*SIZES, *TARGETS]

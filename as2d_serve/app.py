@@ -27,7 +27,6 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from .admission import Limits
-from .form import MODEL_ALIASES
 from .formats import error, server_fault
 from .handling import RequestHandling
 from .metrics import CountedStatuses, Metrics
@@ -91,10 +90,9 @@ def create_app(service: TranscriptionService, limits: Limits = Limits()) -> Fast
             return _unauthorized()
         # what a request may name as ``model``: the target, and the aliases that mean it (drafters are not models
         # a request can ask for; ``source`` names one, and ``as2d sources list`` lists them)
-        names = (service.target_name, *MODEL_ALIASES)
         return {"object": "list",
                 "data": [{"id": name, "object": "model", "owned_by": "as2d", "target": service.target_name}
-                         for name in names]}
+                         for name in service.model_names]}
 
     @app.get("/metrics")
     async def metrics_text(request: Request):

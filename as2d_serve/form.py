@@ -1,8 +1,8 @@
 """One transcription request's multipart form, read and checked as OpenAI's endpoint reads it.
 
 Everything is checked before the request queues (bad input costs no decode slot). ``model`` is
-required, as OpenAI requires it; ``whisper-1`` and the target's own name both mean the target this
-server runs. ``srt``, ``vtt`` and ``verbose_json`` are answered in Whisper's timestamp segments unless
+required, as OpenAI requires it; ``whisper-1``, the target's own name and faster-whisper's names of it (``base``,
+``Systran/faster-whisper-base``, as faster-whisper's servers are asked) all mean the target this server runs. ``srt``, ``vtt`` and ``verbose_json`` are answered in Whisper's timestamp segments unless
 the server was started with ``--timestamps none`` (OpenAI gives segments there too, and so does
 ``as2d run --format srt``); ``timestamp_granularities`` segment asks for them whatever the server's mode.
 ``stream=true`` decodes on the windows route, each window once, so that each piece of text goes out as the
@@ -22,8 +22,6 @@ from .formats import FORMATS
 from .service import Ask, InputError, TranscriptionService
 from .upload import decode_upload
 
-# OpenAI clients name a model; these names mean "the model this server runs".
-MODEL_ALIASES = ("whisper-1",)
 GRANULARITIES = ("word", "segment")  # timestamp_granularities: words, and Whisper's timestamp segments
 STREAMED = ("json", "text")  # response formats a stream can carry whole (text only; OpenAI's rule too)
 SEGMENTED = ("srt", "vtt", "verbose_json")  # formats in Whisper's segments unless the server's mode says none
@@ -111,9 +109,9 @@ async def read_ask(request, task: str, service: TranscriptionService) -> tuple[A
     model = form_field(form, "model")
     if model is None:
         raise MissingParameter("model")
-    if model not in MODEL_ALIASES and model != service.target_name:
+    if model not in service.model_names:
         raise InputError(f"unknown model {model!r}; this server runs {service.target_name} "
-                         f"(also accepted: {', '.join(MODEL_ALIASES)})")
+                         f"(also accepted: {', '.join(service.model_names[1:])})")
     response_format = form_field(form, "response_format") or "json"
     if response_format not in FORMATS:
         raise InputError(f"unknown response_format {response_format!r}; choose one of {', '.join(FORMATS)}")

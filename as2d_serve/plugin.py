@@ -41,7 +41,7 @@ def serve(ctx, host, port, method, decodes, slots, speculate_rows, queue_size, m
 
     Without --timestamps, srt, vtt and verbose_json answers are in Whisper's timestamp segments (as OpenAI's
     and `as2d run --format srt` are), json and text answers the text only; --timestamps none gives one segment
-    per window in all of them. A request must name a model: whisper-1 or the target's name.
+    per window in all of them. A request must name a model: whisper-1, the target's name or faster-whisper's (base).
     """
     from as2d_core.decode.profile import AUTO, profile_path
     from as2d_core.setup.plugins import UnknownPart

@@ -41,7 +41,11 @@ from as2d_core.setup.plugins import load_registry
 from as2d_core.setup.source_spec import SourceSpec
 from as2d_core.decode.words import prepare_words
 
+from as2d.models import faster_whisper_names
+
 from .cancel import Cancel, _CancellableSession, cancellable_group
+
+MODEL_ALIASES = ("whisper-1",)  # OpenAI's name of its Whisper, which OpenAI clients send
 
 
 class InputError(ValueError):
@@ -256,6 +260,8 @@ class TranscriptionService:
                                  "on this backend); use --decodes for requests at once")
         self.concurrency = settings.decodes * settings.slots  # transcriptions at a time
         self.target_name = first.target.name
+        # what a request may name as ``model``: the target, OpenAI's name of a Whisper, and faster-whisper's of it
+        self.model_names = (self.target_name, *MODEL_ALIASES, *faster_whisper_names(self.target_name))
         self.default_source = first.default_source
         self.method = first.options.method
         self._requests = itertools.count(1)

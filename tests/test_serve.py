@@ -117,7 +117,8 @@ def test_openai_client_equals_as2d_run(server, clips, tmp_path):
 
 def test_every_response_format(server, clips, target_only, speech):
     """json and text are plain; srt, vtt and verbose_json are in Whisper's segments by default, as OpenAI's are;
-    verbose_json names the language as OpenAI does; /v1/models lists what a request may name as its model."""
+    verbose_json names the language as OpenAI does; /v1/models lists what a request may name as its model (drafters
+    are no model to ask for), each name answered."""
     tokens, text = target_only["a-segmented"]
     verbose = server.post(clips["a"], response_format="verbose_json", check="true").json()
     assert verbose["text"] == text and verbose["as2d"]["tokens"] == tokens
@@ -128,6 +129,8 @@ def test_every_response_format(server, clips, target_only, speech):
     timestamp_begin = 50364  # whisper-base's <|0.00|>: each segment opens with its timestamp
     assert verbose["segments"] and all(s["tokens"][0] >= timestamp_begin for s in verbose["segments"])
     assert server.post(clips["a"]).json() == {"text": target_only["a"][1]}
+    for name in ("whisper-base", "base", "Systran/faster-whisper-base"):  # faster-whisper's servers' names too
+        assert server.post(clips["a"], model=name).json() == {"text": target_only["a"][1]}
     plain = server.post(clips["a"], response_format="text")
     assert plain.text == target_only["a"][1] and plain.headers["content-type"].startswith("text/plain")
     cues = list(srt.parse(server.post(clips["a"], response_format="srt").text))
@@ -142,7 +145,7 @@ def test_every_response_format(server, clips, target_only, speech):
     assert len(long_cues) > 5 and max(len(c.content.split("\n")) for c in long_cues) <= 2
     assert max(map(len, lines)) <= 42
     listed = httpx.get(server.url + "/v1/models", timeout=10).json()["data"]
-    assert {m["id"] for m in listed} == {"whisper-base", "whisper-1"}  # drafters are no model to ask for
+    assert [m["id"] for m in listed] == ["whisper-base", "whisper-1", "base", "Systran/faster-whisper-base"]
 
 
 def _openai(server):
@@ -287,7 +290,8 @@ def _bad_inputs(speech, clips):
         ("unknown field", clips["a"], {"chunk_size": 20}, 400, "unknown form field 'chunk_size'"),
         ("chunk length", clips["a"], {"chunk_length": 31}, 400, "chunk_length must be between 1 and 30, got 31"),
         ("clips", clips["a"], {"clip_timestamps": "1,soon"}, 400, "clip_timestamps must be seconds of at least 0"),
-        ("model", clips["a"], {"model": "gpt-4o-transcribe"}, 400, "unknown model"),
+        ("model", clips["a"], {"model": "gpt-4o-transcribe"}, 400, "unknown model 'gpt-4o-transcribe'; this "
+         "server runs whisper-base (also accepted: whisper-1, base, Systran/faster-whisper-base)"),
         ("method", clips["a"], {"method": "beam"}, 400, "unknown method"),
         ("granularity", clips["a"], {"timestamp_granularities[]": "sentence", "response_format": "verbose_json"}, 400,
          "unknown timestamp granularity 'sentence'; choose word or segment"),
