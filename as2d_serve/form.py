@@ -1,15 +1,15 @@
 """One transcription request's multipart form, read and checked as OpenAI's endpoint reads it.
 
-Everything is checked before the request queues (bad input costs no decode slot). ``model`` is
-required, as OpenAI requires it; ``whisper-1``, the target's own name and faster-whisper's names of it (``base``,
+Everything is checked before the request queues (bad input costs no decode slot). ``model`` is required, as OpenAI
+requires it; ``whisper-1``, the target's own name and faster-whisper's names of it (``base``,
 ``Systran/faster-whisper-base``, as faster-whisper's servers are asked) all mean the target this server runs.
 ``srt``, ``vtt`` and ``verbose_json`` are answered in Whisper's timestamp segments unless the server was started
 with ``--timestamps none`` (OpenAI gives segments there too, and so does ``as2d run --format srt``);
-``timestamp_granularities`` segment asks for them whatever the server's mode. ``stream=true`` decodes on the windows route, each window once, so that each piece of text goes out as the
-target commits it (Whisper's long-form seeks may decode the end of a request again). Beside OpenAI's fields a
-request may set faster-whisper's decoding options under their names (``beam_size``, ``vad_filter``, ...:
-``REQUEST_OPTIONS``) and as2d's own (``method``, ``source``, ``budget``, ``check``); any other field is refused,
-never ignored.
+``timestamp_granularities`` segment asks for them whatever the server's mode. ``stream=true`` decodes on the windows
+route, each window once, so that each piece of text goes out as the target commits it (Whisper's long-form seeks may
+decode the end of a request again). Beside OpenAI's fields a request may set faster-whisper's decoding options under
+their names (``beam_size``, ``vad_filter``, ...: ``REQUEST_OPTIONS``) and as2d's own (``method``, ``source``,
+``budget``, ``check``); any other field is refused, never ignored.
 """
 from __future__ import annotations
 
