@@ -138,12 +138,12 @@ def resolve_target(model_size_or_path: str | Path, compute_type: str, cache_dir:
         return installed, None
     repo = FASTER_WHISPER_REPOS.get(name, name if "/" in name else None)
     if repo is not None:
-        _float32_only(repo, compute_type)
         snapshot = downloaded_checkpoint(repo, cache_dir, revision)
-        if snapshot is not None:
-            folder = import_checkpoint(snapshot)
-            return folder.name, folder
-        raise _no_weights(name, _installed_targets(targets), repo, cache_dir)
+        if snapshot is None:
+            raise _no_weights(name, _installed_targets(targets), repo, cache_dir)
+        _float32_only(repo, compute_type)  # before converting
+        folder = import_checkpoint(snapshot)
+        return folder.name, folder
     raise unavailable(f"as2d has no target for the Whisper model {name!r}")
 
 

@@ -67,9 +67,11 @@ def test_faster_whispers_readme_runs_with_only_the_import_changed(audio_mp3, cap
     assert "".join(line.split("] ", 1)[1] for line in printed).split() == text.split()
 
 
-def test_the_readmes_first_snippet_runs_with_beams(model, audio_mp3):
+def test_the_readmes_first_snippet_runs_with_beams(model, audio_mp3, tmp_path, monkeypatch):
     """The README's first example asks for beam search (beam_size=5): the target's own beam search, as
     faster-whisper's (the same words here); a GPU or a model that is not installed is refused with the reason."""
+    import huggingface_hub.constants
+
     segments, info = model.transcribe("audio.mp3", beam_size=5)
     segments = list(segments)
     assert info.transcription_options.beam_size == 5 and "Dashwood" in "".join(s.text for s in segments)
@@ -77,8 +79,10 @@ def test_the_readmes_first_snippet_runs_with_beams(model, audio_mp3):
 
     with pytest.raises(ValueError, match=r"device 'cuda' is not available.*as2d models install whisper-base"):
         WhisperModel("large-v3", device="cuda", compute_type="float16")
-    with pytest.raises(ValueError, match=r"no Whisper 'large-v3' installed \(targets here: .*whisper-base.*\) and "
-                                         r"downloads nothing.*`as2d models install --from PATH --name whisper-large-v3`"):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))  # faster-whisper downloaded none
+    with pytest.raises(ValueError, match=r"no Whisper 'large-v3' installed \(targets here: .*whisper-base.*\), "
+                                         r"faster-whisper's download .* as2d downloads nothing.*`as2d models install "
+                                         r"--from PATH --name whisper-large-v3`"):
         WhisperModel("large-v3", device="cpu", compute_type="int8")
 
 
