@@ -68,11 +68,12 @@ def unavailable(what: str) -> ValueError:
 
 def _no_weights(size: str, targets: list[str], repo: str, cache_dir: str | Path | None) -> ValueError:
     where = f"download_root {cache_dir}" if cache_dir is not None else "Hugging Face's cache (or give download_root)"
+    short = size.rsplit("/", 1)[-1].removeprefix("faster-").removeprefix("whisper-")  # a repository's model name
     return ValueError(f"as2d has no Whisper {size!r} installed (targets here: {', '.join(targets) or 'none'}), "
                       f"faster-whisper's download of it ({repo}) is not in {where}, and as2d downloads nothing: get "
                       f"its weights (a faster-whisper/CTranslate2 folder, a Hugging Face Whisper folder or "
-                      f"openai-whisper's {size}.pt), then run `as2d models install --from PATH --name "
-                      f"whisper-{size}` and give WhisperModel('whisper-{size}'), or give WhisperModel(PATH)")
+                      f"openai-whisper's {short}.pt), then run `as2d models install --from PATH --name "
+                      f"whisper-{short}` and give WhisperModel('whisper-{short}'), or give WhisperModel(PATH)")
 
 
 def downloaded_checkpoint(repo: str, cache_dir: str | Path | None = None, revision: str | None = None

@@ -298,10 +298,11 @@ def test_what_cannot_be_imported_or_loaded_says_what_to_do(tmp_path, monkeypatch
     result = CliRunner().invoke(cli, ["models", "install", "--from", str(tmp_path)])
     assert result.exit_code == 2 and "is in no layout an installed plugin imports" in result.output
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # none downloaded
-    for size in ("large-v3", "small", "tiny.en"):
+    for size, name in (("large-v3", "large-v3"), ("small", "small"), ("tiny.en", "tiny.en"),
+                       ("someone/faster-whisper-medium-de", "medium-de")):  # any hub repository, looked for too
         with pytest.raises(ValueError, match=rf"no Whisper '{size}' installed \(targets here: .*\), faster-whisper's "
                                              rf"download .* as2d downloads nothing.*as2d models install --from PATH "
-                                             rf"--name whisper-{size}"):
+                                             rf"--name whisper-{name}`"):
             WhisperModel(size)
 
 
