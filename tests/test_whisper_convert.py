@@ -244,3 +244,43 @@ def test_per_row_quantization_gives_each_row_its_own_numbers(tmp_path):
     for r in range(x.shape[0]):
         for t in range(x.shape[1]):
             assert np.array_equal(session.run(None, {"x": x[r : r + 1, t : t + 1]})[0][0, 0], y[r, t])
+
+
+def test_a_tied_lookup_reads_an_fp16_copy_where_it_holds_the_same_numbers(tmp_path):
+    """Weights shipped in fp16 (tiny.en's, from its package) give the tied token lookup an fp16 copy of the output
+    weight, so ONNX Runtime no longer holds the vocabulary matrix twice in fp32; the decoder's logits and K/V are
+    the same bits as with the fp32 lookup. A weight that is not all fp16 numbers keeps the fp32 lookup."""
+    torch = pytest.importorskip("torch", reason="the conversion needs torch (as2d-whisper[convert])")
+    import onnx
+    import onnxruntime as ort
+
+    from as2d_whisper.convert.onnx_export import DECODER_FILE, _export
+    from as2d_whisper.convert.torch_model import build_torch_model
+    from as2d_whisper.convert.weights import load_ct2_weights, source_files
+    from as2d_whisper.graph_io import audio_feed
+
+    state, dims = load_ct2_weights(source_files("whisper-tiny.en")["weights"])
+    narrowed, widened = (build_torch_model(state, dims, tied_output=True) for _ in range(2))
+    assert narrowed.lookup_t.dtype == torch.float16
+    widened.lookup_t = None
+    outputs = []
+    rng = np.random.default_rng(0)
+    layers, heads, hd = dims["decoder_layers"], dims["decoder_heads"], dims["d_model"] // dims["decoder_heads"]
+    cross = rng.normal(size=(layers, 2, heads, dims["n_audio_ctx"], hd)).astype(np.float32)
+    feeds = [{"tokens": rng.integers(0, dims["n_vocab"], size=(1, k)),
+              "past": rng.normal(size=(cached, layers, 2, heads, hd)).astype(np.float32), **audio_feed(cross)}
+             for k, cached in ((3, 0), (1, 9))]
+    for model, name in ((narrowed, "narrowed"), (widened, "widened")):
+        (tmp_path / name).mkdir()
+        _export(model, dims, tmp_path / name)
+        exported = onnx.load(str(tmp_path / name / DECODER_FILE), load_external_data=False).graph
+        weights = {i.name: i.data_type for i in exported.initializer}
+        lookups = [weights[n.input[0]] for n in exported.node
+                   if n.op_type == "Gather" and n.input[0].endswith(("lookup_t", "proj_out_t"))]
+        assert lookups == [onnx.TensorProto.FLOAT16 if name == "narrowed" else onnx.TensorProto.FLOAT]
+        session = ort.InferenceSession(str(tmp_path / name / DECODER_FILE))
+        outputs.append([session.run(None, feed) for feed in feeds])
+    for narrow_run, wide_run in zip(*outputs):
+        assert all(np.array_equal(a, b) for a, b in zip(narrow_run, wide_run, strict=True))
+    state = {**state, "proj_out.weight": state["proj_out.weight"] * np.float32(1 + 2 ** -20)}  # no longer fp16 numbers
+    assert build_torch_model(state, dims, tied_output=True).lookup_t is None

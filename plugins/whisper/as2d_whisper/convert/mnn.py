@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..graph_io import audio_feed
-from .onnx_export import DECODER_FILE, DECODER_INT8_FILE, ENCODER_FILE
+from .onnx_export import DECODER_FILE, DECODER_INT8_FILE, ENCODER_FILE, widened
 
 MNN_ENCODER_FILE, MNN_DECODER_FILE, MNN_DECODER_INT8_FILE = "encoder.mnn", "decoder.mnn", "decoder.int8.mnn"
 
@@ -111,17 +111,23 @@ def convert_mnn(model_dir: str | Path, tol: float = 5e-2) -> Path:
                                 f"(`as2d models install {model_dir.name}`)")
     import_mnn()
     meta = json.loads(meta_path.read_text())
-    _mnnconvert(model_dir / ENCODER_FILE, model_dir / MNN_ENCODER_FILE)
-    _mnnconvert(model_dir / DECODER_FILE, model_dir / MNN_DECODER_FILE)
-    files = [MNN_ENCODER_FILE, MNN_DECODER_FILE]
-    if MNN_DECODER_INT8_FILE in mnn_files(model_dir):
-        # The drafter's precision never touches the output: MNN's own 8-bit weight quantization.
-        _mnnconvert(model_dir / DECODER_FILE, model_dir / MNN_DECODER_INT8_FILE, ("--weightQuantBits", "8"))
-        files.append(MNN_DECODER_INT8_FILE)
-    diffs = _validate_mnn(model_dir, meta["dims"])
-    worst = max(diffs.values())
-    if worst > tol:
-        raise RuntimeError(f"MNN graphs in {model_dir} disagree with ONNX Runtime: {diffs} (tolerance {tol})")
+    files = mnn_files(model_dir)
+    try:
+        _mnnconvert(model_dir / ENCODER_FILE, model_dir / MNN_ENCODER_FILE)
+        with tempfile.TemporaryDirectory(prefix="as2d-mnn-decoder-") as scratch:
+            decoder = widened(model_dir / DECODER_FILE, Path(scratch))  # MNN cannot load an fp16 initializer
+            _mnnconvert(decoder, model_dir / MNN_DECODER_FILE)
+            if MNN_DECODER_INT8_FILE in files:
+                # The drafter's precision never touches the output: MNN's own 8-bit weight quantization.
+                _mnnconvert(decoder, model_dir / MNN_DECODER_INT8_FILE, ("--weightQuantBits", "8"))
+        diffs = _validate_mnn(model_dir, meta["dims"])
+        worst = max(diffs.values())
+        if worst > tol:
+            raise RuntimeError(f"MNN graphs in {model_dir} disagree with ONNX Runtime: {diffs} (tolerance {tol})")
+    except BaseException:
+        for name in files:  # none left behind: an installer takes a folder with its MNN files for converted
+            (model_dir / name).unlink(missing_ok=True)
+        raise
     meta["mnn"] = {"files": files, "mnn_version": mnn_version(), "weights": "fp32" + (
         "; decoder.int8.mnn: 8-bit weights" if MNN_DECODER_INT8_FILE in files else ""),
         "validation_max_abs_diff_vs_onnxruntime": diffs}

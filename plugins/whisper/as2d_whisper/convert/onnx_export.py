@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,6 +62,25 @@ def save_graph(model, target: Path) -> None:
                     location=data.name)
     if data.exists():  # onnx writes none where every weight is under its 1 KB threshold (a tiny graph)
         data.chmod(target.stat().st_mode & 0o777)  # onnx creates it private; a model folder is read like its graphs
+
+
+def widened(graph: Path, scratch: Path) -> Path:
+    """``graph``, or where it has fp16 weights (a token lookup's copy, ``torch_model``'s ``narrow_lookup``) a copy
+    in ``scratch`` with them widened to fp32, the same numbers: for the tools that cannot take fp16 weights (MNN's
+    converter, ONNX Runtime's dynamic quantizer)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(graph))
+    narrow = [i for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT16]
+    if not narrow:
+        return graph
+    for initializer in narrow:
+        initializer.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(initializer).astype(np.float32),
+                                                     initializer.name))
+    copy = scratch / graph.name
+    save_graph(model, copy)
+    return copy
 
 
 def graph_files(out_dir: Path, graphs: list[str]) -> list[str]:
@@ -292,7 +312,9 @@ def export_graphs(state: dict, dims: dict, out_dir: Path, *, tied_output: bool, 
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         quantized = out_dir / f".{DECODER_INT8_FILE}.tmp"
-        quantize_dynamic(str(out_dir / DECODER_FILE), str(quantized), weight_type=QuantType.QInt8)
+        with tempfile.TemporaryDirectory(prefix="as2d-int8-decoder-") as scratch:
+            quantize_dynamic(str(widened(out_dir / DECODER_FILE, Path(scratch))), str(quantized),
+                             weight_type=QuantType.QInt8)
         place_graph(quantized, out_dir / DECODER_INT8_FILE)
         quantized.unlink()
         outputs.append(DECODER_INT8_FILE)

@@ -164,11 +164,13 @@ def untie_output_projection(model, n_vocab: int) -> list[str]:
     (ONNX Runtime quantizes a shared weight once, per tensor): tokens whose columns are small then lose
     most of their precision, and on long recordings greedy decodes dropped sentences (BENCHMARKS.md
     section 17). Untied, the projection is quantized with a scale per token (``per_channel``), and the
-    lookup reads its column from a copy quantized the same way, scaled back after the gather.
+    lookup reads its column from a copy quantized the same way, scaled back after the gather. A lookup that
+    read an fp16 copy of the weight (``torch_model.narrow_lookup``) holds the same numbers: it gets the same
+    int8 copy, and the fp16 one goes.
     """
     from onnx import TensorProto, helper, numpy_helper
 
-    weights = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer
+    weights = {i.name: numpy_helper.to_array(i).astype(np.float32) for i in model.graph.initializer
                if len(i.dims) == 2 and i.dims[1] == n_vocab}
     nodes = []
     for node in model.graph.node:
@@ -188,6 +190,10 @@ def untie_output_projection(model, n_vocab: int) -> list[str]:
                   helper.make_node("Mul", [f"{out}_float", f"{out}_scale"], [out])]
     del model.graph.node[:]
     model.graph.node.extend(nodes)
+    read = {name for node in nodes for name in node.input}
+    kept = [i for i in model.graph.initializer if i.name not in weights or i.name in read]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
     return [n.name for n in model.graph.node if n.op_type == "MatMul" and set(n.input) & set(weights)]
 
 

@@ -141,8 +141,32 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             self.model.encoder, self.model.decoder = Encoder(), Decoder()
             # The output weight is stored once as [d, vocab]: the logits are a MatMul
             # with a constant (which the int8 quantizer handles) and, when tied, the
-            # token lookup gathers columns of the same tensor instead of a second copy.
+            # token lookup gathers columns of the same tensor (``embed``).
             self.proj_out_t = nn.Parameter(torch.empty(dims["d_model"], dims["n_vocab"]))
+            # the lookup's fp16 copy, where it holds the same numbers (``narrow_lookup``)
+            self.register_buffer("lookup_t", None, persistent=False)
+
+        def narrow_lookup(self) -> bool:
+            """Give the tied token lookup an fp16 copy of the output weight if every value is an fp16 number.
+
+            ONNX Runtime packs the product's weight into a copy of its own, so a lookup reading the same fp32
+            tensor keeps the vocabulary matrix twice (whisper-base: 106 MB each). Weights shipped in fp16
+            (every packaged model, faster-whisper's folders) lose nothing in fp16: the lookup reads half
+            the bytes and widens them to the same fp32 numbers (BENCHMARKS.md section 40).
+            """
+            weight = self.proj_out_t.detach()
+            narrow = weight.half()
+            if not torch.equal(narrow.float(), weight):
+                return False
+            self.lookup_t = nn.Parameter(narrow, requires_grad=False)  # a parameter: a named initializer when exported
+            return True
+
+        def embed(self, tokens):
+            """The embeddings [N, d] of tokens [N]: the tied output weight's columns, or the lookup's own table."""
+            if not tied_output:
+                return self.model.decoder.embed_tokens(tokens)
+            table = self.proj_out_t if self.lookup_t is None else self.lookup_t
+            return torch.index_select(table, 1, tokens).t().float()
 
         def cross_kv(self, mel):
             """Encoder plus every decoder layer's cross K/V: [L, 2, H, T_audio, hd]."""
@@ -162,11 +186,7 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             dec = self.model.decoder
             n_past, n_new = past.shape[0], tokens.shape[1]
             positions = torch.arange(n_new, dtype=torch.int64) + n_past
-            if tied_output:
-                embedded = torch.index_select(self.proj_out_t, 1, tokens[0]).t()
-            else:
-                embedded = dec.embed_tokens(tokens[0])
-            x = embedded + dec.embed_positions(positions)
+            x = self.embed(tokens[0]) + dec.embed_positions(positions)
             key_pos = torch.arange(n_new + n_past, dtype=torch.int64)
             mask = torch.where(key_pos.unsqueeze(0) > positions.unsqueeze(1),
                                torch.tensor(float("-inf")), torch.tensor(0.0))
@@ -189,11 +209,7 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             dec = self.model.decoder
             n_rows, n_new = tokens.shape
             positions = starts.unsqueeze(1) + torch.arange(n_new, dtype=torch.int64).unsqueeze(0)
-            if tied_output:
-                embedded = torch.index_select(self.proj_out_t, 1, tokens.reshape(-1)).t()
-            else:
-                embedded = dec.embed_tokens(tokens.reshape(-1))
-            x = embedded.reshape(n_rows, n_new, -1) + dec.embed_positions(positions)
+            x = self.embed(tokens.reshape(-1)).reshape(n_rows, n_new, -1) + dec.embed_positions(positions)
             not_yours = torch.arange(n_cached).view(1, 1, n_cached) >= lengths.view(n_rows, 1, 1)
             ahead = torch.arange(n_new).view(1, n_new) > torch.arange(n_new).view(n_new, 1)
             blocks = [not_yours.expand(n_rows, n_new, n_cached), ahead.unsqueeze(0).expand(n_rows, n_new, n_new)]
@@ -251,4 +267,6 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     if missing or unexpected:
         raise RuntimeError(f"weight mapping mismatch: missing={missing} unexpected={unexpected}")
+    if tied_output:
+        model.narrow_lookup()
     return model.eval()

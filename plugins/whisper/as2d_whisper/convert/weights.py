@@ -11,11 +11,13 @@ import numpy as np
 
 from ..ct2 import read_model_bin, to_whisper_state, whisper_dims
 
+# 6: a tied token lookup reads an fp16 copy of the output weight where that holds the same numbers
+#    (``torch_model.narrow_lookup``): the vocabulary matrix no longer held twice in fp32
 # 5: a target has a graph for beam search, its rows reading one prompt block (``torch_model.decode_beams``)
 # 4: every graph's weights in a file beside it, NAME.onnx.data (``onnx_export.save_graph``): sessions build faster
 # 3: the windows graph reads one window's audio K/V once for all of its rows (``torch_model``'s ``attend_audio``);
 # 2: the decoder takes the audio K/V as one input per layer and kind, and a target has its windows graph (``graph_io``)
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 MODELS = ("whisper-base", "whisper-tiny.en")
 
 # Where each model's files live: (distribution, import name, folder, files)
