@@ -70,11 +70,13 @@ def widened(graph: Path, scratch: Path) -> Path:
     converter, ONNX Runtime's dynamic quantizer)."""
     import onnx
     from onnx import numpy_helper
+    from onnx.external_data_helper import load_external_data_for_model
 
-    model = onnx.load(str(graph))
+    model = onnx.load(str(graph), load_external_data=False)  # the weights read only where there is one to widen
     narrow = [i for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT16]
     if not narrow:
         return graph
+    load_external_data_for_model(model, str(graph.parent))
     for initializer in narrow:
         initializer.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(initializer).astype(np.float32),
                                                      initializer.name))

@@ -170,7 +170,7 @@ def untie_output_projection(model, n_vocab: int) -> list[str]:
     """
     from onnx import TensorProto, helper, numpy_helper
 
-    weights = {i.name: numpy_helper.to_array(i).astype(np.float32) for i in model.graph.initializer
+    weights = {i.name: numpy_helper.to_array(i).astype(np.float32, copy=False) for i in model.graph.initializer
                if len(i.dims) == 2 and i.dims[1] == n_vocab}
     nodes = []
     for node in model.graph.node:

@@ -143,8 +143,7 @@ def build_torch_model(state: dict[str, np.ndarray], dims: dict[str, int], tied_o
             # with a constant (which the int8 quantizer handles) and, when tied, the
             # token lookup gathers columns of the same tensor (``embed``).
             self.proj_out_t = nn.Parameter(torch.empty(dims["d_model"], dims["n_vocab"]))
-            # the lookup's fp16 copy, where it holds the same numbers (``narrow_lookup``)
-            self.register_buffer("lookup_t", None, persistent=False)
+            self.lookup_t = None  # the lookup's fp16 copy, where it holds the same numbers (``narrow_lookup``)
 
         def narrow_lookup(self) -> bool:
             """Give the tied token lookup an fp16 copy of the output weight if every value is an fp16 number.
