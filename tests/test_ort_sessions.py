@@ -17,10 +17,17 @@ import pytest
 onnx = pytest.importorskip("onnx", reason="onnx builds the test's graph (pip install onnx)")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from as2d_onnxruntime.sessions import OPTIMIZED_DIR, machine_tag, optimized_copy, ort_session  # noqa: E402
+from as2d_onnxruntime.sessions import (  # noqa: E402
+    OPTIMIZED_DIR,
+    WEIGHTS_FILE,
+    _blocks,
+    machine_tag,
+    optimized_copy,
+    ort_session,
+)
 
 
-def write_graph(folder: Path, seed: int) -> Path:
+def write_graph(folder: Path, seed: int, name: str = "graph.onnx") -> Path:
     """``y = relu(x @ W1) @ W2`` with 64x64 weights (packed by ONNX Runtime's MatMul) in ``graph.onnx.data``."""
     rng = np.random.default_rng(seed)
     weights = [numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}") for i in (1, 2)]
@@ -30,9 +37,9 @@ def write_graph(folder: Path, seed: int) -> Path:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])], weights)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    path = folder / "graph.onnx"
+    path = folder / name
     onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location="graph.onnx.data", size_threshold=0)
+                    location=f"{name}.data", size_threshold=0)
     return path
 
 
@@ -49,13 +56,40 @@ def test_sessions_run_the_optimized_copy_and_compute_the_same_bits(tmp_path):
     path = write_graph(tmp_path, seed=0)
     copy = optimized_copy(path)
     assert copy is not None and copy.is_relative_to(tmp_path / OPTIMIZED_DIR / machine_tag())
-    assert copy.with_name(copy.name + ".data").is_file()  # the packed weights beside it
+    assert copy.with_name(WEIGHTS_FILE).is_file()  # the packed weights beside it
     for threads in (1, 2):
         session, note = ort_session(path, "cpu", threads)
         assert "CPUExecutionProvider" in note
         assert np.array_equal(session.run(None, {"x": X})[0], plain_result(path, X))
     assert optimized_copy(path) == copy  # made once
     assert not list(copy.parent.parent.glob(".making-*"))
+
+
+def _blocks_read(copy: Path) -> list[tuple[str, int, int]]:
+    graph = onnx.load(str(copy), load_external_data=False).graph
+    return sorted((tensor.name, *block) for tensor in graph.initializer for block in _blocks(tensor) or [])
+
+
+def test_graphs_of_a_folder_that_hold_the_same_weights_read_them_from_one_place(tmp_path):
+    """The copies of a folder's graphs keep their weights in one file, each distinct block once: two graphs with
+    the same weights (whisper's decoder and its beams graph) map the same pages, a third with its own weights
+    adds its own blocks, and each computes the bits of the graph it comes from."""
+    paths = [write_graph(tmp_path, 0), write_graph(tmp_path, 0, "same.onnx"), write_graph(tmp_path, 1, "other.onnx")]
+    copies = [optimized_copy(path) for path in paths]
+    assert None not in copies and len({copy.parent for copy in copies}) == 1
+    graph, same, other = (_blocks_read(copy) for copy in copies)
+    assert len(graph) == 4  # each weight and its packed copy
+    assert same == graph and not set(other) & set(graph)
+    assert {p.name for p in copies[0].parent.iterdir()} == {"graph.onnx", "same.onnx", "other.onnx", WEIGHTS_FILE}
+    for path in paths:
+        assert np.array_equal(ort_session(path, "cpu", 1)[0].run(None, {"x": X})[0], plain_result(path, X))
+
+
+def test_a_graph_onnxruntime_cannot_load_leaves_the_others_their_copies(tmp_path):
+    path = write_graph(tmp_path, 0)
+    (tmp_path / "broken.onnx").write_bytes(b"not a graph")
+    assert optimized_copy(path) is not None and optimized_copy(tmp_path / "broken.onnx") is None
+    assert np.array_equal(ort_session(path, "cpu", 1)[0].run(None, {"x": X})[0], plain_result(path, X))
 
 
 def test_a_graph_converted_again_gets_a_new_copy(tmp_path):

@@ -294,11 +294,13 @@ def _anonymous_mb() -> float:
 
 def test_the_optimized_copy_computes_the_same_bits_and_its_sessions_share_the_packed_weights(target):
     """The target's sessions run this machine's optimized copy of each graph (``as2d_onnxruntime.sessions``): the
-    decoder and the encoder compute the same bits as the graphs as converted, and one more decoder session maps
-    the packed weights from the copy instead of packing its own (before: about 190 MB more each)."""
+    decoder and the encoder compute the same bits as the graphs as converted, one more decoder session maps
+    the packed weights from the copy instead of packing its own (before: about 190 MB more each), and the beams
+    graph reads its packed weights where the decoder reads them (before: a file of its own, 236 MB more)."""
+    import onnx
     import onnxruntime as ort
 
-    from as2d_onnxruntime.sessions import optimized_copy, ort_session
+    from as2d_onnxruntime.sessions import WEIGHTS_FILE, _blocks, optimized_copy, ort_session
     from as2d_whisper.graph_io import audio_input_names
 
     model = target.model
@@ -320,6 +322,17 @@ def test_the_optimized_copy_computes_the_same_bits_and_its_sessions_share_the_pa
     grown = _anonymous_mb() - before
     assert grown < 60, f"one more decoder session took {grown:.0f} MB of its own"
     assert all(np.array_equal(a, b) for a, b in zip(as_converted["decoder.onnx"], another.run(None, feed), strict=True))
+
+    def packed_blocks(graph: str) -> set[tuple[str, int, int]]:
+        copy = onnx.load(str(optimized_copy(model.dir / graph)), load_external_data=False)
+        return {({entry.key: entry.value for entry in tensor.external_data}["location"], *block)
+                for tensor in copy.graph.initializer if any(entry.key.startswith("prepacked")
+                                                             for entry in tensor.external_data)
+                for block in (_blocks(tensor) or [])[1:]}
+
+    beams = packed_blocks("decoder.beams.onnx")
+    assert len(beams) >= 4 * model.n_layers and {location for location, *_ in beams} == {WEIGHTS_FILE}
+    assert beams <= packed_blocks("decoder.onnx")
 
 
 @full_only  # a developer's tool for the decoder graph, not a path a transcript takes

@@ -9,7 +9,8 @@ default) eats the core the other model is computing on.
 On the CPU a graph runs from this machine's optimized copy (``optimized_copy``): ONNX Runtime's optimized
 graph with the packed weights its kernels compute from saved beside it, made on first use. Its sessions map
 the packed weights from that file instead of each packing its own copy, so a graph's sessions at several
-thread counts, and the processes that load it, share one copy in memory, and a session builds sooner. All
+thread counts, the other graphs of its folder that hold the same weights, and the processes that load them
+share one copy in memory, and a session builds sooner. All
 sessions draw their working memory from one arena (``_shared_arena``).
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from . import probe, providers_for
 
 OPTIMIZED_DIR = ".onnxruntime"  # in the graph's folder: removed with the graphs it derives from
+WEIGHTS_FILE = "weights.data"  # every optimized graph of a folder reads its weights from this one file
 _log = logging.getLogger(__name__)
 
 
@@ -76,54 +78,137 @@ def machine_tag() -> str:
     return f"ort{ort.__version__}-{platform.machine()}-{digest}"
 
 
-def _identity(path: Path) -> str:
-    """The graph's files as they are now (size and modification time of the graph and its weights): a model
+def _identity(folder: Path) -> str:
+    """The folder's graphs as they are now (size and modification time of each graph and its weights): a model
     converted again gets a new optimized copy."""
-    parts = [path, path.with_name(path.name + ".data")]
+    parts = sorted(part for graph in folder.glob("*.onnx") for part in (graph, graph.with_name(graph.name + ".data")))
     stats = [f"{p.name}:{s.st_size}:{s.st_mtime_ns}" for p in parts if p.is_file() for s in [p.stat()]]
     return hashlib.sha256("|".join(stats).encode()).hexdigest()[:16]
 
 
+def _blocks(tensor) -> list[tuple[int, int]] | None:
+    """(offset, length) of each block of its data file that an external initializer reads: its own bytes, then
+    each packed copy ONNX Runtime saved with it (``prepacked_N``: ``kernel key|offset;length;alignment``, one
+    block after each ``|``). None for a tensor kept inside the graph."""
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    if "location" not in entries or "length" not in entries:
+        return None
+    blocks = [(int(entries.get("offset", 0)), int(entries["length"]))]
+    for key, value in entries.items():
+        if key.startswith("prepacked"):
+            blocks += [(int(block.split(";")[0]), int(block.split(";")[1])) for block in value.split("|")[1:]]
+    return blocks
+
+
+def _relocate(tensor, location: str, offsets: list[int]) -> None:
+    """Point an external initializer's blocks (in ``_blocks`` order) at ``offsets`` in the file ``location``."""
+    first, *packed = offsets
+    entries = {entry.key: entry for entry in tensor.external_data}
+    entries["location"].value = location
+    if "offset" in entries:
+        entries["offset"].value = str(first)
+    else:
+        tensor.external_data.add(key="offset", value=str(first))
+    for entry in tensor.external_data:
+        if entry.key.startswith("prepacked"):
+            name, *blocks = entry.value.split("|")
+            blocks = [";".join([str(packed.pop(0)), *block.split(";")[1:]]) for block in blocks]
+            entry.value = "|".join([name, *blocks])
+
+
+def _pool_weights(work: Path, graphs: list[Path]) -> None:
+    """Write the weights of the optimized ``graphs`` in ``work`` into one file, ``WEIGHTS_FILE``, each distinct
+    block once, and point every graph at it.
+
+    A model's graphs carry the same weights (whisper's decoder and its beams, windows and aligner variants), and
+    ONNX Runtime packs them the same way, yet each optimized graph saves its own: a process running the decoder
+    and the beams graph mapped two files of the same bytes, 236 MB each for whisper-base. From one file the same
+    bytes are the same pages. Blocks are compared by their bytes, so every graph reads what it read before."""
+    import mmap
+
+    try:
+        import onnx
+    except ImportError:  # onnxruntime runs without it (a phone): each graph keeps its own file
+        _log.info("onnx is not installed: each optimized graph in %s keeps its weights in a file of its own", work)
+        return
+    offsets: dict[tuple[int, bytes], int] = {}
+    with open(work / WEIGHTS_FILE, "wb") as pool:
+        for graph in graphs:
+            model = onnx.load(str(graph), load_external_data=False)
+            own = graph.with_name(graph.name + ".data")
+            if own.is_file() and own.stat().st_size:
+                with open(own, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                    for tensor in model.graph.initializer:
+                        placed = []
+                        for offset, length in _blocks(tensor) or []:
+                            block = data[offset:offset + length]
+                            key = (length, hashlib.blake2b(block, digest_size=20).digest())
+                            if key not in offsets:  # each at a page boundary, as ONNX Runtime maps them
+                                pool.write(bytes(-pool.tell() % mmap.PAGESIZE))
+                                offsets[key] = pool.tell()
+                                pool.write(block)
+                            placed.append(offsets[key])
+                        if placed:
+                            _relocate(tensor, WEIGHTS_FILE, placed)
+            onnx.save(model, str(graph))
+            own.unlink(missing_ok=True)
+
+
 def optimized_copy(path: Path) -> Path | None:
-    """This machine's optimized copy of the graph at ``path``, made on first use: ONNX Runtime's optimized graph
-    with its packed weights saved beside it (``session.save_external_prepacked_constant_initializers``), in
-    ``.onnxruntime/`` in the graph's folder. It computes the same bits as the graph it comes from (the tests
-    compare them). None where it cannot be made (a read-only folder, a full disk): the graph then runs as it is.
-    Two processes making it at once each write their own and the first rename wins."""
+    """This machine's optimized copy of the graph at ``path``: ONNX Runtime's optimized graph with the packed
+    weights its kernels read saved beside it (``session.save_external_prepacked_constant_initializers``), made on
+    first use, in ``.onnxruntime/`` in the graph's folder. It computes the same bits as the graph it comes from
+    (the tests compare them). The first use makes the copies of all the folder's graphs at once, with the weights
+    of all of them in one file (``_pool_weights``), so that graphs sharing weights share their pages. None where
+    it cannot be made (a read-only folder, a full disk, a graph ONNX Runtime cannot optimize): the graph then runs
+    as it is. Two processes making it at once each write their own and the first rename wins."""
     import onnxruntime as ort
 
-    home = path.parent / OPTIMIZED_DIR / machine_tag()
-    made = home / f"{path.name}-{_identity(path)}"
+    folder = path.parent
+    home = folder / OPTIMIZED_DIR / machine_tag()
+    made = home / _identity(folder)
     copy = made / path.name
-    if copy.is_file():
-        return copy
+    if made.is_dir():
+        return copy if copy.is_file() else None
     work = None
     try:
         home.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(dir=home, prefix=".making-"))
-        options = _options(1)
-        options.log_severity_level = 3  # its warning that the copy suits this machine only is the point here
-        options.optimized_model_filepath = str(work / path.name)
-        options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
-                                         path.name + ".data")
-        options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
-        options.add_session_config_entry("session.save_external_prepacked_constant_initializers", "1")
-        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        for stale in home.glob(f"{path.name}-*"):  # the graph's copies before a conversion, or one left half made
-            if stale != made or not copy.is_file():
+        optimized = []
+        for graph in sorted(folder.glob("*.onnx")):
+            options = _options(1)
+            options.log_severity_level = 3  # its warning that the copy suits this machine only is the point here
+            options.optimized_model_filepath = str(work / graph.name)
+            options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                             graph.name + ".data")
+            options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
+                                             "1024")
+            options.add_session_config_entry("session.save_external_prepacked_constant_initializers", "1")
+            try:
+                ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+                optimized.append(work / graph.name)
+            except Exception as error:  # onnxruntime's errors derive from Exception: this graph runs as it is
+                _log.info("no optimized copy of %s (%s): its sessions pack their own weights", graph, error)
+                for made_part in work.glob(f"{graph.name}*"):
+                    made_part.unlink()
+        if not optimized:
+            raise RuntimeError("ONNX Runtime optimized none of the folder's graphs")
+        _pool_weights(work, optimized)
+        for stale in home.glob("*"):  # the folder's copies before a conversion, or one left half made
+            if stale != made and not stale.name.startswith(".making-"):
                 shutil.rmtree(stale, ignore_errors=True)
-        for older in home.parent.glob(f"ort*/{path.name}-*"):  # another onnxruntime's (an upgrade's) copies
-            if not older.parent.name.startswith(f"ort{ort.__version__}-"):
+        for older in home.parent.glob("ort*"):  # another onnxruntime's (an upgrade's) copies
+            if not older.name.startswith(f"ort{ort.__version__}-"):
                 shutil.rmtree(older, ignore_errors=True)
         os.rename(work, made)
-    except Exception as error:  # OSError, or onnxruntime's errors (which derive from Exception) writing the copy
-        if not copy.is_file():  # not another process's copy, renamed first
+    except Exception as error:  # OSError, or onnx's and onnxruntime's errors writing the copies
+        if not made.is_dir():  # not another process's copy, renamed first
             _log.info("no optimized copy of %s (%s): its sessions pack their own weights", path, error)
             return None
     finally:
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
-    return copy
+    return copy if copy.is_file() else None
 
 
 def ort_session(path: Path, device: str, threads: int, profile_prefix: str | None = None):
