@@ -104,6 +104,19 @@ def test_a_graph_converted_again_gets_a_new_copy(tmp_path):
     assert np.array_equal(after, plain_result(path, X)) and not np.array_equal(after, before)
 
 
+def test_copies_in_the_older_layout_and_a_dead_makers_work_are_removed(tmp_path):
+    """Before one file held a folder's weights, each graph's copy had a folder of its own (``graph.onnx-ID``); a
+    maker that died leaves ``.making-*`` behind: both go when the copies are made, a maker at work now stays."""
+    path = write_graph(tmp_path, seed=0)
+    home = tmp_path / OPTIMIZED_DIR / machine_tag()
+    old_layout, dead, working = home / "graph.onnx-0123456789abcdef", home / ".making-dead", home / ".making-now"
+    for folder in (old_layout, dead, working):
+        folder.mkdir(parents=True)
+    os.utime(dead, (0, 0))
+    assert optimized_copy(path) is not None
+    assert not old_layout.exists() and not dead.exists() and working.exists()
+
+
 def test_another_onnxruntimes_copies_are_removed_and_another_processors_kept(tmp_path):
     path = write_graph(tmp_path, seed=0)
     older = tmp_path / OPTIMIZED_DIR / "ort1.0.0-x86_64-0123456789abcdef" / "graph.onnx-0123456789abcdef"

@@ -22,6 +22,7 @@ import platform
 import shutil
 import tempfile
 import threading
+import time
 from functools import cache
 from pathlib import Path
 
@@ -194,9 +195,12 @@ def optimized_copy(path: Path) -> Path | None:
         if not optimized:
             raise RuntimeError("ONNX Runtime optimized none of the folder's graphs")
         _pool_weights(work, optimized)
-        for stale in home.glob("*"):  # the folder's copies before a conversion, or one left half made
+        for stale in home.glob("*"):  # the folder's copies before a conversion (or in an older layout)
             if stale != made and not stale.name.startswith(".making-"):
                 shutil.rmtree(stale, ignore_errors=True)
+        for left in home.glob(".making-*"):  # a maker that died an hour ago or more, not one at work now
+            if left != work and time.time() - left.stat().st_mtime > 3600:
+                shutil.rmtree(left, ignore_errors=True)
         for older in home.parent.glob("ort*"):  # another onnxruntime's (an upgrade's) copies
             if not older.name.startswith(f"ort{ort.__version__}-"):
                 shutil.rmtree(older, ignore_errors=True)
