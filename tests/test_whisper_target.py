@@ -335,6 +335,44 @@ def test_the_optimized_copy_computes_the_same_bits_and_its_sessions_share_the_pa
     assert beams <= packed_blocks("decoder.onnx")
 
 
+_WINDOWS_GROWTH = """
+import sys
+import numpy as np
+from pathlib import Path
+from as2d_onnxruntime.sessions import ort_session
+def anonymous():
+    rollup = Path("/proc/self/smaps_rollup").read_text().splitlines()
+    return next(int(line.split()[1]) for line in rollup if line.startswith("Anonymous:")) / 1024
+encoder = ort_session(Path(sys.argv[1]), "cpu", 2)[0]
+mel = np.random.default_rng(0).normal(size=(1, 80, 3000)).astype(np.float32)
+start, grown, alive = anonymous(), [], None
+for window in range(3):
+    alive = encoder.run(None, {"mel": mel})[0]  # the last window's audio K/V, alive while the next is encoded
+    grown.append(anonymous() - start)
+print(grown[0], grown[-1])
+"""
+
+
+def test_the_encoders_later_windows_take_no_more_memory_than_its_first(target):
+    """Each window's audio K/V (the encoder's output) is alive while the next window is encoded. With ONNX
+    Runtime's memory pattern the encoder took its second run's activations as one new block of the arena (148 MB
+    more for whisper-base); allocated one by one they reuse what the first run freed. In a fresh process, so that
+    the arena is this test's alone."""
+    import subprocess
+    import sys
+
+    if not Path("/proc/self/smaps_rollup").is_file():
+        pytest.skip("reads the process's anonymous memory from Linux's /proc/self/smaps_rollup")
+    model = target.model
+    if model.n_mels != 80:
+        pytest.skip("the installed target's encoder reads 80 mel bins")
+    result = subprocess.run([sys.executable, "-c", _WINDOWS_GROWTH, str(model.dir / "encoder.onnx")],
+                            capture_output=True, text=True, timeout=300, check=True)
+    first, last = map(float, result.stdout.split())
+    output = 2 * model.n_layers * model.n_heads * 1500 * model.head_dim * 4 / 2**20  # one window's audio K/V
+    assert last - first < 2 * output + 16, f"the arena grew from {first:.0f} to {last:.0f} MB over three windows"
+
+
 @full_only  # a developer's tool for the decoder graph, not a path a transcript takes
 def test_decoder_profile_command_names_the_operators(target):
     """``as2d whisper-decoder-profile`` times the installed decoder's step and names where its time goes, and
