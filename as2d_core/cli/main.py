@@ -12,6 +12,7 @@ import click
 from as2d_core.setup import catalog
 
 from as2d_core.workers import lifetimes
+from as2d_core.workers.memory import use_one_malloc_arena
 from as2d_core.contracts import SAMPLE_RATE
 from as2d_core.input.audio import AudioError, read_audio
 from as2d_core.input.windows import CLIPS
@@ -340,6 +341,7 @@ def config_check(files, here, as_json):
 def main() -> None:
     """Run the command; exit with its status once every tracked thread has ended and the owned processes are
     ended (``workers.lifetimes``)."""
+    use_one_malloc_arena()  # before any thread allocates (``workers.memory``)
     register_commands(cli)
     stopping.catch_stops()
     try:
