@@ -102,7 +102,8 @@ def _blocks(tensor) -> list[tuple[int, int]] | None:
     blocks = [(int(entries.get("offset", 0)), int(entries["length"]))]
     for key, value in entries.items():
         if key.startswith("prepacked"):
-            blocks += [(int(block.split(";")[0]), int(block.split(";")[1])) for block in value.split("|")[1:]]
+            blocks += [(int(offset), int(length)) for offset, length, *_ in
+                       (block.split(";") for block in value.split("|")[1:])]
     return blocks
 
 
@@ -168,14 +169,19 @@ def optimized_copy(path: Path) -> Path | None:
     of all of them in one file (``_pool_weights``), so that graphs sharing weights share their pages. None where
     it cannot be made (a read-only folder, a full disk, a graph ONNX Runtime cannot optimize): the graph then runs
     as it is. Two processes making it at once each write their own and the first rename wins."""
-    import onnxruntime as ort
-
     folder = path.parent
     home = folder / OPTIMIZED_DIR / machine_tag()
     made = home / _identity(folder)
+    if not made.is_dir():
+        _make_copies(folder, home, made)
     copy = made / path.name
-    if made.is_dir():
-        return copy if copy.is_file() else None
+    return copy if copy.is_file() else None
+
+
+def _make_copies(folder: Path, home: Path, made: Path) -> None:
+    """Make the optimized copies of all of ``folder``'s graphs in ``made`` (``optimized_copy``), or log why not."""
+    import onnxruntime as ort
+
     work = None
     try:
         home.mkdir(parents=True, exist_ok=True)
@@ -212,12 +218,10 @@ def optimized_copy(path: Path) -> Path | None:
         os.rename(work, made)
     except Exception as error:  # OSError, or onnx's and onnxruntime's errors writing the copies
         if not made.is_dir():  # not another process's copy, renamed first
-            _log.info("no optimized copy of %s (%s): its sessions pack their own weights", path, error)
-            return None
+            _log.info("no optimized copies in %s (%s): their sessions pack their own weights", folder, error)
     finally:
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
-    return copy if copy.is_file() else None
 
 
 def ort_session(path: Path, device: str, threads: int, profile_prefix: str | None = None):
