@@ -11,7 +11,6 @@ runs target-only. Beam search runs alone (its hypotheses are its batch).
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import itertools
 import queue
@@ -23,6 +22,7 @@ import attrs
 import numpy as np
 
 from as2d_core.workers.cleanup import reported
+from as2d_core.workers.memory import return_free_memory
 from as2d_core.setup.build import (build_parts, build_source, default_detector, long_form_detector,
                                    pipeline_options, source_spec)
 from as2d_core.setup.config import Config, Report
@@ -213,28 +213,6 @@ class Worker:
             self.drop_source(source_name)
             outcome.drafter_rebuilt = True
         return outcome
-
-
-@functools.cache
-def _malloc_trim():
-    """glibc's ``malloc_trim``, or None on a C library without it (musl, macOS, Windows)."""
-    try:
-        return getattr(ctypes.CDLL(None), "malloc_trim", None)  # the symbols the process already has
-    except (OSError, TypeError):  # Windows has no "this process" handle
-        return None
-
-
-def return_free_memory() -> None:
-    """Give the heap pages freed by the last request back to the system.
-
-    Each request's threads (producer, lookahead, a rebuilt drafter's workers) allocate in
-    glibc's per-thread arenas, and what they free stays mapped: in a 1,000-request soak the
-    server's resident memory crept up 17% with nothing leaked. Trimming after each request
-    keeps it flat (BENCHMARKS.md, section 8); elsewhere this does nothing.
-    """
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 class TranscriptionService:

@@ -442,15 +442,3 @@ def test_the_deadline_grows_with_the_audio():
 
     limits = Limits(deadline_s=120)
     assert [limits.deadline_for(s) for s in (0.0, 4.0, 30.0, 30.1, 330.0)] == [120, 120, 120, 240, 1320]
-
-
-def test_each_request_returns_freed_memory_on_glibc():
-    """The server trims the heap after each request (BENCHMARKS.md section 8: without it, +17% over a soak)."""
-    import platform
-
-    from as2d_serve import service
-
-    if platform.libc_ver()[0] != "glibc":
-        pytest.skip("malloc_trim is glibc's; elsewhere return_free_memory does nothing")
-    assert service._malloc_trim() is not None
-    service.return_free_memory()
