@@ -8,7 +8,7 @@ from typing import BinaryIO
 import numpy as np
 
 from as2d_core.contracts import SAMPLE_RATE
-from as2d_core.input.audio import read_audio
+from as2d_core.input.audio import mono_samples, read_audio
 
 N_FRAMES = 3000  # the log-mel frames of one 30 s input
 
@@ -24,7 +24,7 @@ def decode_audio(input_file: str | Path | BinaryIO, sampling_rate: int = SAMPLE_
 def audio_samples(audio) -> np.ndarray:
     """A path, bytes, a file object or samples, as 16 kHz mono float32 samples (what ``transcribe`` takes)."""
     if isinstance(audio, np.ndarray):
-        return np.asarray(audio, dtype=np.float32).reshape(-1)
+        return mono_samples(audio, "the audio samples")
     if isinstance(audio, (str, Path)):
         return read_audio(audio).samples
     if isinstance(audio, (bytes, bytearray)):

@@ -7,6 +7,7 @@ import functools
 import numpy as np
 
 from as2d_core.contracts import SAMPLE_RATE
+from as2d_core.input.audio import mono_samples
 from as2d_core.input.windows import SpeechDetector
 from as2d_core.setup.build import default_detector
 
@@ -39,6 +40,6 @@ def get_speech_timestamps(audio: np.ndarray, vad_options: VadOptions | None = No
     if sampling_rate != SAMPLE_RATE:
         raise ValueError(f"the detector reads {SAMPLE_RATE} Hz audio, got sampling_rate={sampling_rate}")
     vad = VadOptions(**kwargs) if vad_options is None else vad_options
-    samples = np.asarray(audio, dtype=np.float32).reshape(-1)
+    samples = mono_samples(audio, "the audio samples")
     return [{"start": start, "end": end}
             for start, end in speech_detector(vad).speech_spans(samples, vad.max_speech_duration_s)]

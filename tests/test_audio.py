@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from as2d_core.input.audio import AudioError, load_audio
+from as2d_core.input.audio import AudioError, load_audio, mono_samples
 from as2d_core.contracts import Request
 from as2d_core.input.audio import TruncatedAudioWarning, read_audio
 from audio_files import FORMATS, encode
@@ -86,6 +86,25 @@ def test_non_finite_samples_are_refused(tmp_path, bad):
     samples[8000] = bad
     with pytest.raises(AudioError, match="NaN or infinite samples.*0.500 s"):
         load_audio(encode(tmp_path / "bad.f32.wav", samples, "f32.wav"))
+
+
+def test_samples_in_memory_are_taken_as_float_mono_or_refused(speech):
+    """An int16 array read as floats transcribes noise and a stereo one flattened interleaves its channels, so
+    both are refused with what to do; float64 and a single column are the same samples."""
+    assert mono_samples(speech.astype(np.float64)).dtype == np.float32
+    assert np.array_equal(mono_samples(speech[:, None]), speech) and np.array_equal(mono_samples(speech[None]), speech)
+    with pytest.raises(AudioError, match=r"int16 integers.*\(samples / 32768\)"):
+        mono_samples((speech * 32767).astype(np.int16))
+    with pytest.raises(AudioError, match=r"uint8 integers.*scale them first$"):
+        mono_samples(np.zeros(10, np.uint8))
+    with pytest.raises(AudioError, match=r"shape \(\d+, 2\), several channels.*mean\(axis=1\)"):
+        mono_samples(np.stack([speech, speech], axis=1))
+    with pytest.raises(AudioError, match="not bool"):
+        mono_samples(speech > 0)
+    bad = speech.copy()
+    bad[16_000] = np.nan
+    with pytest.raises(AudioError, match=r"1 NaN or infinite values \(the first at 1.000 s\)"):
+        mono_samples(bad)
 
 
 @pytest.mark.parametrize("name", ["s16.wav", "flac"])

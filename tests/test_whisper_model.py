@@ -660,6 +660,18 @@ def test_detect_language_reads_the_language_faster_whisper_reads(fp32_model, fas
     assert len(supported) == 99 and supported == [c for c in faster_whisper.supported_languages if c in supported]
 
 
+def test_samples_that_would_transcribe_noise_are_refused(fp32_model):
+    """faster-whisper takes an int16 or a stereo array as it is and transcribes noise; here each is refused
+    with what to do, in ``transcribe``, ``detect_language`` and the VAD's ``get_speech_timestamps``."""
+    from as2d.vad import get_speech_timestamps
+    audio = speech_audio("cmu_cards_en_w00")
+    for call in (fp32_model.transcribe, fp32_model.detect_language, get_speech_timestamps):
+        with pytest.raises(ValueError, match=r"int16 integers.*\(samples / 32768\)"):
+            call((audio * 32767).astype(np.int16))
+        with pytest.raises(ValueError, match="several channels"):
+            call(np.stack([audio, audio], axis=1))
+
+
 def test_detect_language_refuses_what_it_cannot_read(fp32_model):
     with pytest.raises(ValueError, match="computes the log-mel itself.*give audio=, not features="):
         fp32_model.detect_language(features=np.zeros((80, 3000), np.float32))

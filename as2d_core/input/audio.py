@@ -78,6 +78,31 @@ def load_audio(path: str | Path) -> np.ndarray:
     return decoded.samples
 
 
+def mono_samples(samples, label: str = "the samples") -> np.ndarray:
+    """Samples a caller passes in memory, checked as the models need them: float32 mono at 16 kHz, in [-1, 1].
+
+    Integers, several channels and NaN are refused rather than read as garbage (an int16 array taken as float
+    transcribes noise; a stereo array flattened interleaves its channels). A file's audio goes through
+    ``read_audio``, which converts these itself.
+    """
+    array = np.asarray(samples)
+    if array.dtype.kind in "iu":
+        scale = f" (samples / {2 ** (8 * array.dtype.itemsize - 1)})" if array.dtype.kind == "i" else ""
+        raise AudioError(f"{label} are {array.dtype} integers; the models take float samples in [-1, 1]: "
+                         f"scale them first{scale}")
+    if array.dtype.kind != "f":
+        raise AudioError(f"{label} must be float samples in [-1, 1], not {array.dtype}")
+    if sum(size > 1 for size in array.shape) > 1:
+        raise AudioError(f"{label} have shape {array.shape}, several channels; the models take one: "
+                         f"average them first (for example samples.mean(axis=1) for (samples, channels))")
+    array = np.ascontiguousarray(array.reshape(-1), dtype=np.float32)
+    bad = ~np.isfinite(array)
+    if bad.any():
+        raise AudioError(f"{label} hold {int(bad.sum())} NaN or infinite values (the first at "
+                         f"{int(np.argmax(bad)) / SAMPLE_RATE:.3f} s)")
+    return array
+
+
 def read_audio(source: str | Path | bytes, label: str = "the uploaded audio") -> DecodedAudio:
     """Decode, mix down and resample a file (``source`` a path) or a file's bytes (an upload, named
     ``label`` in messages); every unusable input is an ``AudioError``."""

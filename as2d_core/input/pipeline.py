@@ -33,7 +33,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from as2d_core.input.audio import AudioInfo, DecodedAudio, read_audio
+from as2d_core.input.audio import AudioInfo, DecodedAudio, mono_samples, read_audio
 from as2d_core.capabilities import WindowBatching, WindowGroup, drafts_one_job_at_a_time
 from as2d_core.decode.profile import cached_profile, profile_path
 from as2d_core.decode.scheduler import drafting_pays_alone, speculate_rows_from, wave_prices
@@ -265,7 +265,7 @@ class Pipeline:
         """
         decoded = read_audio(audio) if isinstance(audio, (str, Path)) else audio
         info = decoded.info if isinstance(decoded, DecodedAudio) else None
-        samples = decoded.samples if isinstance(decoded, DecodedAudio) else np.asarray(audio, dtype=np.float32)
+        samples = decoded.samples if isinstance(decoded, DecodedAudio) else mono_samples(audio)
         request_id = request_id or (Path(audio).stem if isinstance(audio, (str, Path)) else "audio")
         if self.options.decode.route == "seek":
             return self._transcribe_long_form(samples, request_id, check, on_text, on_progress, info)

@@ -25,6 +25,7 @@ import numpy as np
 
 from as2d_core.contracts import SAMPLE_RATE, Request
 from as2d_core.decode.result import DecodeResult
+from as2d_core.input.audio import mono_samples
 
 if TYPE_CHECKING:
     from as2d_core.input.pipeline import Pipeline
@@ -105,7 +106,7 @@ class StreamSession:
     def feed(self, samples: np.ndarray, arrived_at: float | None = None) -> list[BlockResult]:
         """Add samples; ``arrived_at`` (perf_counter) is when the last of them arrived (default: now)."""
         arrived_at = time.perf_counter() if arrived_at is None else arrived_at
-        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        samples = mono_samples(samples)
         if self._first_arrival is None:  # not begun: the first samples took their own duration to arrive
             self._first_arrival = arrived_at - samples.size / SAMPLE_RATE
         self._pending = np.concatenate([self._pending, samples])
@@ -122,7 +123,7 @@ class StreamSession:
         """
         if pace not in PACES:
             raise ValueError(f"pace must be one of {', '.join(PACES)}, got {pace!r}")
-        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        samples = mono_samples(samples)
         start = time.perf_counter()
         self.begin(start)
         for offset in range(0, samples.size, self.block):
