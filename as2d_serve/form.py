@@ -13,6 +13,9 @@ their names (``beam_size``, ``vad_filter``, ...: ``REQUEST_OPTIONS``) and as2d's
 """
 from __future__ import annotations
 
+import json
+import math
+
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
@@ -25,8 +28,13 @@ from .upload import decode_upload
 GRANULARITIES = ("word", "segment")  # timestamp_granularities: words, and Whisper's timestamp segments
 STREAMED = ("json", "text")  # response formats a stream can carry whole (text only; OpenAI's rule too)
 SEGMENTED = ("srt", "vtt", "verbose_json")  # formats in Whisper's segments unless the server's mode says none
+# OpenAI's chunking_strategy server_vad fields -> the detector's options (``hookspecs.DETECTOR_OPTIONS``), each
+# with its kind and least value: the speech threshold (up to 1), the pause that ends speech, the padding kept before it
+SERVER_VAD = {"threshold": ("threshold", float, 0.0), "silence_duration_ms": ("min_silence_ms", int, 0),
+              "prefix_padding_ms": ("pad_ms", int, 0)}
+CHUNKING = ("chunking_strategy", "chunking_strategy[type]", *(f"chunking_strategy[{name}]" for name in SERVER_VAD))
 OPENAI_FIELDS = ("file", "model", "language", "prompt", "response_format", "temperature", "stream",
-                 "timestamp_granularities[]", "timestamp_granularities")
+                 "timestamp_granularities[]", "timestamp_granularities", *CHUNKING)
 AS2D_FIELDS = ("method", "source", "check")
 FIELDS = OPENAI_FIELDS + AS2D_FIELDS + REQUEST_OPTIONS
 
@@ -83,6 +91,48 @@ def granularities(form) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def chunking(form) -> dict | None:
+    """OpenAI's ``chunking_strategy``: ``auto`` or a ``server_vad`` object (as the openai client sends one, a
+    ``chunking_strategy[name]`` field each, or as JSON text) -> the voice-activity detector's options for this
+    request (``{}`` for auto), which turn ``vad_filter`` on; None when unset (the audio is one block, OpenAI's
+    default too)."""
+    given = {name[len("chunking_strategy["):-1]: form_field(form, name) for name in CHUNKING[1:]}
+    given = {name: value for name, value in given.items() if value is not None}
+    text = form_field(form, "chunking_strategy")
+    if text is not None and given:
+        raise InputError("give chunking_strategy as one value or as its fields, not both")
+    if text is None and not given:
+        return None
+    if text == "auto":
+        return {}
+    if text is not None:
+        try:
+            given = json.loads(text)
+        except ValueError:
+            given = None
+        if not isinstance(given, dict):
+            raise InputError(f"chunking_strategy must be 'auto' or a server_vad object, not {text!r}")
+    if given.get("type") != "server_vad":
+        raise InputError(f"chunking_strategy's type must be 'server_vad', not {given.get('type')!r}")
+    unknown = [name for name in given if name != "type" and name not in SERVER_VAD]
+    if unknown:
+        raise InputError(f"unknown chunking_strategy field {unknown[0]!r}; a server_vad object sets "
+                         f"{', '.join(SERVER_VAD)}")
+    return {SERVER_VAD[name][0]: _server_vad_value(name, value) for name, value in given.items() if name != "type"}
+
+
+def _server_vad_value(name: str, value) -> float | int:
+    _key, kind, least = SERVER_VAD[name]
+    try:
+        number = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not least <= number <= (1.0 if kind is float else math.inf) or (kind is int and not number.is_integer()):
+        what = "a number from 0 to 1" if kind is float else "a whole number of milliseconds, 0 or more"
+        raise InputError(f"chunking_strategy's {name} must be {what}, not {value!r}")
+    return kind(number)
+
+
 def temperature(text: str | None) -> float | None:
     """OpenAI's ``temperature``: 0 to 1; 0 (or none) lets the decoder raise it by its fallback rules, as OpenAI's
     does; above 0 every request is sampled at it (seeded, so as2d's output is still the target's own)."""
@@ -124,6 +174,12 @@ async def read_ask(request, task: str, service: TranscriptionService) -> tuple[A
                          f"not {response_format!r} (its segments and times would be lost)")
     language, method, source = (form_field(form, name) for name in ("language", "method", "source"))
     options = decoding(form)
+    vad = chunking(form)
+    if vad is not None:
+        if options.get("vad_filter") is False:
+            raise InputError("chunking_strategy cuts the audio at the pauses the voice-activity detector finds; "
+                             "vad_filter=false asks for no detector")
+        options["vad_filter"] = True
     check = flag(form_field(form, "check"), "check")
     service.check(language, method, source, options)
     data = await upload.read()
@@ -136,5 +192,5 @@ async def read_ask(request, task: str, service: TranscriptionService) -> tuple[A
               prompt=form_field(form, "prompt"), timestamps="segment" if "segment" in named else None,
               format_timestamps="segment" if response_format in SEGMENTED else None,
               word_timestamps=("word" in named if named else None) if verbose else False, scores=verbose,
-              stream=stream)
+              stream=stream, vad=vad)
     return ask, response_format, stream

@@ -88,6 +88,7 @@ class Ask:
     word_timestamps: bool | None = None  # timestamp_granularities word; None: the server's (``word_timestamps``)
     scores: bool = False  # each window's avg_logprob and no_speech_prob (verbose_json's segments)
     temperature: float | None = None  # above 0: sampled at it; 0 or None: the server's temperatures (the fallback)
+    vad: dict | None = None  # chunking_strategy: the voice-activity detector's options over the server's (vad_filter)
 
     @property
     def duration_s(self) -> float:
@@ -137,6 +138,7 @@ class Worker:
         self.bridges: dict[str, BridgeFactory] = {}  # each source's bridge to the target, resolved as it loads
         self.detector = default_detector()  # voice activity, to cut audio over 30 s at pauses
         self.long_form_detector = long_form_detector()  # the speech that the seek route's vad_filter keeps
+        self._detectors: dict[tuple, tuple] = {}  # requests' own detector options (chunking_strategy) -> detectors
         self._sources_lock = threading.Lock()  # with slots, requests at once build and drop sources
         self.options = pipeline_options(settings.config)
         self.target, source = build_parts(settings.config, settings.report, with_source=True)
@@ -153,6 +155,17 @@ class Worker:
             if name not in self.sources:
                 self._keep(name, build_source(name))
             return self.sources[name], self.bridges[name]
+
+    def detectors(self, vad: dict | None) -> tuple:
+        """The voice-activity detectors of a request (the windows' cuts, the seek route's speech): the server's, or
+        with its ``chunking_strategy`` options over each one's defaults, made once per set of options."""
+        if not vad:
+            return self.detector, self.long_form_detector
+        key = tuple(sorted(vad.items()))
+        with self._sources_lock:
+            if key not in self._detectors:
+                self._detectors[key] = (default_detector(vad), long_form_detector(vad))
+            return self._detectors[key]
 
     def drop_source(self, name: str) -> None:
         """Forget a drafter that failed; the next request builds a fresh one."""
@@ -202,8 +215,8 @@ class Worker:
                                decode=decode, lookahead=self.options.lookahead and fault is None,
                                task="translate" if ask.task == "translate" else self.options.task,
                                scores=ask.scores)
-        pipeline = Pipeline(target, source, options, detector=self.detector, bridge=bridge,
-                            long_form_detector=self.long_form_detector)
+        detector, long_form = self.detectors(ask.vad)
+        pipeline = Pipeline(target, source, options, detector=detector, bridge=bridge, long_form_detector=long_form)
         transcript = pipeline.transcribe(ask.samples, request_id=f"serve-{id(cancel):x}", check=ask.check,
                                          on_text=on_text)
         outcome = Transcription(transcript, ask.duration_s, words=decode.word_timestamps)

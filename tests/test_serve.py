@@ -193,6 +193,31 @@ def test_faster_whispers_options_in_the_form_give_its_segments(server, speech):
     assert [(s.start, s.end, s.text) for s in served.segments] == [(s.start, s.end, s.text) for s in theirs]
 
 
+def test_openais_chunking_strategy_gives_faster_whispers_vad_filter(server, speech):
+    """The openai client's ``chunking_strategy``: ``auto`` is faster-whisper's ``vad_filter=True``, and a
+    ``server_vad`` object's threshold, pause and padding are its ``vad_parameters``; each gives faster-whisper's
+    segments at the server's settings (greedy, the fallback, no conditioning), exact against target-only."""
+    pytest.importorskip("faster_whisper", reason="compares with faster-whisper: pip install 'as2d[bench]'")
+    from as2d_whisper import word_check
+
+    pause = np.zeros(int(1.2 * 16_000), speech.dtype)  # over the server_vad object's pause, under auto's 2 s
+    paused = np.concatenate([speech[: 5 * 16_000], pause, speech[5 * 16_000: 10 * 16_000], pause,
+                             speech[10 * 16_000: 14 * 16_000]])
+    samples = paused.astype(np.float32) / 32768
+    server_vad = {"type": "server_vad", "threshold": 0.6, "silence_duration_ms": 600, "prefix_padding_ms": 100}
+    theirs_vad = {"threshold": 0.6, "min_silence_duration_ms": 600, "speech_pad_ms": 100}
+    for strategy, parameters in (("auto", None), (server_vad, theirs_vad)):
+        served = _openai(server).audio.transcriptions.create(
+            model="whisper-1", file=("paused.wav", _wav(paused)), response_format="verbose_json",
+            chunking_strategy=strategy, extra_body={"check": "true"})
+        assert served.model_extra["as2d"]["exact"] is True, strategy
+        theirs, _ = word_check.faster_whisper_model().transcribe(
+            samples, language="en", beam_size=1, condition_on_previous_text=False, vad_filter=True,
+            vad_parameters=parameters)
+        assert [(s.start, s.end, s.text) for s in served.segments] == [(s.start, s.end, s.text) for s in theirs], \
+            strategy
+
+
 def test_a_forced_prefix_and_score_rules_in_the_form_give_faster_whispers_tokens(server, speech):
     """``prefix``, ``no_repeat_ngram_size`` and ``suppress_tokens`` (no commas) in ``extra_body``: faster-whisper's
     segments at the server's settings (greedy, the fallback, no conditioning), the first starting with the prefix,
@@ -302,6 +327,21 @@ def _bad_inputs(speech, clips):
         ("stream segments", clips["a"], {"stream": "true", "response_format": "verbose_json"}, 400,
          "stream=true sends text only"),
         ("stream flag", clips["a"], {"stream": "maybe"}, 400, "'stream' must be true or false"),
+        ("chunking", clips["a"], {"chunking_strategy": "manual"}, 400,
+         "chunking_strategy must be 'auto' or a server_vad object, not 'manual'"),
+        ("chunking type", clips["a"], {"chunking_strategy[type]": "semantic_vad"}, 400,
+         "chunking_strategy's type must be 'server_vad', not 'semantic_vad'"),
+        ("chunking threshold", clips["a"], {"chunking_strategy[type]": "server_vad",
+                                            "chunking_strategy[threshold]": "2"}, 400,
+         "chunking_strategy's threshold must be a number from 0 to 1, not '2'"),
+        ("chunking pause", clips["a"], {"chunking_strategy": '{"type": "server_vad", "silence_duration_ms": 2.5}'},
+         400, "chunking_strategy's silence_duration_ms must be a whole number of milliseconds, 0 or more, not 2.5"),
+        ("chunking field", clips["a"], {"chunking_strategy": '{"type": "server_vad", "eagerness": "low"}'}, 400,
+         "unknown chunking_strategy field 'eagerness'"),
+        ("chunking twice", clips["a"], {"chunking_strategy": "auto", "chunking_strategy[type]": "server_vad"}, 400,
+         "give chunking_strategy as one value or as its fields, not both"),
+        ("chunking without vad", clips["a"], {"chunking_strategy": "auto", "vad_filter": "false"}, 400,
+         "vad_filter=false asks for no detector"),
         ("stream long prompt", clips["a"], {"stream": "true", "prompt": "one " * 300}, 400,
          "the prompt is 300 tokens"),  # refused before the first event: a status, not an event
     ]

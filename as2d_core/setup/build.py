@@ -151,9 +151,10 @@ def default_detector(options: dict | None = None) -> SpeechDetector | None:
     return registry.get("detector", names[0]).factory(options or {}) if names else None
 
 
-def long_form_detector() -> SpeechDetector | None:
-    """The detector of the seek route's ``vad_filter``, with faster-whisper's defaults (``LONG_FORM_VAD``)."""
-    return default_detector(LONG_FORM_VAD)
+def long_form_detector(options: dict | None = None) -> SpeechDetector | None:
+    """The detector of the seek route's ``vad_filter``: faster-whisper's defaults (``LONG_FORM_VAD``) under
+    ``options``."""
+    return default_detector({**LONG_FORM_VAD, **(options or {})})
 
 
 def build_pipeline(target, source=None, options: PipelineOptions | None = None,
