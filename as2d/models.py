@@ -137,6 +137,11 @@ def resolve_target(model_size_or_path: str | Path, compute_type: str, cache_dir:
     if installed is not None:
         _float32_only(installed, compute_type)
         return installed, None
+    if path.exists() or path.is_absolute() or name.startswith((".", "~")):  # a path, not a size or a repository
+        raise ValueError(f"{model_size_or_path} is not a model folder nor a Whisper checkpoint as2d reads (a "
+                         f"faster-whisper or Hugging Face folder, or openai-whisper's .pt)" if path.exists() else
+                         f"no model folder at {model_size_or_path}: give an as2d model folder, a Whisper checkpoint "
+                         f"(a faster-whisper or Hugging Face folder, or openai-whisper's .pt) or a size ('base')")
     repo = FASTER_WHISPER_REPOS.get(name, name if "/" in name else None)
     if repo is not None:
         snapshot = downloaded_checkpoint(repo, cache_dir, revision)

@@ -84,6 +84,12 @@ def test_the_readmes_first_snippet_runs_with_beams(model, audio_mp3, tmp_path, m
                                          r"faster-whisper's download .* as2d downloads nothing.*`as2d models install "
                                          r"--from PATH --name whisper-large-v3`"):
         WhisperModel("large-v3", device="cpu", compute_type="int8")
+    # a path that holds no model is said to be one, not looked up as a Hugging Face repository
+    for path in (tmp_path / "no-model-here", "./no-model-here", "~/no-model-here"):
+        with pytest.raises(ValueError, match=r"^no model folder at .*no-model-here: give an as2d model folder"):
+            WhisperModel(str(path))
+    with pytest.raises(ValueError, match=r"audio.mp3 is not a model folder nor a Whisper checkpoint"):
+        WhisperModel("audio.mp3")
 
 
 @pytest.mark.parametrize("options, message", [
