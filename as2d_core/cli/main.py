@@ -54,8 +54,9 @@ def cli() -> None:
 def run(ctx, audio, method, check, output_format, as_json, quiet, **model_options):
     """Transcribe AUDIO (any common audio format, any length) with as2d or target-only decoding.
 
-    Audio longer than 30 s is cut into windows at pauses found by a voice-activity detector;
-    each window is one request whose tokens are exactly the target's own greedy output.
+    By default Whisper's long-form rules, as faster-whisper's transcribe: 30 s requests from a seek offset that
+    moves to the last timestamp, greedy with the temperature fallback (--route, --beam-size, --temperature). Every
+    request's tokens are exactly the target's own in that mode (--check decodes target-only too and compares).
     """
     output_format = "json" if as_json else output_format
     method_given = ctx.get_parameter_source("method") == click.core.ParameterSource.COMMANDLINE
