@@ -100,17 +100,16 @@ def vad_options(parameters: dict | Any | None, decode: DecodeOptions) -> VadOpti
         return base
     given = dict(parameters) if isinstance(parameters, dict) else (
         dataclasses.asdict(parameters) if dataclasses.is_dataclass(parameters) else dict(vars(parameters)))
-    ours = {f.name for f in dataclasses.fields(VadOptions)} - {"max_speech_duration_s"}
+    ours = {f.name for f in dataclasses.fields(VadOptions)}
     if route == "windows":
         given.pop("max_speech_duration_s", None)
-    for name, value in given.items():
-        if name == "max_speech_duration_s":
-            if value != base.max_speech_duration_s:
-                raise refuse(f"vad_parameters[{name!r}]", value, "sequential transcription joins each span of "
-                                                                 "speech whole (the batched pipeline cuts them at its windows)")
-        elif name not in ours:
-            raise ValueError(f"unknown VAD parameter {name!r}; as2d's detector takes {', '.join(sorted(ours))}")
-    return dataclasses.replace(base, **{k: v for k, v in given.items() if k in ours})
+    unknown = [name for name in given if name not in ours]
+    if unknown:
+        raise ValueError(f"unknown VAD parameter {unknown[0]!r}; as2d's detector takes {', '.join(sorted(ours))}")
+    longest = given.get("max_speech_duration_s", base.max_speech_duration_s)
+    if isinstance(longest, bool) or not isinstance(longest, (int, float)) or not longest > 0:
+        raise ValueError(f"vad_parameters['max_speech_duration_s'] must be seconds above 0, got {longest!r}")
+    return dataclasses.replace(base, **given)
 
 
 def transcription_options(given: dict[str, Any], decode: DecodeOptions) -> TranscriptionOptions:

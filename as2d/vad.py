@@ -3,6 +3,9 @@ voice-activity detector plugin (Silero VAD, the model and the inference faster-w
 from __future__ import annotations
 
 import functools
+import math
+
+import attrs
 
 import numpy as np
 
@@ -17,9 +20,27 @@ __all__ = ["VadOptions", "get_speech_timestamps", "speech_detector"]
 
 
 def speech_detector(vad: VadOptions) -> SpeechDetector:
-    """The installed detector with ``vad``'s options (one per set of options); the longest span is the caller's."""
-    return _detector(vad.threshold, vad.neg_threshold, vad.min_speech_duration_ms, vad.min_silence_duration_ms,
-                     vad.speech_pad_ms)
+    """The installed detector with ``vad``'s options (one per set of options), its spans at most
+    ``max_speech_duration_s`` long whatever its caller asks: faster-whisper's sequential ``vad_filter`` cuts longer
+    speech there (at its last pause, else where it reaches the length) before it joins the spans."""
+    detector = _detector(vad.threshold, vad.neg_threshold, vad.min_speech_duration_ms, vad.min_silence_duration_ms,
+                         vad.speech_pad_ms)
+    return detector if math.isinf(vad.max_speech_duration_s) else _Capped(detector, vad.max_speech_duration_s)
+
+
+@attrs.frozen
+class _Capped:
+    """A detector whose spans are at most ``max_span_s`` long (the shorter of its own and the caller's)."""
+
+    inner: SpeechDetector
+    max_span_s: float
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def speech_spans(self, audio: np.ndarray, max_span_s: float) -> list[tuple[int, int]]:
+        return self.inner.speech_spans(audio, min(max_span_s, self.max_span_s))
 
 
 @functools.lru_cache(maxsize=8)

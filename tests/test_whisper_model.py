@@ -106,8 +106,8 @@ def test_the_readmes_first_snippet_runs_with_beams(model, audio_mp3, tmp_path, m
     ({"max_new_tokens": 0}, "max_new_tokens must be at least 1, got 0"),
     ({"clip_timestamps": "0,soon"}, "clip_timestamps must be seconds of at least 0"),
     ({"clip_timestamps": [{"start": 1.0}]}, "clip_timestamps as dicts need 'start' and 'end'"),
-    ({"vad_filter": True, "vad_parameters": {"max_speech_duration_s": 10}},
-     r"vad_parameters\['max_speech_duration_s'\]=10 is not supported: sequential transcription joins"),
+    ({"vad_filter": True, "vad_parameters": {"max_speech_duration_s": 0}},
+     r"vad_parameters\['max_speech_duration_s'\] must be seconds above 0, got 0"),
     ({"vad_filter": True, "vad_parameters": {"window_size_samples": 512}}, "unknown VAD parameter 'window_size_s"),
     ({"vad_filter": False, "vad_parameters": {"threshold": 0.6}}, "vad_parameters need vad_filter=True"),
     ({"task": "summarize"}, "unknown task 'summarize'"),
@@ -338,6 +338,25 @@ def test_vad_filter_cuts_the_silences_faster_whisper_cuts_and_gives_its_segments
     assert info.duration - info.duration_after_vad > 9 * 2 and len({s.seek for s in ours}) >= 2
     assert [s.text for s in ours] == [s.text for s in theirs]
     assert [(s.start, s.end) for s in ours] == [(s.start, s.end) for s in theirs]
+
+
+def test_the_longest_span_of_speech_cuts_it_as_faster_whisper_does(fp32_model, faster_whisper):
+    """``vad_parameters={"max_speech_duration_s": 8}`` on five bundled clips with pauses of 1.5 s (under the 2 s
+    that end speech, so one span of about 27 s): faster-whisper cuts that span at its last pause within 8 s before
+    it joins the speech, dropping the pause beyond its padding; here too, so the joined audio is its length,
+    shorter than the whole span's, and the segments are its own word for word at its times."""
+    pause = np.zeros(int(1.5 * 16_000), np.float32)
+    audio = np.concatenate([part for clip in BUNDLED_CLIPS[:5] for part in (speech_audio(clip), pause)])
+    capped = {"max_speech_duration_s": 8}
+    theirs, their_info = faster_whisper.transcribe(audio, beam_size=1, vad_filter=True, vad_parameters=capped,
+                                                   **VAD_ALONE)
+    theirs = list(theirs)
+    segments, info = fp32_model.transcribe(audio, vad_filter=True, vad_parameters=capped, **VAD_ALONE)
+    _, whole = fp32_model.transcribe(audio, vad_filter=True, **VAD_ALONE)
+    assert info.vad_options.max_speech_duration_s == 8
+    assert info.duration_after_vad == pytest.approx(their_info.duration_after_vad)
+    assert info.duration_after_vad < whole.duration_after_vad - 1
+    assert [(s.start, s.end, s.text) for s in segments] == [(s.start, s.end, s.text) for s in theirs]
 
 
 def test_word_timestamps_seek_to_the_last_words_end_as_faster_whispers_do(fp32_model, faster_whisper):
