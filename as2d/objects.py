@@ -1,13 +1,25 @@
 """faster-whisper's objects, field for field: what ``as2d.WhisperModel.transcribe`` returns and takes."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import asdict, dataclass, field
 
 from as2d_core.input.seek import LONG_FORM_VAD
 
 
+class _NamedTupleDict:
+    """``_asdict()``, which code written when faster-whisper's segments and words were named tuples still calls;
+    faster-whisper keeps it, deprecated, and so does as2d."""
+
+    def _asdict(self) -> dict:
+        name = type(self).__name__
+        warnings.warn(f"{name}._asdict() is deprecated, as in faster-whisper: use dataclasses.asdict({name})",
+                      DeprecationWarning, stacklevel=2)
+        return asdict(self)
+
+
 @dataclass
-class Word:
+class Word(_NamedTupleDict):
     start: float
     end: float
     word: str
@@ -15,7 +27,7 @@ class Word:
 
 
 @dataclass
-class Segment:
+class Segment(_NamedTupleDict):
     id: int
     seek: int
     start: float

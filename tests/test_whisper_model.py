@@ -67,6 +67,22 @@ def test_faster_whispers_readme_runs_with_only_the_import_changed(audio_mp3, cap
     assert "".join(line.split("] ", 1)[1] for line in printed).split() == text.split()
 
 
+def test_segments_and_words_are_faster_whispers_records(model):
+    """The same fields in the same order as faster-whisper's ``Segment`` and ``Word``, and their ``_asdict()``,
+    which code written when they were named tuples calls (deprecated there, and here)."""
+    import dataclasses
+
+    from as2d.objects import Segment, Word
+
+    faster_whisper = pytest.importorskip("faster_whisper.transcribe", reason="compares with faster-whisper")
+    for ours, theirs in ((Segment, faster_whisper.Segment), (Word, faster_whisper.Word)):
+        assert [f.name for f in dataclasses.fields(ours)] == [f.name for f in dataclasses.fields(theirs)]
+    segment = next(iter(model.transcribe(speech_audio("cmu_cards_en_w00"), word_timestamps=True)[0]))
+    for record in (segment, segment.words[0]):
+        with pytest.warns(DeprecationWarning, match=r"_asdict\(\) is deprecated.*dataclasses.asdict"):
+            assert record._asdict() == dataclasses.asdict(record)
+
+
 def test_the_readmes_first_snippet_runs_with_beams(model, audio_mp3, tmp_path, monkeypatch):
     """The README's first example asks for beam search (beam_size=5): the target's own beam search, as
     faster-whisper's (the same words here); a GPU or a model that is not installed is refused with the reason."""
