@@ -8,9 +8,9 @@ with ``--timestamps none`` (OpenAI gives segments there too, and so does ``as2d 
 ``timestamp_granularities`` segment asks for them whatever the server's mode. ``stream=true`` decodes on the windows
 route, each window once, so that each piece of text goes out as the target commits it (Whisper's long-form seeks may
 decode the end of a request again). ``chunking_strategy`` (``auto``, or a ``server_vad`` object) is faster-whisper's
-``vad_filter`` with the object's settings as its ``vad_parameters``. Beside OpenAI's fields a request may set faster-whisper's decoding options under
-their names (``beam_size``, ``vad_filter``, ...: ``REQUEST_OPTIONS``) and as2d's own (``method``, ``source``,
-``budget``, ``check``); any other field is refused, never ignored.
+``vad_filter`` with the object's settings as its ``vad_parameters``. Beside OpenAI's fields a request may set
+faster-whisper's decoding options under their names (``beam_size``, ``vad_filter``, ...: ``REQUEST_OPTIONS``) and
+as2d's own (``method``, ``source``, ``budget``, ``check``); any other field is refused, never ignored.
 """
 from __future__ import annotations
 

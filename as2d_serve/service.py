@@ -129,6 +129,11 @@ class ServeSettings:
     stall_s: float = SERVE["stall_s"].default
 
 
+@functools.lru_cache(maxsize=8)  # the settings clients use most; any number of settings holds at most 8 detectors
+def _request_detectors(options: tuple) -> tuple:
+    return default_detector(dict(options)), long_form_detector(dict(options))
+
+
 class Worker:
     """One copy of the models, used by one request at a time; sources built on first use and kept."""
 
@@ -138,7 +143,6 @@ class Worker:
         self.bridges: dict[str, BridgeFactory] = {}  # each source's bridge to the target, resolved as it loads
         self.detector = default_detector()  # voice activity, to cut audio over 30 s at pauses
         self.long_form_detector = long_form_detector()  # the speech that the seek route's vad_filter keeps
-        self._detectors: dict[tuple, tuple] = {}  # requests' own detector options (chunking_strategy) -> detectors
         self._sources_lock = threading.Lock()  # with slots, requests at once build and drop sources
         self.options = pipeline_options(settings.config)
         self.target, source = build_parts(settings.config, settings.report, with_source=True)
@@ -158,14 +162,8 @@ class Worker:
 
     def detectors(self, vad: dict | None) -> tuple:
         """The voice-activity detectors of a request (the windows' cuts, the seek route's speech): the server's, or
-        with its ``chunking_strategy`` options over each one's defaults, made once per set of options."""
-        if not vad:
-            return self.detector, self.long_form_detector
-        key = tuple(sorted(vad.items()))
-        with self._sources_lock:
-            if key not in self._detectors:
-                self._detectors[key] = (default_detector(vad), long_form_detector(vad))
-            return self._detectors[key]
+        with its ``chunking_strategy`` options over each one's defaults."""
+        return (self.detector, self.long_form_detector) if not vad else _request_detectors(tuple(sorted(vad.items())))
 
     def drop_source(self, name: str) -> None:
         """Forget a drafter that failed; the next request builds a fresh one."""
