@@ -105,8 +105,11 @@ class StreamSession:
 
     def feed(self, samples: np.ndarray, arrived_at: float | None = None) -> list[BlockResult]:
         """Add samples; ``arrived_at`` (perf_counter) is when the last of them arrived (default: now)."""
+        return self._add(mono_samples(samples), arrived_at)
+
+    def _add(self, samples: np.ndarray, arrived_at: float | None) -> list[BlockResult]:
+        """``feed`` on samples already checked (``mono_samples``)."""
         arrived_at = time.perf_counter() if arrived_at is None else arrived_at
-        samples = mono_samples(samples)
         if self._first_arrival is None:  # not begun: the first samples took their own duration to arrive
             self._first_arrival = arrived_at - samples.size / SAMPLE_RATE
         self._pending = np.concatenate([self._pending, samples])
@@ -132,7 +135,7 @@ class StreamSession:
             if pace == "realtime":
                 arrival = start + (offset + chunk.size) / SAMPLE_RATE
                 time.sleep(max(0.0, arrival - time.perf_counter()))
-            done = self.feed(chunk, arrived_at=arrival)
+            done = self._add(chunk, arrival)  # checked once above, whole
             if offset + chunk.size >= samples.size:  # the recording's end: its last block is yielded as final
                 done += self.finish()
             yield from done
