@@ -1,8 +1,9 @@
 """faster-whisper's ``BatchedInferencePipeline`` on as2d: ``from as2d import BatchedInferencePipeline``.
 
 faster-whisper's batched pipeline decodes a file's speech chunks side by side, ``batch_size`` at a time,
-each chunk on its own (no previous text, no temperature fallback). as2d's batched route does the same with
-its windows: ``DecodeOptions.batch_windows`` windows decoded in waves, each window in a thread of its own,
+each chunk on its own (no previous text, no temperature fallback): with ``vad_filter`` the speech Silero VAD
+finds, joined and cut between its spans into chunks of at most 30 s. as2d's batched route does the same with
+the same windows: ``DecodeOptions.batch_windows`` windows decoded in waves, each window in a thread of its own,
 their verifications made in one call of the target's windows graph, and each window's tokens still exactly
 its own greedy output. The segments and the info are ``WhisperModel.transcribe``'s, which this runs.
 ``batch_size="auto"`` (as2d's default; faster-whisper's is 8) prices the wave size and whether the windows draft
@@ -18,6 +19,7 @@ from typing import Any, BinaryIO
 import attrs
 import numpy as np
 
+from as2d_core.capabilities import TextEncoder
 from as2d_core.decode.options import AUTO, DEFAULT_TEMPERATURES, MAX_BATCH_WINDOWS, wave_size
 from as2d_core.decode.profile import read_profile
 
@@ -60,9 +62,11 @@ class BatchedInferencePipeline:
         (``condition_on_previous_text`` is taken and set off), only the first temperature is used (no
         fallback), ``prefix`` and ``max_initial_timestamp`` are taken and not used (the first timestamp is at most
         1 s), ``without_timestamps`` is on by default, so each window is one segment, and so is ``vad_filter``:
-        the audio is cut into windows at the pauses Silero VAD finds (off: every 30 s). Every other
-        option is ``WhisperModel.transcribe``'s, with its defaults and its refusals; greedy decoding
-        (``beam_size=1``, the default here).
+        the speech Silero VAD finds (pauses of 0.16 s, padded by 0.4 s) joined and cut between its spans into
+        windows (off: the audio cut every 30 s). ``initial_prompt`` text is every window's prompt, encoded as
+        faster-whisper's batched pipeline encodes it (as it is, with no space put before it). Every window's
+        text is kept (no no-speech rule, as there). Every other option is ``WhisperModel.transcribe``'s, with its
+        defaults and its refusals; greedy decoding (``beam_size=1``, the default here; faster-whisper's is 5).
         """
         if batch_size != AUTO and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
                                    or not 1 <= batch_size <= MAX_BATCH_WINDOWS):
@@ -71,11 +75,16 @@ class BatchedInferencePipeline:
         for unused in ("prefix", "max_initial_timestamp"):  # faster-whisper's batched pipeline does not use them
             options.pop(unused, None)
         first_temperature = temperature[0] if isinstance(temperature, (list, tuple)) else temperature
+        prompt = options.get("initial_prompt")
+        if isinstance(prompt, str) and isinstance(self.model.target, TextEncoder):  # as faster-whisper's batched
+            options["initial_prompt"] = self.model.target.encode_text(prompt)  # pipeline encodes it: no space put first
         side_by_side = copy.copy(self.model)  # the same loaded parts, lock and detectors; its own decoding options
         side_by_side.decode_options = attrs.evolve(self.model.decode_options, batch_windows=wave_size(batch_size),
                                                    route="windows",
                                                    profile=self.profile or self.model.decode_options.profile)
-        return side_by_side.transcribe(
+        segments, info = side_by_side.transcribe(
             audio, language, task, log_progress, beam_size, temperature=first_temperature,
             condition_on_previous_text=False, without_timestamps=without_timestamps, vad_filter=vad_filter,
             clip_timestamps="0" if clip_timestamps is None else clip_timestamps, **options)
+        info.transcription_options.initial_prompt = prompt  # as the caller gave it
+        return segments, info

@@ -5,6 +5,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 
 from as2d_core.input.seek import LONG_FORM_VAD
+from as2d_core.input.windows import WINDOWS_VAD as BATCHED
 
 
 class _NamedTupleDict:
@@ -55,9 +56,10 @@ class VadOptions:
     speech_pad_ms: int = LONG_FORM_VAD["pad_ms"]
 
 
-# the windows route's (``BatchedInferencePipeline``'s) defaults: shorter pauses cut the audio into windows of at
-# most 30 s (faster-whisper's batched pipeline also caps its spans at its 30 s chunk)
-WINDOWS_VAD = VadOptions(min_silence_duration_ms=500, speech_pad_ms=300, max_speech_duration_s=30.0)
+# the windows route's (``BatchedInferencePipeline``'s) defaults, faster-whisper 1.2.1's batched pipeline's: speech
+# split at pauses of 0.16 s, padded by 0.4 s, spans of at most a window (its 30 s chunk), joined into windows
+WINDOWS_VAD = VadOptions(threshold=BATCHED["threshold"], min_silence_duration_ms=BATCHED["min_silence_ms"],
+                         speech_pad_ms=BATCHED["pad_ms"], max_speech_duration_s=30.0)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from as2d_core.contracts import SAMPLE_RATE, WORD_PUNCTUATION, Recording, Reques
 from as2d_core.decode.options import DEFAULT_TEMPERATURES, DecodeOptions
 from as2d_core.decode.profile import AUTO, NONE, read_profile
 from as2d_core.decode.words import words_by_segment
-from as2d_core.decode.scores import compression_ratio, is_silent
+from as2d_core.decode.scores import compression_ratio
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from as2d_core.input.seek import HOP
 from as2d_core.input.sequential import fitted_mode, speech_only
@@ -201,10 +201,10 @@ class WhisperModel:
             start = start if start < audio.size - HOP else 0
             detect = _language_requests(recording, start, decode.chunk_length, detection_segments)
             return windows, audio.size / SAMPLE_RATE, detect, notes, pipeline.route(0)
-        plan = pipeline.plan(samples)
-        silent = lambda result: _silent(result, decode.no_speech_threshold, decode.log_prob_threshold)  # noqa: E731
-        windows = lambda p: p.decode_windows(samples, plan, "whisper-model", silent)  # noqa: E731
-        detect = [Request("language", samples[w.start : w.end]) for w in plan.windows[:detection_segments]] or [
+        plan = pipeline.plan(samples)  # with vad_filter, the speech joined and cut between spans into windows
+        windows = lambda p: p.decode_windows(samples, plan, "whisper-model")  # noqa: E731
+        audio = plan.audio(samples)
+        detect = [Request("language", audio[w.start : w.end]) for w in plan.windows[:detection_segments]] or [
             Request("language", samples[: decode.chunk_length * SAMPLE_RATE])]
         return (windows, sum(w.end - w.start for w in plan.windows) / SAMPLE_RATE, detect,
                 _window_notes(plan, vad, decode.chunk_length), pipeline.route(len(plan.windows)))
@@ -296,13 +296,6 @@ def _language_requests(recording: Recording, start: int, chunk_length: int, segm
             for s in range(start, audio.size, chunk)[:segments]]
 
 
-def _silent(result, no_speech_threshold: float | None, log_prob_threshold: float | None) -> bool:
-    """faster-whisper's no-speech rule on a decoded window (``as2d_core.decode.scores.is_silent``)."""
-    if result.no_speech_prob is None:  # a target that keeps no scores: nothing to judge by
-        return False
-    return is_silent(result.avg_logprob, result.no_speech_prob, no_speech_threshold, log_prob_threshold)
-
-
 def _score(value: float | None) -> float:
     return math.nan if value is None else value
 
@@ -330,13 +323,12 @@ def _window_segments(window: WindowResult, word_timestamps: bool, count: int) ->
 
 
 def _window_notes(plan, vad: VadOptions | None, chunk_length: int) -> list[str]:
-    notes = ["windows route: each window decoded once at the first temperature (no fallback); a window whose "
-             "no_speech_prob is over no_speech_threshold is skipped as silence unless its avg_logprob is over "
-             "log_prob_threshold"]
-    if vad is None and len(plan.windows) > 1:
+    notes = ["windows route: each window decoded once at the first temperature (no fallback), every window's text "
+             "kept (as faster-whisper's batched pipeline, no no-speech rule)"]
+    if vad is not None:
+        notes.append(f"vad_filter: the speech joined, cut between its spans into windows of at most {chunk_length} s")
+    elif plan.detector is None and len(plan.windows) > 1:
         notes.append(f"vad_filter=False: the audio is cut every {chunk_length} s, possibly inside words")
-    elif plan.note:
+    elif plan.note:  # clips longer than a window
         notes.append(plan.note)
-    if vad is not None and plan.detector is None:
-        notes.append("the audio fits in one window: decoded whole, no silence removed")
     return notes

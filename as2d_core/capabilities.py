@@ -103,6 +103,15 @@ class TimestampVocabulary(Protocol):
 
 
 @runtime_checkable
+class TextEncoder(Protocol):
+    """Optional for a target: its tokenizer on plain text, for a caller that makes a prompt's ids itself
+    (faster-whisper's batched pipeline encodes its ``initial_prompt`` as it is, where a text prompt gets a space)."""
+
+    def encode_text(self, text: str) -> list[int]:
+        """The token ids of ``text``, with no special tokens."""
+
+
+@runtime_checkable
 class LanguageDetector(Protocol):
     """Optional for a target: how likely each language is in a request's audio, by the detection its
     ``prepare`` runs when the request names none (which takes the likeliest)."""

@@ -168,6 +168,9 @@ class Request:
     # these marks to the word after them and to the word before them
     word_timestamps: bool = False
     punctuations: tuple[str, str] = attrs.field(default=WORD_PUNCTUATION, converter=tuple)
+    # seconds of the audio the words are aligned over (None: its own length); faster-whisper's batched pipeline
+    # aligns a chunk's words over its length in whole seconds
+    align_s: float | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.gt(0.0)))
     # the target session keeps its tokens' log-probabilities and the no-speech probability (``ResponseScores``)
     scores: bool = False
     # the decoding mode: 0 is greedy; above it the target samples at this temperature with Gumbel noise drawn from

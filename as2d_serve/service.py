@@ -23,8 +23,8 @@ import numpy as np
 
 from as2d_core.workers.cleanup import reported
 from as2d_core.workers.memory import return_free_memory
-from as2d_core.setup.build import (build_parts, build_source, default_detector, long_form_detector,
-                                   pipeline_options, source_spec)
+from as2d_core.setup.build import (build_parts, build_source, long_form_detector, pipeline_options, source_spec,
+                                   windows_detector)
 from as2d_core.setup.config import Config, Report
 from as2d_core.capabilities import Closable, WindowBatching
 from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Request, Target
@@ -131,7 +131,7 @@ class ServeSettings:
 
 @functools.lru_cache(maxsize=8)  # the settings clients use most; any number of settings holds at most 8 detectors
 def _request_detectors(options: tuple) -> tuple:
-    return default_detector(dict(options)), long_form_detector(dict(options))
+    return windows_detector(dict(options)), long_form_detector(dict(options))
 
 
 class Worker:
@@ -141,7 +141,7 @@ class Worker:
         self.settings = settings
         self.sources: dict[str, object] = {}
         self.bridges: dict[str, BridgeFactory] = {}  # each source's bridge to the target, resolved as it loads
-        self.detector = default_detector()  # voice activity, to cut audio over 30 s at pauses
+        self.detector = windows_detector()  # voice activity: the speech the windows route cuts into windows
         self.long_form_detector = long_form_detector()  # the speech that the seek route's vad_filter keeps
         self._sources_lock = threading.Lock()  # with slots, requests at once build and drop sources
         self.options = pipeline_options(settings.config)

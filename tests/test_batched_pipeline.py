@@ -46,8 +46,8 @@ def test_batched_segments_are_those_of_one_window_at_a_time(model, audio, monkey
     assert info.duration == pytest.approx(39.0) and info.language == "en"
     assert info.transcription_options.condition_on_previous_text is False  # as faster-whisper's batched pipeline
     assert info.transcription_options.without_timestamps is True and info.transcription_options.temperatures == [0.0]
-    assert info.vad_options is not None and segments[0].end < 29  # vad_filter on, as faster-whisper's batched: cut at
-    # a pause (every 30 s without it)
+    # vad_filter on, as faster-whisper's batched pipeline: its VAD's pauses of 0.16 s, the silence left out
+    assert info.vad_options.min_silence_duration_ms == 160 and info.duration_after_vad < info.duration
     alone, _ = batched.transcribe(audio, batch_size=1, language="en")  # the windows route, one window at a time
     alone = list(alone)
     assert [(s.id, s.seek, s.start, s.end, s.text, s.tokens) for s in segments] == [
@@ -83,6 +83,30 @@ def test_clips_are_the_windows_as_faster_whispers_batched_pipeline_takes_them(mo
                                                                            clip_timestamps=clips)
     assert ours == [(s.start, s.end, s.text) for s in theirs]
     assert [start for start, _end, _text in ours] == [1.0, 12.0, 26.5] and info.vad_options is None
+
+
+def test_the_segments_and_words_are_faster_whispers_batched_pipelines(model, audio):
+    """With its VAD (speech joined, cut between spans into 30 s windows), faster-whisper's batched pipeline and
+    as2d's give the same segments at the same times, and the same words at the same times: with timestamps, with
+    an ``initial_prompt`` (every window's, encoded as faster-whisper's batched pipeline encodes it) and with word
+    timestamps (aligned over each window's whole seconds, the speech's end carried from window to window)."""
+    pytest.importorskip("faster_whisper", reason="compares with faster-whisper: pip install 'as2d[bench]'")
+    from as2d_whisper import word_check
+    from faster_whisper import BatchedInferencePipeline as TheirBatched
+
+    theirs_pipeline = TheirBatched(word_check.faster_whisper_model())
+    for options in ({}, {"without_timestamps": False}, {"initial_prompt": "Printing."}, {"word_timestamps": True}):
+        ours, info = BatchedInferencePipeline(model).transcribe(audio, language="en", batch_size=4, **options)
+        theirs, their_info = theirs_pipeline.transcribe(audio, language="en", batch_size=4, beam_size=1, **options)
+        ours, theirs = list(ours), list(theirs)
+        assert [(s.start, s.end, s.text) for s in ours] == [(s.start, s.end, s.text) for s in theirs], options
+        assert info.duration_after_vad == pytest.approx(their_info.duration_after_vad), options
+        if options.get("word_timestamps"):
+            words = [[(w.word, w.start, w.end) for w in s.words] for s in ours]
+            assert words == [[(w.word, round(w.start, 2), round(w.end, 2)) for w in s.words] for s in theirs]
+        assert info.transcription_options.initial_prompt == options.get("initial_prompt")
+        if not options:  # two windows of speech joined: the first ends after 30 s of the audio
+            assert len(ours) == 2 and ours[0].end > 30
 
 
 def test_chunk_length_caps_the_windows_as_faster_whispers_batched_pipeline_caps_its_chunks(model, audio):

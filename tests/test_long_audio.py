@@ -64,8 +64,9 @@ def pipeline(whisper_target, whisper_source):
 
 @pytest.fixture(scope="module")
 def transcript(whisper_target, whisper_source, recording):
-    """The file in timestamp mode, its first window prompted as Whisper's initial prompt is."""
-    decode = options_that_draft(route="windows", timestamps="segment", prompt="A reading of short texts.")
+    """The file in timestamp mode (a prompt would be every window's, as faster-whisper's batched pipeline gives it:
+    ``test_each_window_conditioned_on_the_text_before_it_is_exact``)."""
+    decode = options_that_draft(route="windows", timestamps="segment")
     pipeline = build_pipeline(whisper_target, whisper_source, PipelineOptions(language="en", decode=decode))
     return pipeline.transcribe(recording[0], request_id="long", check=True)
 
@@ -94,7 +95,8 @@ class CrashingSource:
 def test_every_window_is_exact_and_every_clip_is_transcribed(transcript, recording):
     samples, clips = recording
     assert 100 < transcript.duration_s < 130 and transcript.detector == "silero-vad"
-    assert len(transcript.windows) >= 4 and all(w.end_s - w.start_s <= 30.0 for w in transcript.windows)
+    # windows of at most 30 s of the speech joined (faster-whisper's batched pipeline's)
+    assert len(transcript.windows) >= 4 and all(w.window.end_s - w.window.start_s <= 30.0 for w in transcript.windows)
     assert transcript.exact is True, [w.window.index for w in transcript.windows if not w.exact]
     assert all(w.result.method == "as2d" and w.result.source for w in transcript.windows)
     assert sum(w.result.accepted for w in transcript.windows) > 0  # the drafter really drafted
@@ -105,13 +107,15 @@ def test_every_window_is_exact_and_every_clip_is_transcribed(transcript, recordi
         said = _words(" ".join(w.text for w in inside))
         expected = _words(clip["text"])
         assert len(expected & said) >= 0.7 * len(expected), (clip["id"], expected - said)
-    # what was skipped is quiet: no 20 ms frame in it is as loud as the louder speech frames
-    speech = np.concatenate([_frame_rms(samples[w.window.start : w.window.end]) for w in transcript.windows])
-    loudest_skipped = max(_frame_rms(samples[int(a * SR) : int(b * SR)]).max() for a, b in transcript.skipped)
-    assert loudest_skipped < 0.25 * np.percentile(speech, 95)
-    gaps = sorted([(w.start_s, w.end_s) for w in transcript.windows] + list(transcript.skipped))
+    # what was skipped is mostly quiet: its median 20 ms frame is far under the louder speech frames (a clip's loud
+    # background between two sentences may be skipped, as faster-whisper's batched VAD skips it)
+    speech_map = transcript.windows[0].speech
+    speech = _frame_rms(speech_map.joined(samples))
+    skipped = np.concatenate([_frame_rms(samples[int(a * SR) : int(b * SR)]) for a, b in transcript.skipped])
+    assert np.median(skipped) < 0.25 * np.percentile(speech, 95)
+    gaps = sorted([(a / SR, b / SR) for a, b in speech_map.spans] + list(transcript.skipped))
     assert gaps[0][0] == 0 and abs(gaps[-1][1] - samples.size / SR) < 1e-6
-    assert all(abs(a[1] - b[0]) < 1e-6 for a, b in zip(gaps, gaps[1:]))  # windows and silence tile the file
+    assert all(abs(a[1] - b[0]) < 1e-6 for a, b in zip(gaps, gaps[1:]))  # speech and silence tile the file
 
 
 @needs_shared
@@ -125,7 +129,7 @@ def test_each_window_conditioned_on_the_text_before_it_is_exact(whisper_target, 
     conditioned = pipeline.transcribe(samples, request_id="conditioned", check=True)
     first, second = conditioned.windows[:2]
     assert conditioned.exact is True and len(conditioned.windows) >= 2 and second.result.accepted > 0
-    audio = samples[second.window.start : second.window.end]
+    audio = second.speech.joined(samples)[second.window.start : second.window.end]  # of the speech joined
     previous = marked_up(first.result.segments)
     assert previous.startswith("<|0.00|>") and previous.endswith("|>") and previous.count("<|") >= 4
     asked = Request("w1", audio, language="en", timestamps="segment", prompt="A reading.", previous_text=previous)
@@ -139,9 +143,13 @@ def test_subtitles_have_a_cue_per_timestamp_segment_inside_its_window(transcript
     cues = [(s.start_s, s.end_s, s.text.strip()) for s in transcript.segments]
     lengths = [b - a for a, b, _ in cues]
     assert len(cues) > 2 * len(transcript.windows) and np.median(lengths) <= 8.0 and max(lengths) <= 30.0
-    assert all(a <= b <= c <= d for (a, b, _), (c, d, _) in zip(cues, cues[1:]))  # in order, never overlapping
-    for w in transcript.windows:  # each cue lies inside its window
-        assert all(w.start_s <= s.start_s <= s.end_s <= w.end_s for s in w.segments)
+    assert all(a <= b and a <= c for (a, b, _), (c, _, _) in zip(cues, cues[1:]))  # in order
+    for w in transcript.windows:  # each cue starts inside its window, and its cues never overlap
+        assert all(w.start_s <= s.start_s <= s.end_s for s in w.segments)
+        assert all(a.end_s <= b.start_s for a, b in zip(w.segments, w.segments[1:]))
+    # (a window's last cue may end past the window, even past the next one's start, as in faster-whisper's batched
+    # pipeline: an end rounded to 1 ms past its stretch of speech, or a timestamp past the window's audio, is moved
+    # by the pause after it: BENCHMARKS.md section 44)
     assert " ".join(t for _, _, t in cues) == " ".join(w.text for w in transcript.windows)
     subtitles = list(srt.parse(to_srt(cues)))
     assert [(s.start.total_seconds(), s.end.total_seconds(), s.content) for s in subtitles] == [

@@ -599,7 +599,7 @@ def test_speech_map_moves_times_as_faster_whisper_restores_them():
     there belongs to the second (5 s) and an end to the first (3 s); a word belongs wholly to the span of its
     middle; times are rounded to 10 ms."""
     from as2d_core.decode.timestamps import Segment
-    from as2d_core.input.seek import SpeechMap
+    from as2d_core.input.windows import SpeechMap
 
     speech = SpeechMap(((16_000, 48_000), (80_000, 96_000)))
     assert (speech.original_s(0.0), speech.original_s(2.0), speech.original_s(2.0, is_end=True)) == (1.0, 5.0, 3.0)
@@ -652,34 +652,6 @@ def test_the_rule_in_faster_whispers_order():
     assert not is_silent(-0.5, 0.7, 0.6, -1.0) and not is_silent(-3.0, 0.6, 0.6, -1.0)
     assert is_silent(-0.1, 0.7, 0.6, None) and not is_silent(-3.0, 0.99, None, -1.0)
     assert is_silent(math.nan, 0.7, 0.6, -1.0) and not is_silent(math.nan, 0.5, 0.6, -1.0)
-
-
-def test_a_silent_windows_text_is_not_the_next_windows_prompt():
-    """With conditioning on previous text, a window the rule drops feeds no text forward, as faster-whisper adds
-    no tokens of a skipped window to its prompt; the windows around it are decoded and fed as before."""
-    from as2d_core.decode.result import DecodeResult
-    from as2d_core.decode.scores import is_silent
-    from as2d_core.input.pipeline import Pipeline, PipelineOptions
-    from as2d_core.decode.options import DecodeOptions
-    from tiny_lm import TinyLM
-
-    said = {0: ("one", 0.1), 1: ("uh", 0.9), 2: ("three", 0.1)}  # window -> (text, no_speech_prob)
-    prompts = []
-
-    def decode(request):
-        prompts.append(request.previous_text)
-        text, no_speech = said[int(request.request_id[-3:])]
-        return DecodeResult(request.request_id, "target-only", "en", [1], text, 0.1, 0.1,
-                            avg_logprob=-2.0, no_speech_prob=no_speech)
-
-    options = PipelineOptions(method="target-only", decode=DecodeOptions(condition_on_previous_text=True, route="windows",
-                                                                                        chunk_length=1))
-    pipeline = Pipeline(TinyLM(), None, options, detector=None, decode=decode)
-    audio = np.ones(3 * 16_000, np.float32) * 0.1
-    windows = list(pipeline.decode_windows(audio, pipeline.plan(audio), "silence",
-                                           lambda r: is_silent(r.avg_logprob, r.no_speech_prob, 0.6, -1.0)))
-    assert [w.silent for w in windows] == [False, True, False]
-    assert prompts == [None, "one", "one"]
 
 
 @pytest.mark.parametrize("clip", ["ljspeech_en_w00", "fleurs_de_w00"])

@@ -19,24 +19,29 @@ class GivenSpans:
 
 
 def test_audio_that_fits_is_one_window_without_a_detector():
-    plan = plan_windows(np.zeros(20 * SR, np.float32), GivenSpans([]))
+    plan = plan_windows(np.zeros(20 * SR, np.float32), None)
     assert [(w.start, w.end) for w in plan.windows] == [(0, 20 * SR)] and plan.detector is None
+    assert plan.speech is None and plan.note is None
 
 
-def test_spans_are_packed_up_to_the_limit_and_gaps_are_reported():
+def test_speech_is_joined_and_cut_between_spans_up_to_the_limit_and_the_rest_reported():
+    """faster-whisper's batched pipeline: spans of 9, 14, 14 and 5 s joined; a window takes spans while it stays
+    within 30 s, so the cut falls between the second and the third; times map back to the file's."""
     spans = [(1 * SR, 10 * SR), (11 * SR, 25 * SR), (26 * SR, 40 * SR), (50 * SR, 55 * SR)]
-    plan = plan_windows(np.zeros(60 * SR, np.float32), GivenSpans(spans))
-    assert [(w.start_s, w.end_s) for w in plan.windows] == [(1, 25), (26, 55)]
-    assert plan.skipped == ((0, 1), (25, 26), (55, 60))
-    assert all(w.end - w.start <= MAX_WINDOW_S * SR for w in plan.windows)
+    audio = np.arange(60 * SR, dtype=np.float32)
+    plan = plan_windows(audio, GivenSpans(spans))
+    assert [(w.start_s, w.end_s) for w in plan.windows] == [(0, 23), (23, 42)] and plan.detector == "given"
+    assert plan.skipped == ((0, 1), (10, 11), (25, 26), (40, 50), (55, 60))
+    joined = plan.audio(audio)
+    assert joined.size == 42 * SR and joined[9 * SR] == 11 * SR  # the second span follows the first
+    speech = plan.speech
+    assert (speech.original_s(23.0), speech.original_s(23.0, is_end=True), speech.original_s(41.5)) == (26, 25, 54.5)
+    assert speech.original_s(8.9996, is_end=True) == 10.0  # rounded to 1 ms first: the first span's end
 
 
-def test_a_span_too_long_is_split_evenly():
-    plan = plan_windows(np.zeros(70 * SR, np.float32), GivenSpans([(0, 70 * SR)]))
-    bounds = [(w.start_s, w.end_s) for w in plan.windows]
-    assert np.allclose(bounds, [(0, 70 / 3), (70 / 3, 140 / 3), (140 / 3, 70)], atol=1 / SR)
-    assert all(a.end == b.start for a, b in zip(plan.windows, plan.windows[1:]))
-    assert plan.skipped == ()
+def test_short_audio_with_a_detector_is_its_speech_too():
+    plan = plan_windows(np.zeros(20 * SR, np.float32), GivenSpans([(2 * SR, 5 * SR)]))
+    assert [(w.start_s, w.end_s) for w in plan.windows] == [(0, 3)] and plan.skipped == ((0, 2), (5, 20))
 
 
 def test_without_a_detector_long_audio_is_cut_at_fixed_times_and_says_so():

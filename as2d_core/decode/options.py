@@ -155,8 +155,10 @@ class DecodeOptions:
         "output has one segment per timestamp pair (subtitles: one cue each); none: plain text. Unset: segment for "
         "srt and vtt, none otherwise.", choices=TIMESTAMPS, kind=str)
     prompt: str | TokenPrompt | None = _option(
-        None, "prompt", "Whisper's previous-text prompt (initial_prompt) for the first window, or for every window "
-        "with --condition-on-previous-text; over Whisper's limit of half the context less one token it is refused.",
+        None, "prompt", "Whisper's previous-text prompt (initial_prompt): the seek route's first request's (with "
+        "--condition-on-previous-text it stays before the text that follows, as Whisper keeps it), every window's on "
+        "the windows route (as faster-whisper's batched pipeline gives it); over Whisper's limit of half the "
+        "context less one token it is refused.",
         kind=str, api_kinds=(TokenPrompt,))
     hotwords: str | None = _option(
         None, "hotwords", "Words to favour, placed before the previous text of every window as faster-whisper does.",
@@ -217,8 +219,9 @@ class DecodeOptions:
         0.5, "prompt_reset_on_temperature", "With --condition-on-previous-text, a result kept at a temperature over "
         "this starts the previous text afresh.", 0)
     seed: int = _option(0, "seed", "The sampling noise's seed: the same seed gives the same transcript.", 0)
-    vad_filter: bool = _option(False, "vad_filter", "Seek route: decode only the speech the voice-activity detector "
-                               "finds, joined, as faster-whisper's vad_filter (times stay the file's).")
+    vad_filter: bool = _option(False, "vad_filter", "Decode only the speech the voice-activity detector finds, "
+                               "joined, as faster-whisper's vad_filter (times stay the file's). The windows route "
+                               "does so for audio longer than a window whatever is given.")
     max_new_tokens: int | None = _option(
         None, "max_new_tokens", "At most this many tokens in each response (timestamps included), as faster-whisper's "
         "option of this name; a prompt that leaves less room than this in the model's context is refused, as "

@@ -18,12 +18,14 @@ decode at a time (a lock); use one pipeline per concurrent caller.
 
 Each window's segments (``WindowResult.segments``: Whisper's timestamp segments in timestamp mode,
 else the window) carry times in the whole file; ``Transcript.segments`` numbers them all. The
-user's prompt goes to the first window, as Whisper's ``initial_prompt`` does; with
-``condition_on_previous_text`` every window also gets the text of the windows before it, which
-the target commits only at that window's end, so that window is drafted only once it starts.
+user's prompt goes to every window, as faster-whisper's batched pipeline gives its ``initial_prompt``
+(Whisper's long form gives it to its first request); with ``condition_on_previous_text`` every
+window also gets the text of the windows before it, which the target commits only at that window's
+end, so that window is drafted only once it starts.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -48,7 +50,7 @@ from as2d_core.decode.request import run_request
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.lookahead import LookaheadSource
 from as2d_core.decode.timestamps import marked_up
-from as2d_core.decode.words import add_words, prepare_words
+from as2d_core.decode.words import add_words, prepare_words, speech_end_s
 from as2d_core.input.stream import BLOCK_S, CONTEXT_S, StreamSession
 from as2d_core.input.sequential import long_form_steps, sequential_windows, speech_only, window_result
 from as2d_core.input.transcript import Transcript, WindowResult
@@ -197,14 +199,13 @@ class Pipeline:
                  else None)
         return choose_waves(o, self.options.method, self.source is not None, windows, self.device_profile(), alone)
 
-    def request(self, request_id: str, samples: np.ndarray, first: bool = True,
-                previous_text: str | TokenPrompt | None = None) -> Request:
-        """A request on ``samples`` with the options' fields; the prompt only on a file's ``first`` window
-        (or on every one when conditioning on previous text, which gives ``previous_text``)."""
+    def request(self, request_id: str, samples: np.ndarray, previous_text: str | TokenPrompt | None = None
+                ) -> Request:
+        """A request on ``samples`` with the options' fields, the prompt among them: every window of a file gets
+        it, as in faster-whisper's batched pipeline (the long form keeps it for its first request itself);
+        ``previous_text``: the text before it, when conditioning on it."""
         o = self.options
         fields = o.decode.request_fields()
-        if not (first or o.decode.condition_on_previous_text):
-            fields["prompt"] = None
         return Request(request_id=request_id, audio=samples, language=o.language, task=o.task,
                        instruction=o.instruction, previous_text=previous_text, scores=o.scores, **fields)
 
@@ -275,16 +276,19 @@ class Pipeline:
             plan = self.plan(samples)
             decoded = []
             route, group = self._waves(len(plan.windows), on_text is not None)
-            for window, item in zip(plan.windows, self._decoded(samples, plan.windows, request_id, on_text,
+            for window, item in zip(plan.windows, self._decoded(plan.audio(samples), plan.windows, request_id, on_text,
                                                                 route=route, group=group)):
                 decoded.append(item)
                 if on_progress is not None:
-                    on_progress(window.end_s)
-            requests, results = [r for r, _, _ in decoded], [r for _, r, _ in decoded]
+                    on_progress(WindowResult(window, item[1], speech=plan.speech).end_s)  # in the file's time
+            requests, results = [r for r, _ in decoded], [r for _, r in decoded]
             wall_s = time.perf_counter() - start
-            references = [self.reference(r) for r in requests] if check else [None] * len(requests)
+            references: list[DecodeResult | None] = [None] * len(requests)
+            if check:  # target-only on each window, its words timed as the method's were
+                references = [r for _, r in self._timed_in_order((q, self.reference(q, words=False))
+                                                                   for q in requests)]
         notes = ([plan.note] if plan.note else []) + (list(info.warnings) if info else [])
-        windows = [WindowResult(w, r, ref) for w, r, ref in zip(plan.windows, results, references)]
+        windows = [WindowResult(w, r, ref, speech=plan.speech) for w, r, ref in zip(plan.windows, results, references)]
         return Transcript(windows, plan.skipped, samples.size / SAMPLE_RATE, wall_s, plan.detector, info, notes,
                           route.as_dict())
 
@@ -334,25 +338,25 @@ class Pipeline:
     def plan(self, samples: np.ndarray) -> WindowPlan:
         if self.options.decode.clip_timestamps:  # the caller's clips, a window each, as faster-whisper's batched
             return clip_windows(samples, self.options.decode.clip_timestamps, self.options.max_window_s)
-        needs_detector = samples.size > self.options.max_window_s * SAMPLE_RATE
-        return plan_windows(samples, self.detector if needs_detector else None, self.options.max_window_s)
+        # audio that fits in a window is decoded whole unless vad_filter asks for its speech alone
+        fits = samples.size <= self.options.max_window_s * SAMPLE_RATE
+        detector = None if fits and not self.options.decode.vad_filter else self.detector
+        return plan_windows(samples, detector, self.options.max_window_s)
 
-    def decode_windows(self, samples: np.ndarray, plan: WindowPlan, request_id: str = "audio",
-                       silent: Callable[[DecodeResult], bool] | None = None) -> Iterator[WindowResult]:
+    def decode_windows(self, samples: np.ndarray, plan: WindowPlan, request_id: str = "audio"
+                       ) -> Iterator[WindowResult]:
         """The windows of ``plan`` (``self.plan(samples)``), each decoded only when the caller asks for it.
 
         For callers that hand out results as they come (``as2d.WhisperModel``'s lazy segments); the
-        pipeline stays locked until the last window is taken or the iterator is closed. ``silent`` marks
-        a window as silence (``WindowResult.silent``, faster-whisper's no-speech rule): its text does not
-        become the next window's previous text when conditioning on it.
+        pipeline stays locked until the last window is taken or the iterator is closed.
         """
         with self._lock:
             self._prepare_words()
             route, group = self._waves(len(plan.windows))
-            decoded = self._decoded(samples, plan.windows, request_id, None, silent, route, group)
+            decoded = self._decoded(plan.audio(samples), plan.windows, request_id, None, route, group)
             try:
-                for window, (_request, result, dropped) in zip(plan.windows, decoded):
-                    yield WindowResult(window, result, silent=dropped)
+                for window, (_request, result) in zip(plan.windows, decoded):
+                    yield WindowResult(window, result, speech=plan.speech)
             finally:  # a caller that stops early stops the lookahead before the lock is free
                 decoded.close()
 
@@ -369,15 +373,36 @@ class Pipeline:
         return route, group
 
     def _decoded(self, samples: np.ndarray, windows: tuple[Window, ...], request_id: str,
-                 on_text: Callable[[str], None] | None, silent: Callable[[DecodeResult], bool] | None = None,
-                 route: WaveRoute | None = None, group: WindowGroup | None = None
-                 ) -> Iterator[tuple[Request, DecodeResult, bool]]:
-        """Each window's request, result and whether ``silent`` dropped it, by ``route`` (in waves with ``group``,
-        else one window at a time; the caller holds the lock); a dropped window's text is not fed to the next one."""
+                 on_text: Callable[[str], None] | None, route: WaveRoute | None = None,
+                 group: WindowGroup | None = None) -> Iterator[tuple[Request, DecodeResult]]:
+        """Each window's request and result, by ``route`` (in waves with ``group``, else one window at a time; the
+        caller holds the lock), its words timed in window order (``_timed_in_order``)."""
+        decoded = self._untimed(samples, windows, request_id, on_text, route, group)
+        return self._timed_in_order(decoded)
+
+    def _timed_in_order(self, decoded: Iterator[tuple[Request, DecodeResult]]
+                        ) -> Iterator[tuple[Request, DecodeResult]]:
+        """Each window's result with its words timed, window after window, the speech before each having ended
+        where the words of the window before it ended, as faster-whisper's batched pipeline carries it."""
+        last_speech_s = 0.0
+        try:
+            for request, result in decoded:
+                result = self.time_words(request, result, result.tokens, last_speech_s)
+                end = speech_end_s(result) if request.word_timestamps else None
+                last_speech_s = last_speech_s if end is None else request.offset / request.sample_rate + end
+                yield request, result
+        finally:  # a caller that stops early stops the decoding (its lookahead) too
+            decoded.close()
+
+    def _untimed(self, samples: np.ndarray, windows: tuple[Window, ...], request_id: str,
+                 on_text: Callable[[str], None] | None, route: WaveRoute | None,
+                 group: WindowGroup | None) -> Iterator[tuple[Request, DecodeResult]]:
+        """``_decoded`` before the words are timed."""
 
         def make(w: Window, previous: str | None) -> Request:  # previous: the text before it, when conditioning
-            return self.request(f"{request_id}-w{w.index:03d}", samples[w.start : w.end], first=w.index == 0,
-                                previous_text=previous)
+            request = self.request(f"{request_id}-w{w.index:03d}", samples[w.start : w.end], previous_text=previous)
+            # words in the file's time, aligned over the window's whole seconds, as faster-whisper's batched pipeline
+            return attrs.evolve(request, offset=w.start, align_s=float(math.ceil(request.duration_s)))
 
         deltas = TextDeltas(on_text) if on_text is not None else None
         options = self.options.decode
@@ -386,7 +411,7 @@ class Pipeline:
         method = route.method(self.options.method)
         if group is not None:
             yield from decoded_in_waves([make(w, None) for w in windows], self.target, group,
-                                        partial(self._in_wave, options, method), silent)
+                                        partial(self._in_wave, options, method))
             return
         ahead = self._ahead if self._decode is None else None
         if not route.drafts:
@@ -409,14 +434,13 @@ class Pipeline:
                     # while the target encodes this one (BENCHMARKS.md section 14)
                     on_commit = _first_commit_then(partial(ahead.queue_next, requests[i + 1], options.drafter_threads),
                                                    on_commit)
-                result = self.decode(requests[i], options, on_commit, method)
+                result = self.decode(requests[i], options, on_commit, method, words=False)
                 if deltas is not None:
                     deltas.end_window(result.text)
-                dropped = silent is not None and silent(result)
-                if result.text.strip() and not dropped:  # Whisper feeds back the window's tokens: its timestamps too
+                if result.text.strip():  # Whisper feeds back the window's tokens: its timestamps too
                     timed = requests[i].timestamps != "none"
                     texts.append(marked_up(result.segments) if timed else result.text.strip())
-                yield requests[i], result, dropped
+                yield requests[i], result
         finally:
             if ahead is not None:
                 ahead.cancel()
@@ -425,8 +449,7 @@ class Pipeline:
         """One window of a wave on the wave's ``target`` (``decode.together``), with a drafter job of its own."""
         source = self._ahead.inner if self._ahead is not None else self.source
         source = source if get_method(method).needs_source else None
-        return add_words(self.target, request, run_request(request, target, source, method, options, None,
-                                                           self.bridge), options.target_threads)
+        return run_request(request, target, source, method, options, None, self.bridge)
 
     def stream(self, block_s: float = BLOCK_S, context_s: float = CONTEXT_S, check: bool = False):
         """A stream fed block by block (``feed``), each block one request over the current context view."""

@@ -13,10 +13,7 @@ decoding's in the same mode: every decision of the loop is taken on the same tok
 """
 from __future__ import annotations
 
-import bisect
-import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import attrs
 import numpy as np
@@ -28,7 +25,7 @@ from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.timestamps import TIME_PRECISION_S, Segment, marked_up
 from as2d_core.decode.words import speech_end_s, words_by_segment
 from as2d_core.input.hallucinations import hallucination_cut
-from as2d_core.input.windows import SpeechDetector, Window, clip_spans
+from as2d_core.input.windows import Window, clip_spans
 
 HOP = SAMPLE_RATE // 100  # one mel frame: the unit of the seek
 FRAMES_PER_TIMESTAMP = round(TIME_PRECISION_S * 100)
@@ -180,70 +177,5 @@ def only_segments(kept: DecodeResult, segments: list[Segment], chosen) -> tuple[
 
 # faster-whisper's VadOptions defaults, which its sequential transcribe(vad_filter=True) uses (the detector's option
 # names, ``hookspecs.DETECTOR_OPTIONS``): speech split at pauses of 2 s, padded by 0.4 s, spans as long as the speech
-# (``SpeechMap.detect``); the windows route keeps the detector's own defaults, shorter pauses into windows of 30 s
+# (``SpeechMap.detect``); the windows route takes its batched pipeline's (``windows.WINDOWS_VAD``)
 LONG_FORM_VAD = {"threshold": 0.5, "min_silence_ms": 2000, "pad_ms": 400}
-
-
-@attrs.frozen
-class SpeechMap:
-    """Speech spans cut out of long audio and joined (faster-whisper's ``vad_filter`` in sequential mode); maps
-    times in the joined audio back to the original as faster-whisper's ``restore_speech_timestamps`` does: a
-    time belongs to the span whose joined end comes after it (an end time exactly at a span's end, to that span;
-    a word, wholly to the span of its middle), and moves by the silence cut before that span, rounded to 10 ms."""
-
-    spans: tuple[tuple[int, int], ...]  # (start, end) samples of the original
-    # each span's end in the joined audio (samples) and the silence cut before it (seconds), made once
-    _joined: tuple[list[int], list[float]] = attrs.field(init=False, eq=False, repr=False)
-
-    @_joined.default
-    def _joined_ends(self) -> tuple[list[int], list[float]]:
-        ends, silences, cut, previous = [], [], 0, 0
-        for start, end in self.spans:
-            cut += start - previous
-            previous = end
-            ends.append(end - cut)
-            silences.append(cut / SAMPLE_RATE)
-        return ends, silences
-
-    @classmethod
-    def detect(cls, samples: np.ndarray, detector: SpeechDetector) -> "SpeechMap":
-        """The detector's speech spans, as long as the speech runs (faster-whisper's ``max_speech_duration_s``
-        is unbounded here: the joined audio is walked by the seek, not cut into windows)."""
-        return cls(tuple(detector.speech_spans(samples, math.inf)))
-
-    def joined(self, samples: np.ndarray) -> np.ndarray:
-        parts = [samples[a:b] for a, b in self.spans]
-        return np.concatenate(parts) if parts else samples[:0]
-
-    def span_of(self, joined_s: float, is_end: bool = False) -> int:
-        ends = self._joined[0]
-        sample = int(joined_s * SAMPLE_RATE)
-        if is_end and sample in ends:
-            return ends.index(sample)
-        return min(bisect.bisect(ends, sample), len(ends) - 1)
-
-    def original_s(self, joined_s: float, is_end: bool = False, span: int | None = None) -> float:
-        """The original time of a time in the joined audio (``span``: the span it is known to belong to)."""
-        if not self.spans:
-            return joined_s
-        span = self.span_of(joined_s, is_end) if span is None else span
-        return round(self._joined[1][span] + joined_s, 2)
-
-    def skipped(self, total: int) -> tuple[tuple[float, float], ...]:
-        edges = [0] + [x for span in self.spans for x in span] + [total]
-        return tuple((a / SAMPLE_RATE, b / SAMPLE_RATE) for a, b in zip(edges[::2], edges[1::2]) if b > a)
-
-    def segments(self, segments: Sequence[Segment]) -> list[Segment]:
-        """``segments`` (times in the joined audio) with their times in the original."""
-        return [attrs.evolve(s, start_s=self.original_s(s.start_s), end_s=self.original_s(s.end_s, is_end=True))
-                for s in segments]
-
-    def words(self, words: Sequence[Any]) -> list[Any]:
-        """``words`` (``start_s``, ``end_s`` in the joined audio) with their times in the original, each word's
-        two times moved by the silence before the span of its middle."""
-        out = []
-        for word in words:
-            span = self.span_of((word.start_s + word.end_s) / 2)
-            out.append(attrs.evolve(word, start_s=self.original_s(word.start_s, span=span),
-                                    end_s=self.original_s(word.end_s, span=span)))
-        return out

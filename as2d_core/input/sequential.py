@@ -17,9 +17,9 @@ from as2d_core.capabilities import FeatureList
 from as2d_core.contracts import Recording, Request, Target, TokenPrompt
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.result import DecodeResult
-from as2d_core.input.seek import SeekStep, SpeechMap, seek_steps
+from as2d_core.input.seek import SeekStep, seek_steps
 from as2d_core.input.transcript import WindowResult
-from as2d_core.input.windows import SpeechDetector, Window
+from as2d_core.input.windows import SpeechDetector, SpeechMap, Window
 
 
 class Decoding(Protocol):
@@ -29,8 +29,8 @@ class Decoding(Protocol):
 
     target: Target
 
-    def request(self, request_id: str, samples: np.ndarray, first: bool = True,
-                previous_text: str | TokenPrompt | None = None) -> Request: ...
+    def request(self, request_id: str, samples: np.ndarray, previous_text: str | TokenPrompt | None = None
+                ) -> Request: ...
 
     def decode(self, request: Request, options=None, on_commit=None, method=None, words: bool = True
                ) -> DecodeResult: ...
@@ -84,7 +84,7 @@ def long_form_steps(pipeline: Decoding, audio: np.ndarray, request_id: str, mode
 
     def make(window: Window, previous: TokenPrompt | None, first: bool) -> Request:
         request = pipeline.request(f"{request_id}-s{window.index:03d}", audio[window.start : window.end],
-                                   first=first, previous_text=previous)
+                                   previous_text=previous)
         if not first:
             request = attrs.evolve(request, prompt=None)
         if window.start != 0:  # faster-whisper forces the prefix on the request at seek 0 alone

@@ -6,8 +6,7 @@ import attrs
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.timestamps import Segment
 from as2d_core.input.audio import AudioInfo
-from as2d_core.input.seek import SpeechMap
-from as2d_core.input.windows import Window
+from as2d_core.input.windows import SpeechMap, Window
 
 
 @attrs.define
@@ -15,7 +14,7 @@ class WindowResult:
     window: Window
     result: DecodeResult
     reference: DecodeResult | None = None  # target-only on the same window, when checked
-    silent: bool = False  # dropped as silence by the caller's rule (``decode_windows``): its text is fed to no window
+    silent: bool = False  # a long-form request the no-speech rule dropped: none of its text is kept
     # long-form (seek) transcription: the temperature of the kept attempt and how many attempts the fallback made
     temperature: float | None = None
     attempts: int = 1

@@ -73,11 +73,10 @@ def choose_waves(options: DecodeOptions, method: str, has_source: bool, windows:
 
 
 def decoded_in_waves(requests: list[Request], target: Target, group: WindowGroup,
-                     decode_one: Callable[[Request, Target], DecodeResult],
-                     silent: Callable[[DecodeResult], bool] | None) -> Iterator[tuple[Request, DecodeResult, bool]]:
+                     decode_one: Callable[[Request, Target], DecodeResult]) -> Iterator[tuple[Request, DecodeResult]]:
     """The windows decoded in waves of ``group.size`` (a group of ``target``'s), each window in a thread of its own
     (``decode_one``: its request on the wave's target, with its own drafter job), a wave's verifications made together
-    (``decode.together``); results in window order, with whether ``silent`` dropped each."""
+    (``decode.together``); results in window order."""
     with ThreadPoolExecutor(group.size, thread_name_prefix="as2d-window") as pool:
         for first in range(0, len(requests), group.size):
             wave = requests[first : first + group.size]
@@ -85,4 +84,4 @@ def decoded_in_waves(requests: list[Request], target: Target, group: WindowGroup
             futures = [pool.submit(decode_one, request, together) for request in wave]
             results = [future.result() for future in futures]  # the wave's windows all end before the next starts
             for request, result in zip(wave, results):
-                yield request, result, silent is not None and silent(result)
+                yield request, result

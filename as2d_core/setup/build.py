@@ -22,7 +22,7 @@ from as2d_core.decode.profile import AUTO, NONE
 from as2d_core.setup.config import Config, Report, check_file, parse, set_values
 from as2d_core.setup.paths import models_dir
 from as2d_core.input.pipeline import DetectorOrMaker, Decoder, Pipeline, PipelineOptions
-from as2d_core.input.windows import SpeechDetector
+from as2d_core.input.windows import WINDOWS_VAD, SpeechDetector
 from as2d_core.input.seek import LONG_FORM_VAD
 from as2d_core.setup.catalog import resolve_bridge
 from as2d_core.setup.plugins import load_registry, registered_source
@@ -151,6 +151,12 @@ def default_detector(options: dict | None = None) -> SpeechDetector | None:
     return registry.get("detector", names[0]).factory(options or {}) if names else None
 
 
+def windows_detector(options: dict | None = None) -> SpeechDetector | None:
+    """The detector of the windows route: faster-whisper's batched pipeline's options (``WINDOWS_VAD``) under
+    ``options``."""
+    return default_detector({**WINDOWS_VAD, **(options or {})})
+
+
 def long_form_detector(options: dict | None = None) -> SpeechDetector | None:
     """The detector of the seek route's ``vad_filter``: faster-whisper's defaults (``LONG_FORM_VAD``) under
     ``options``."""
@@ -158,12 +164,12 @@ def long_form_detector(options: dict | None = None) -> SpeechDetector | None:
 
 
 def build_pipeline(target, source=None, options: PipelineOptions | None = None,
-                   detector: DetectorOrMaker = default_detector, decode: Decoder | None = None,
+                   detector: DetectorOrMaker = windows_detector, decode: Decoder | None = None,
                    long_form_detector: DetectorOrMaker = long_form_detector) -> Pipeline:
     """A pipeline on loaded models with its parts from the registry: the bridge that carries the source's tokens
     to the target, found once here, so a pair that no bridge connects fails before any audio is read
-    (``LookupError``); by default the first installed voice-activity detector, made when a file first needs it
-    (for the seek route's ``vad_filter``, with faster-whisper's options)."""
+    (``LookupError``); by default the first installed voice-activity detector, made when a file first needs it,
+    with faster-whisper's options for each route (its batched pipeline's, its sequential ``vad_filter``'s)."""
     options = options or PipelineOptions()
     drafts = source is not None and decode is None and get_method(options.method).needs_source
     bridge = resolve_bridge(source, target) if drafts else None

@@ -22,7 +22,7 @@ Example::
     budget = 7                  # proposals per verification, 1..64
     align_window = 8
     timestamps = "segment"      # Whisper's timestamp tokens and segments; "none": plain text (unset: by the output)
-    prompt = "as2d, Whisper"    # Whisper's previous-text prompt for the first window
+    prompt = "as2d, Whisper"    # Whisper's previous-text prompt (initial_prompt)
     hotwords = "CTranslate2"    # before the previous text of every window (faster-whisper's hotwords)
     condition_on_previous_text = false  # true: each window prompted with the text before it
     on_missing_device = "error" # or "cpu"

@@ -325,7 +325,8 @@ class WordTimestamps:
             cross = model.audio_kv(request, threads)
         plain = attrs.evolve(request, timestamps="none", prompt=None, previous_text=None, hotwords=None)
         start = model.decoder_prompt(plain, language)  # <|startoftranscript|> [language task] <|notimestamps|>
-        n_frames = min(request.audio.size // 160, 2 * cross.shape[3])  # mel frames of audio (10 ms each)
+        aligned = request.audio.size if request.align_s is None else round(request.align_s * request.sample_rate)
+        n_frames = min(aligned // 160, 2 * cross.shape[3])  # mel frames of audio (10 ms each)
         starts, probabilities = aligner.token_timing(cross, n_frames, start, text, model.eot, threads)
         words = timed_words(text, starts, probabilities, model.decode_text, language not in UNSPACED)
         median, longest = _cut_long_words(words)
@@ -347,8 +348,10 @@ class WordTimestamps:
                      median: float, longest: float, last_speech_s: float) -> TimedWords:
         """Words shared out to the segments by their tokens and fitted with them, as faster-whisper fits them: in
         the times of the audio the request is cut from (its ``offset``), rounded to 10 ms, the speech's end carried
-        from segment to segment."""
+        from segment to segment. Words count from the offset's whole mel frame (faster-whisper's seek), segments
+        from the offset itself."""
         offset = request.offset / request.sample_rate
+        seek_s = request.offset // 160 / 100
         out: list[Word] = []
         times: list[tuple[float, float]] = []
         index, last_speech = 0, last_speech_s
@@ -362,7 +365,7 @@ class WordTimestamps:
                 index += 1
             start, end = offset + start, offset + end
             for w in mine:
-                w.start, w.end = round(offset + w.start, 2), round(offset + w.end, 2)
+                w.start, w.end = round(seek_s + w.start, 2), round(seek_s + w.end, 2)
             if mine:
                 start, end = _fit_segment(mine, start, end, median, longest, last_speech)
                 last_speech = end

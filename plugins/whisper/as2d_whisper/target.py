@@ -208,6 +208,9 @@ class WhisperTarget(WordTimestamps):
     def device_in_use(self) -> list[str]:
         return self.model.device_in_use
 
+    def encode_text(self, text: str) -> list[int]:  # ``TextEncoder``
+        return self.model.encode_text(text)
+
     def prepare(self, request: Request, threads: int) -> WhisperTargetSession:
         return WhisperTargetSession(self, request, threads)
 
