@@ -4,7 +4,7 @@ Each row is one ``transcribe`` call with the same options on both (``beam_size``
 batched default is 5, as2d's 1), on the same fp32 whisper-base weights; it prints SAME when the segments have the
 same text and times (and words with their times where asked), else the first segment that differs::
 
-    .venv/bin/python scripts/compare_batched.py bench-out/long_once.wav
+    .venv/bin/python examples/compare_batched_with_faster_whisper.py bench-out/long_once.wav
 
 Needs faster-whisper (``pip install 'as2d[bench]'``) and the installed models (``as2d models install``).
 """
