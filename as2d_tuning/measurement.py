@@ -17,7 +17,7 @@ from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.request import run_request
 from as2d_core.setup.catalog import resolve_bridge
 
-from .batching import batch_section
+from .batching import WaveDecodes, batch_section
 from .contention import drafter_costs, episode_slowdowns
 from .stats import by_offset, pool, r_of_k, spread, stat, theil_sen
 from .timing import calibration_request, calls_by_width, continuation, loop_residual, time_prepare, verify_sweep
@@ -119,9 +119,10 @@ class Measurement:
                 str(k): body["verify_s"]["shared"][str(k)]["median"] / body["verify_s"]["alone"][str(k)]["median"]
                 for k in self.widths}}
         if runs:  # the scheduler's rule: up to which batch drafting pays (``batching``)
-            self.say("window-group calls by batch size")
+            self.say("window-group calls by batch size, then whole waves of copies of the calibration request")
+            waves = WaveDecodes(target, first_source, self.bridges[first_name], opts, reference)
             batch = batch_section(target, full, opts.target_threads, sequence, runs, target_only, body.get("slowdown"),
-                                  self.repeats, self.warmup)
+                                  self.repeats, self.warmup, waves)
             if batch is not None:
                 body["batch_s"] = batch
         body["loop_s"] = stat(loops, "the target-only decode loop")

@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> None:
                              "(a row METHOD-batchedN for each N above 1; DecodeOptions.batch_windows), or auto "
                              "(a row METHOD-auto: chosen as as2d run --route windows chooses)")
     parser.add_argument("--profile", default=None,
-                        help="a device profile (as2d profile) whose batch costs price --batch-windows auto")
+                        help="a device profile (as2d profile) whose batch costs price --batch-windows auto, and "
+                             "whether a wave of a given size drafts (default: none, so a given size drafts)")
     args = parser.parse_args(argv)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

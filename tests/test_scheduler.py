@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 
+import attrs
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +20,7 @@ from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.request import run_request
 from as2d_core.decode.scheduler import (Scheduler, drafting_pays_alone, scheduler_for, speculate_rows_from,
                                          wave_prices)
-from as2d_tuning.batching import batch_sweep
+from as2d_tuning.batching import WaveDecodes, batch_section, batch_sweep, time_waves
 from test_windows_together import TinyGroup
 from tiny_lm import ScriptedSource, TinyLM
 
@@ -186,3 +187,31 @@ def test_the_profile_times_group_calls_by_batch_size():
     assert set(swept["rows"]) == {"1", "2"}
     assert all(swept["rows"][b][k]["n"] == 2 for b in ("1", "2") for k in ("1", "3"))
     assert batch_sweep(model, request, 1, sequence, 3) is None  # no window group: nothing to time
+
+
+class WindowedTinyLM(TinyLM):
+    """The tiny model as a target with a windows graph (a file's waves decode through its group)."""
+
+    def window_group(self, size, threads):
+        return TinyGroup(self, size)
+
+
+def test_the_profile_times_whole_waves_and_refuses_one_that_is_not_exact():
+    """``time_waves`` decodes B copies of the request side by side, as2d and target-only, through the waves a
+    file's windows take: each method's median clock per B, and every row checked against the reference; the
+    profile's batch section keeps them."""
+    model = WindowedTinyLM(seed=2)
+    request = _requests(1, 2)[0]
+    reference = run_request(request, model, None, "target-only").tokens
+    decodes = WaveDecodes(model, ScriptedSource(reference[1:6]), None, DecodeOptions(budget=3), reference)
+    clocks = time_waves(decodes, request, rows=(2, 3), rounds=2)
+    assert set(clocks) == {"2", "3"} and all(set(c) == {"as2d", "target-only"} for c in clocks.values())
+    assert all(seconds > 0 for c in clocks.values() for seconds in c.values())
+    assert time_waves(attrs.evolve(decodes, target=TinyLM(seed=2)), request) is None  # no windows graph
+    drafted = [run_request(request, model, decodes.source, "as2d", decodes.options)]
+    alone = [run_request(request, model, None, "target-only")]
+    section = batch_section(model, request, 1, reference, drafted, alone, None, 1, 0, decodes)
+    assert sorted(section["waves_e2e_s"], key=int) == ["2", "4", "8"] and section["wave_row_tokens"] == len(reference)
+    assert section["speculate_rows"] == speculate_rows_from({"batch_s": section})  # the waves price the rule
+    with pytest.raises(RuntimeError, match="not exact"):  # a wave that gave other tokens fails the profile
+        time_waves(attrs.evolve(decodes, reference=reference[:-1]), request, rows=(2,), rounds=1)

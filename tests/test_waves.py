@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from as2d_core.cli.main import cli
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.profile import FORMAT, NotAProfile, read_profile
-from as2d_core.decode.scheduler import DEFAULT_WAVE_SIZE, WavePrice, speculate_rows_from, wave_prices
+from as2d_core.decode.scheduler import (DEFAULT_WAVE_SIZE, WavePrice, drafting_pays_in_waves,
+                                         speculate_rows_from, wave_prices)
 from as2d_core.input.waves import choose_waves
 from as2d_core.setup.build import resolve_config
 from as2d_core.setup.config import check_file
@@ -117,11 +118,67 @@ def test_the_choice_an_explicit_size_the_default_rule_and_what_keeps_windows_apa
     assert (chosen.size, chosen.drafts, chosen.why, chosen.method("as2d")) == (8, False, "profile p.json", "target-only")
     assert chosen.as_dict() == {"route": "windows", "wave_size": 8, "drafts": False, "why": "profile p.json",
                                 "priced_s_per_token": pytest.approx(0.003)}
-    explicit = choose_waves(DecodeOptions(batch_windows=2), "as2d", True, 8, _profile(COSTS, 1.0))
-    assert (explicit.size, explicit.drafts, explicit.why) == (2, True, "batch_windows 2")  # a number still wins
+    explicit = choose_waves(DecodeOptions(batch_windows=2, profile="p.json"), "as2d", True, 8, _profile(COSTS, 1.0))
+    assert (explicit.size, explicit.drafts, explicit.why) == (  # a number sets the size; the profile, the drafting
+        2, False, "batch_windows 2; target-only: profile p.json prices drafting in waves of 2 above target-only")
+    explicit = choose_waves(DecodeOptions(batch_windows=2), "as2d", True, 8, _profile(COSTS, 3.0))
+    assert (explicit.size, explicit.drafts, explicit.why) == (2, True, "batch_windows 2")
+    assert choose_waves(DecodeOptions(batch_windows=2), "as2d", True, 8, None).drafts is True  # unpriced: the method
     apart = choose_waves(auto, "as2d", True, 8, None, "each window is conditioned on the text before it")
     assert (apart.size, apart.drafts) == (1, True) and apart.why.endswith("conditioned on the text before it")
     assert choose_waves(auto, "sd-k5", True, 8, None).size == 1  # a serial baseline takes turns with the target
+
+
+def _timed(clocks: dict[int, tuple[float, float]], tokens: int = 100) -> dict:
+    """A profile with whole waves timed: B -> (as2d s, target-only s), a wave of B rows of ``tokens`` tokens each;
+    its calls (``COSTS`` at 3 tokens a call) say drafting always pays, so what it prices comes from the waves."""
+    profile = _profile(COSTS, 3.0)
+    profile["batch_s"].update(waves_e2e_s={str(b): {"as2d": a, "target-only": t} for b, (a, t) in clocks.items()
+                                           if b > 1},
+                              wave_row_tokens=tokens, alone_e2e_s={"as2d": clocks[1][0], "target-only": clocks[1][1]})
+    return profile
+
+
+WAVES = {1: (1.0, 1.2), 2: (1.3, 1.5), 4: (2.2, 2.1), 8: (4.4, 3.8)}  # drafting ends sooner alone and in pairs only
+
+
+def test_whole_waves_timed_price_the_waves_before_the_calls():
+    """The drafters' encoding and their share of the cores are in a timed wave, not in the calls: where the profile
+    timed waves, they price the route, the user's wave size and the server's rule."""
+    profile = _timed(WAVES)
+    assert speculate_rows_from(profile) == 2 and speculate_rows_from(_profile(COSTS, 3.0)) == 8
+    assert wave_prices(profile, 8)[0] == WavePrice(8, False, pytest.approx(3.8 / 800))
+    assert _best(profile, 2) == (2, True)
+    # 11 windows: a wave of 8, then one of 3, priced as a wave of 4 over 3 rows' tokens
+    assert wave_prices(profile, 11)[0] == WavePrice(8, False, pytest.approx((8 * 3.8 / 800 + 3 * 2.1 / 300) / 11))
+    assert drafting_pays_in_waves(profile, 2, 11) is True and drafting_pays_in_waves(profile, 8, 11) is False
+    assert drafting_pays_in_waves({"format": FORMAT}, 8, 11) is None
+    user = choose_waves(DecodeOptions(batch_windows=8, profile="p.json"), "as2d", True, 11, profile)
+    assert (user.size, user.drafts, user.method("as2d")) == (8, False, "target-only")
+    assert choose_waves(DecodeOptions(batch_windows=2, profile="p.json"), "as2d", True, 11, profile).drafts is True
+    auto = choose_waves(DecodeOptions(route="windows", profile="p.json"), "as2d", True, 11, profile)
+    assert (auto.size, auto.drafts) == (8, False)
+    broken = _timed(WAVES)
+    broken["batch_s"]["waves_e2e_s"]["2"] = {"as2d": 1.0}
+    with pytest.raises(ValueError, match="waves_e2e_s"):
+        wave_prices(broken, 8)
+
+
+@settings(max_examples=40, deadline=None)
+@given(target_only=st.lists(st.floats(0.5, 10.0), min_size=4, max_size=4),
+       ratios=st.lists(st.floats(0.5, 2.0), min_size=4, max_size=4))
+def test_with_timed_waves_both_rules_still_agree_at_each_size(target_only, ratios):
+    """Drafting is the cheaper way at B exactly where the server's rule says it pays, while drafting's share of a
+    wave's clock grows with B (the cores fill)."""
+    clocks = {b: (t * r, t) for b, t, r in zip((1, 2, 4, 8), target_only, sorted(ratios))}
+    profile = _timed(clocks)
+    by = {(p.size, p.drafts): p.seconds_per_token for p in wave_prices(profile, 8)}
+    threshold = speculate_rows_from(profile)
+    for b in (1, 2, 4, 8):
+        if (b, True) in by:  # drafting that loses alone is not priced in any wave
+            assert (by[(b, True)] < by[(b, False)]) == (b <= threshold), (b, threshold)
+        else:
+            assert threshold == 0
 
 
 @pytest.mark.parametrize("value", [0, 17, -1, "many", 2.5, True])

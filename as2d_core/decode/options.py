@@ -171,12 +171,13 @@ class DecodeOptions:
         AUTO, "batch_windows", "Windows of a file decoded side by side (--route windows), their verifications made in "
         "one call of a target that can (whisper-base and whisper-base-int8 on ONNX Runtime); each window's tokens are "
         "the ones it gets alone. auto: the wave size (1, 2, 4 or 8) and whether the windows draft, priced from "
-        "--profile's batch costs, else waves of 4 drafting (measured on 2 cores); 1: one window at a time. Files "
+        "--profile's batch costs, else waves of 4 drafting (measured on 2 cores); a number: waves of that many, drafting "
+        "unless --profile prices it above target-only at that size; 1: one window at a time. Files "
         "only, and not with --condition-on-previous-text (a window waits for the text before it) nor while text is "
         "streamed as it is committed.", converter=wave_size, config_kinds=(str, int))
     profile: str | None = _option(
         "auto", "profile", "A device profile (as2d profile's JSON) whose costs decide whether drafting pays: on the "
-        "seek route, --batch-windows auto's waves and as2d serve's --speculate-rows; in a configuration, a relative "
+        "seek route, --batch-windows' waves and as2d serve's --speculate-rows; in a configuration, a relative "
         "path is read from the configuration's folder. auto: this machine's newest profile of the target and drafter "
         "in $AS2D_PROFILES_DIR (~/.local/share/as2d/profiles, where as2d profile writes), if there is one; none: no "
         "profile.", kind=str, optional=True)

@@ -213,25 +213,77 @@ def speculate_rows_from(profile: dict) -> int | None:
     """The largest batch at which drafting pays, from a device profile (``as2d profile``'s ``batch_s``), or None
     where the profile did not measure batches.
 
-    At a batch of B rows, all drafting, a call ``width`` wide per row beside the drafters commits
-    ``tokens_per_call`` tokens a row where a target-only call commits one: drafting pays while
-    ``cost(B, width) * slowdown(width) / cost(B, 1) < tokens_per_call``. A wider call costs more as the
-    batch fills (the cores, not the weights' reading, become the limit), so the rule holds up to some B.
-    Where one request alone is slower drafting (``drafting_pays_alone``), no batch drafts.
+    Where the profile timed whole waves (``timed_waves``), drafting pays at B rows while a wave of B drafting ends
+    before one of B target-only, at B and every batch below it. Else, from the calls alone: at a batch of B rows,
+    all drafting, a call ``width`` wide per row beside the drafters commits ``tokens_per_call`` tokens a row where a
+    target-only call commits one: drafting pays while ``cost(B, width) * slowdown(width) / cost(B, 1) <
+    tokens_per_call``. A wider call costs more as the batch fills (the cores, not the weights' reading, become the
+    limit), so the rule holds up to some B. Where one request alone is slower drafting (``drafting_pays_alone``),
+    no batch drafts.
     """
-    measured = _batch_costs(profile)
-    if measured is None:
+    price = _wave_pricer(profile)
+    if price is None:
         return None
     if drafting_pays_alone(profile) is False:
         return 0
-    costs, tokens_per_call = measured
     pays = 0
-    for rows in sorted(costs):
-        one, wide = costs[rows]
-        if not _per_token(wide, rows, tokens_per_call) < _per_token(one, rows, 1.0):
+    for rows in price.sizes:
+        if not price(rows, True) < price(rows, False):
             break
         pays = rows
     return pays
+
+
+def timed_waves(profile: dict) -> dict[int, dict[bool, float]] | None:
+    """Seconds per committed token of a whole wave of B rows, drafting (True) or not, from the profile's waves
+    decoded side by side (``batch_s.waves_e2e_s``, ``wave_row_tokens`` a row; one row: ``alone_e2e_s``), arrival to
+    last token: the drafters' encoding and their share of the cores are in it, as the calls' costs are not. None
+    where the profile did not time waves (profiles made before them)."""
+    batch = profile.get("batch_s") or {}
+    waves, tokens = batch.get("waves_e2e_s"), batch.get("wave_row_tokens")
+    if not waves or not tokens:
+        return None
+    try:
+        timed = {int(rows): {True: float(clock["as2d"]) / (int(rows) * tokens),
+                             False: float(clock["target-only"]) / (int(rows) * tokens)}
+                 for rows, clock in waves.items()}
+        if batch.get("alone_e2e_s"):
+            alone = batch["alone_e2e_s"]
+            timed.setdefault(1, {True: float(alone["as2d"]) / tokens, False: float(alone["target-only"]) / tokens})
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"the profile's batch_s.waves_e2e_s is not as `as2d profile` writes it: {exc!r}") from None
+    return timed
+
+
+@attrs.frozen
+class _WavePricer:
+    """Seconds per committed token of a wave of ``rows`` rows, drafting or not: from whole waves timed where the
+    profile has them, else from its calls. ``sizes``: the batch sizes it measured; a wave of a size it did not
+    costs what one of the next size up does (an upper bound)."""
+
+    sizes: tuple[int, ...]
+    waves: dict[int, dict[bool, float]] | None
+    costs: dict[int, tuple[float, float]]
+    tokens_per_call: float
+
+    def __call__(self, rows: int, drafts: bool) -> float:
+        measured = [size for size in self.sizes if size >= rows]
+        size = min(measured) if measured else max(self.sizes)
+        if self.waves is not None:  # the measured wave's clock, over this wave's tokens
+            return self.waves[size][drafts] * size / rows
+        one, wide = self.costs[size]
+        return _per_token(wide if drafts else one, rows, self.tokens_per_call if drafts else 1.0)
+
+
+def _wave_pricer(profile: dict) -> _WavePricer | None:
+    """The profile's one reading for both rules (``wave_prices``, ``speculate_rows_from``); None where it measured
+    no batches."""
+    waves = timed_waves(profile)
+    measured = _batch_costs(profile)
+    if waves is None and measured is None:
+        return None
+    costs, tokens_per_call = measured or ({}, 1.0)
+    return _WavePricer(tuple(sorted(waves or costs)), waves, costs, tokens_per_call)
 
 
 def _per_token(call_s: float, rows: int, tokens_per_row: float) -> float:
@@ -253,38 +305,48 @@ class WavePrice:
 
 
 def wave_prices(profile: dict, windows: int, can_draft: bool = True) -> list[WavePrice] | None:
-    """Every way to decode ``windows`` windows in waves, priced by the profile's batch costs, cheapest first (None
-    where the profile did not measure batches; ``can_draft``: False prices target-only waves alone).
+    """Every way to decode ``windows`` windows in waves, priced by the profile, cheapest first (None where the
+    profile did not measure batches; ``can_draft``: False prices target-only waves alone).
 
-    A wave of B rows target-only commits B tokens per call of cost(B, 1); drafting, about ``tokens_per_call`` a row
-    per call of cost(B, width) * slowdown(width) (``_batch_costs``, which ``speculate_rows_from`` reads too: at a
-    given B, drafting is the cheaper of the two exactly where that rule says it pays). Each size of ``WAVE_SIZES`` the
-    profile measured is capped by ``windows``; the file is priced whole, as if every window had as many tokens: full
-    waves, then the last, smaller one. A size the profile did not measure (a wave of 3) is priced at the next one
-    it did (4): an upper bound. Ties go to the smaller wave, then to target-only. Where one request alone is slower
-    drafting (``drafting_pays_alone``), only target-only waves are priced.
+    Where the profile timed whole waves (``timed_waves``), a wave's price is its measured seconds per token. Else
+    from the calls: a wave of B rows target-only commits B tokens per call of cost(B, 1); drafting, about
+    ``tokens_per_call`` a row per call of cost(B, width) * slowdown(width) (``_batch_costs``). Either way at a given
+    B drafting is the cheaper of the two exactly where ``speculate_rows_from`` says it pays. Each size of
+    ``WAVE_SIZES`` the profile measured is capped by ``windows``; the file is priced whole, as if every window had as
+    many tokens: full waves, then the last, smaller one. A size the profile did not measure (a wave of 3) is priced
+    at the next one it did (4): an upper bound. Ties go to the smaller wave, then to target-only. Where one request
+    alone is slower drafting (``drafting_pays_alone``), only target-only waves are priced.
     """
-    measured = _batch_costs(profile)
-    if measured is None:
+    price = _wave_pricer(profile)
+    if price is None:
         return None
-    costs, tokens_per_call = measured
     can_draft = can_draft and drafting_pays_alone(profile) is not False
     windows = max(1, windows)
-
-    def cost(rows: int, drafts: bool) -> float:  # one call of ``rows`` rows
-        one, wide = costs[min(r for r in costs if r >= rows)]
-        return wide if drafts else one
-
     prices = []
-    for size in sorted({min(size, windows) for size in WAVE_SIZES if size in costs}):
-        full, rest = divmod(windows, size)
+    for size in sorted({min(size, windows) for size in WAVE_SIZES if size in price.sizes}):
         for drafts in (False, True) if can_draft else (False,):
-            per_row = tokens_per_call if drafts else 1.0  # tokens a row commits per call
-            price = _per_token(cost(size, drafts), size, per_row)
-            if rest:  # the last, smaller wave: the file's price is the windows' average
-                price = (full * size * price + rest * _per_token(cost(rest, drafts), rest, per_row)) / windows
-            prices.append(WavePrice(size, drafts, price))
+            prices.append(WavePrice(size, drafts, file_price(price, size, windows, drafts)))
     return sorted(prices, key=lambda p: (p.seconds_per_token, p.size, p.drafts)) or None
+
+
+def file_price(price: Callable[[int, bool], float], size: int, windows: int, drafts: bool) -> float:
+    """Seconds per token of ``windows`` windows in waves of ``size``: full waves, then the last, smaller one (the
+    windows' average)."""
+    full, rest = divmod(windows, size)
+    whole = price(size, drafts)
+    return whole if not rest else (full * size * whole + rest * price(rest, drafts)) / windows
+
+
+def drafting_pays_in_waves(profile: dict, size: int, windows: int) -> bool | None:
+    """Whether ``windows`` windows in waves of ``size`` (the user's) end sooner drafting, by the profile's prices
+    (``wave_prices``' reading); None where it did not measure batches."""
+    price = _wave_pricer(profile)
+    if price is None:
+        return None
+    if drafting_pays_alone(profile) is False:
+        return False
+    size = max(1, min(size, windows))
+    return file_price(price, size, windows, True) < file_price(price, size, windows, False)
 
 
 def scheduler_for(target: Target, rows: int, threads: int, speculate_rows: int = SPECULATE_ROWS) -> Scheduler | None:

@@ -1,7 +1,8 @@
 """How a file's windows are decoded on the windows route: in waves of how many, drafting or not, and why.
 
-``batch_windows`` is a whole number (the user's wave size; the windows draft as the method does) or ``"auto"``,
-the default. Auto takes the cheapest way per committed token that the device profile prices
+``batch_windows`` is a whole number (the user's wave size; the windows draft as the method does, unless the
+device profile prices drafting in waves of that size above target-only: vLLM's switch of speculation by batch
+size) or ``"auto"``, the default. Auto takes the cheapest way per committed token that the device profile prices
 (``--profile``, a configuration's ``profile``: ``decode.scheduler.wave_prices`` over its ``batch_s``): waves of 1,
 2, 4 or 8 windows (no more than the file has), each window drafting (as2d) or target-only. Without a profile
 that measured batches it takes the default rule, ``decode.scheduler.DEFAULT_WAVE_SIZE``: waves of 4 drafting, the
@@ -23,7 +24,7 @@ from as2d_core.contracts import Request, Target
 from as2d_core.decode.methods import get_method
 from as2d_core.decode.options import AUTO, DecodeOptions
 from as2d_core.decode.result import DecodeResult
-from as2d_core.decode.scheduler import DEFAULT_WAVE_SIZE, wave_prices
+from as2d_core.decode.scheduler import DEFAULT_WAVE_SIZE, drafting_pays_in_waves, wave_prices
 from as2d_core.decode.together import WindowsTogether
 
 
@@ -56,9 +57,12 @@ def choose_waves(options: DecodeOptions, method: str, has_source: bool, windows:
     drafting = get_method(method).needs_source and has_source
     most = 1 if alone_because else max(1, windows)
     apart = f"; one window at a time: {alone_because}" if alone_because else ""
-    if options.batch_windows != AUTO:
-        return WaveRoute("windows", min(options.batch_windows, most), drafting, f"batch_windows {options.batch_windows}"
-                         + apart)
+    if options.batch_windows != AUTO:  # the user's size; whether it drafts is still priced where a profile can
+        size, why = min(options.batch_windows, most), f"batch_windows {options.batch_windows}" + apart
+        if drafting and profile is not None and drafting_pays_in_waves(profile, size, windows) is False:
+            return WaveRoute("windows", size, False, f"{why}; target-only: profile {options.profile} prices drafting "
+                             f"in waves of {size} above target-only")
+        return WaveRoute("windows", size, drafting, why)
     if drafting and get_method(method).takes_turns:
         return WaveRoute("windows", 1, True, "auto: a serial method drafts in turns with the target, one window at "
                          "a time")
