@@ -7,8 +7,9 @@ the same windows: ``DecodeOptions.batch_windows`` windows decoded in waves, each
 their verifications made in one call of the target's windows graph, and each window's tokens still exactly
 its own greedy output. The segments and the info are ``WhisperModel.transcribe``'s, which this runs.
 ``batch_size="auto"`` (as2d's default; faster-whisper's is 8) prices the wave size and whether the windows draft
-from a device profile (``profile=``), else takes waves of 4 drafting (``as2d_core.input.waves``); ``info.route``
-says what was taken and why.
+from a device profile (``profile=``), else takes waves of 4 drafting (``as2d_core.input.waves``); a number is the
+wave size, its windows drafting unless the profile prices that above target-only. ``info.route`` says what was
+taken and why.
 """
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ class BatchedInferencePipeline:
         **options: Any,
     ) -> tuple[Iterator[Segment], TranscriptionInfo]:
         """faster-whisper's batched ``transcribe``: up to ``batch_size`` windows decoded at once (``"auto"``: the
-        size and whether the windows draft priced from the profile, else waves of 4 drafting; ``info.route``).
+        size and whether the windows draft priced from the profile, else waves of 4 drafting; a number: whether
+        they draft priced from the profile, else drafting; ``info.route``).
 
         As in faster-whisper's batched pipeline, no window is conditioned on the text before it
         (``condition_on_previous_text`` is taken and set off), only the first temperature is used (no
