@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 import soundfile
@@ -293,6 +294,21 @@ def test_auto_reads_this_machines_newest_profile_of_the_pair(tmp_path, monkeypat
     assert profile_path("auto", "whisper-base", "tiny") == str(newer)
     assert profile_path("none", "whisper-base", "tiny") is None and profile_path(None, "whisper-base", "tiny") is None
     assert profile_path("mine.json", "whisper-base", "tiny") == "mine.json"
+
+
+def test_beams_on_the_windows_route_run_one_window_at_a_time_and_say_they_do_not_draft():
+    """Each window's one decode is beam search, which runs target-only: the route must not say it drafts."""
+    from as2d_core.input.pipeline import Pipeline, PipelineOptions
+    from tiny_lm import ScriptedSource, TinyLM
+    from tokenizer_bridges import IdentityBridge
+
+    beams = DecodeOptions(route="windows", beam_size=5, temperature=0, profile=None)
+    pipeline = Pipeline(TinyLM(), ScriptedSource([3, 4]), PipelineOptions(decode=beams),
+                        bridge=IdentityBridge.for_request)
+    assert pipeline.route(3).as_dict() == {"route": "windows", "wave_size": 1, "drafts": False, "why": "default rule; "
+                                           "one window at a time: beams decode their hypotheses side by side instead"}
+    sampled = pipeline.evolve(decode=attrs.evolve(beams, temperature=0.2))  # sampled: the drafts are verified
+    assert sampled.route(3).drafts is True
 
 
 def test_as2d_run_takes_this_machines_profile_by_itself(tmp_path, monkeypatch):

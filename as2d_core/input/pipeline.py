@@ -190,6 +190,7 @@ class Pipeline:
                 why += f"; drafts: profile {o.profile} prices drafting below decoding alone on this device"
             return WaveRoute("seek", 1, drafts, why)
         process = drafts and drafts_one_job_at_a_time(self.source)  # a drafter process
+        beams = o.beam_size > 1 and o.temperature[0] == 0  # each window's one decode: beam search, target-only
         alone = ("text is streamed as it is committed" if streamed else
                  "each window is conditioned on the text before it" if o.condition_on_previous_text else
                  "beams decode their hypotheses side by side instead" if o.beam_size > 1 else
@@ -197,7 +198,8 @@ class Pipeline:
                  "its drafter's process drafts one window at a time" if process else
                  f"{self.target.name} cannot verify windows together" if not isinstance(self.target, WindowBatching)
                  else None)
-        return choose_waves(o, self.options.method, self.source is not None, windows, self.device_profile(), alone)
+        return choose_waves(o, self.options.method, self.source is not None and not beams, windows,
+                            self.device_profile(), alone)
 
     def request(self, request_id: str, samples: np.ndarray, previous_text: str | TokenPrompt | None = None
                 ) -> Request:
