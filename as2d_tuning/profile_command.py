@@ -121,4 +121,11 @@ def profile(config_path, out_path, audio_paths, kmax, offsets, repeats, warmup, 
             click.echo(f"  niceness {n}: target preparation x{c['target_slowdown']['prepare']:.2f} beside it; it runs "
                        f"x{c['drafter_slowdown']['prepare']:.2f} beside the preparation, "
                        f"x{c['drafter_slowdown']['verify']:.2f} beside verification")
+    batch = data.get("batch_s") or {}
+    alone = batch.get("alone_e2e_s")
+    waves = {"1": alone, **batch.get("waves_e2e_s", {})} if alone else batch.get("waves_e2e_s", {})
+    if waves:  # what prices the waves and the server's rule (``scheduler.timed_waves``)
+        click.echo("rows at once, as2d / target-only from arrival to last token: " + ", ".join(
+            f"{rows}: {clock['as2d']:.2f} / {clock['target-only']:.2f} s" for rows, clock in waves.items())
+                   + f"; drafting pays up to {batch.get('speculate_rows')} row(s)")
     click.echo(f"wrote {out_path} and {plot_path} in {data['duration_s']:.0f} s")

@@ -46,6 +46,7 @@ def loop(tmp_path_factory):
     made = _invoke(profile, ["--config", CONFIG, "--out", tmp / "p.json", "--audio", DATA / "windows" /
                              "cmu_cards_en_w00.wav", *QUICK])
     assert made.exit_code == 0, made.stdout + made.stderr
+    (tmp / "profile.out").write_text(made.stdout)
     dev, test = _manifest(tmp / "dev.jsonl", DEV), _manifest(tmp / "test.jsonl", TEST)
     both = _manifest(tmp / "all.jsonl", DEV + TEST)
     ran = _invoke(bench, [both, "--config", CONFIG, "--save-traces", "--out", tmp / "bench"])
@@ -66,6 +67,10 @@ def test_the_profile_measures_what_the_engine_does(loop):
     assert set(data["prepare_s"]["alone"]) == {"2", "6"} and "detect_extra" in data["prepare_s"]
     costs = costs_of(data)
     assert costs.feasible_budget(7, source="whisper-tiny.en-ct2") and not costs.feasible_budget(8)
+    waves = data["batch_s"]["waves_e2e_s"]  # whole waves of the calibration request, each way: they price the waves
+    assert set(waves) == {"2", "4", "8"} and all(min(clock.values()) > 0 for clock in waves.values())
+    printed = (tmp / "profile.out").read_text()
+    assert "rows at once, as2d / target-only" in printed and f"up to {data['batch_s']['speculate_rows']} row" in printed
 
 
 def test_replay_prices_both_clocks_of_the_bench(loop):
