@@ -105,9 +105,8 @@ def time_waves(decodes: WaveDecodes, request: Request, rows: Sequence[int] = ROW
         for b in rows:
             copies = [attrs.evolve(request, request_id=f"{request.request_id}-row{i}") for i in range(b)]
             for method in (("as2d", "target-only") if round_ % 2 == 0 else ("target-only", "as2d")):
-                source = decodes.source if method == "as2d" else None
-
-                def decode_one(row: Request, wave_target: Target) -> object:
+                def decode_one(row: Request, wave_target: Target, method: str = method) -> object:
+                    source = decodes.source if method == "as2d" else None
                     return run_request(row, wave_target, source, method, decodes.options, bridge=decodes.bridge)
 
                 start = time.perf_counter()
