@@ -86,12 +86,12 @@ def clip_windows(audio: np.ndarray, times: Sequence[float], max_window_s: float 
     longer = sum(end - start > limit for start, end in clips)
     note = f"{longer} clip(s) longer than {max_window_s:g} s: only their first {max_window_s:g} s decoded" if longer \
         else None
-    return WindowPlan(windows, _gaps(windows, int(audio.size)), CLIPS, note)
+    return WindowPlan(windows, _gaps([(w.start, w.end) for w in windows], int(audio.size)), CLIPS, note)
 
 
 def outside_clips(audio: np.ndarray, times: Sequence[float]) -> tuple[tuple[float, float], ...]:
     """The (start_s, end_s) stretches of ``audio`` that no clip covers: skipped, and reported as skipped."""
-    return _gaps(_numbered(clip_spans(times, audio.size, _samples_of)), int(audio.size))
+    return _gaps(clip_spans(times, audio.size, _samples_of), int(audio.size))
 
 
 def _samples_of(seconds: float) -> int:
@@ -130,8 +130,9 @@ def _numbered(spans: list[tuple[int, int]]) -> tuple[Window, ...]:
     return tuple(Window(i, start, end) for i, (start, end) in enumerate(spans))
 
 
-def _gaps(windows: tuple[Window, ...], total: int) -> tuple[tuple[float, float], ...]:
-    edges = [0] + [x for w in windows for x in (w.start, w.end)] + [total]
+def _gaps(spans: Sequence[tuple[int, int]], total: int) -> tuple[tuple[float, float], ...]:
+    """The (start_s, end_s) stretches of ``total`` samples that no span (in order, apart) covers."""
+    edges = [0] + [x for span in spans for x in span] + [total]
     return tuple(
         (a / SAMPLE_RATE, b / SAMPLE_RATE) for a, b in zip(edges[::2], edges[1::2]) if b > a
     )
@@ -183,8 +184,9 @@ class SpeechMap:
     def span_of(self, joined_s: float, is_end: bool = False) -> int:
         ends = self._joined[0]
         sample = int(joined_s * SAMPLE_RATE)
-        if is_end and sample in ends:
-            return ends.index(sample)
+        at = bisect.bisect_left(ends, sample)
+        if is_end and at < len(ends) and ends[at] == sample:  # an end exactly at a span's end: that span
+            return at
         return min(bisect.bisect(ends, sample), len(ends) - 1)
 
     def original_s(self, joined_s: float, is_end: bool = False, span: int | None = None) -> float:
@@ -196,8 +198,7 @@ class SpeechMap:
         return round(self._joined[1][span] + joined_s, 2)
 
     def skipped(self, total: int) -> tuple[tuple[float, float], ...]:
-        edges = [0] + [x for span in self.spans for x in span] + [total]
-        return tuple((a / SAMPLE_RATE, b / SAMPLE_RATE) for a, b in zip(edges[::2], edges[1::2]) if b > a)
+        return _gaps(self.spans, total)
 
     def segments(self, segments: Sequence[Any]) -> list[Any]:
         """``segments`` (times in the joined audio) with their times in the original."""
