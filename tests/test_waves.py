@@ -24,7 +24,7 @@ from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.profile import FORMAT, NotAProfile, read_profile
 from as2d_core.decode.scheduler import (DEFAULT_WAVE_SIZE, WavePrice, drafting_pays_in_waves,
                                          speculate_rows_from, wave_prices)
-from as2d_core.input.waves import choose_waves
+from as2d_core.input.waves import UNPRICED, choose_waves
 from as2d_core.setup.build import resolve_config
 from as2d_core.setup.config import check_file
 from conftest import full_only
@@ -108,7 +108,7 @@ def test_the_choice_an_explicit_size_the_default_rule_and_what_keeps_windows_apa
     auto = DecodeOptions(route="windows")
     assert auto.batch_windows == "auto"
     rule = choose_waves(auto, "as2d", True, 9, None)
-    assert (rule.size, rule.drafts, rule.why) == (DEFAULT_WAVE_SIZE, True, "default rule")
+    assert (rule.size, rule.drafts, rule.why) == (DEFAULT_WAVE_SIZE, True, f"default rule ({UNPRICED})")
     assert choose_waves(auto, "as2d", True, 2, None).size == 2  # capped by the file's windows
     assert choose_waves(auto, "target-only", False, 9, None).drafts is False
     old = DecodeOptions(route="windows", profile="old.json")
@@ -238,7 +238,7 @@ SEEK_WHY = "Whisper's long form: each request starts where the one before ended"
 
 
 @pytest.mark.parametrize("profile, route", [
-    (None, {"route": "windows", "wave_size": 2, "drafts": True, "why": "default rule"}),
+    (None, {"route": "windows", "wave_size": 2, "drafts": True, "why": f"default rule ({UNPRICED})"}),
     pytest.param(NO_DRAFTING, {"route": "windows", "wave_size": 2, "drafts": False, "why": f"profile {NO_DRAFTING}"},
                  marks=full_only),  # the pricing rule: the property test below; a priced file: the auto profile's test
     pytest.param(NO_DRAFTING, {"route": "seek", "wave_size": 1, "drafts": False, "why": f"{SEEK_WHY}; target-only: "
@@ -309,6 +309,20 @@ def test_beams_on_the_windows_route_run_one_window_at_a_time_and_say_they_do_not
                                            "one window at a time: beams decode their hypotheses side by side instead"}
     sampled = pipeline.evolve(decode=attrs.evolve(beams, temperature=0.2))  # sampled: the drafts are verified
     assert sampled.route(3).drafts is True
+
+
+def test_a_route_that_drafts_unpriced_says_how_to_price_it():
+    """Without a device profile of this machine both routes draft by their default rule, and say what measures one."""
+    from as2d_core.input.pipeline import Pipeline, PipelineOptions
+    from tiny_lm import ScriptedSource, TinyLM
+    from tokenizer_bridges import IdentityBridge
+
+    seek = Pipeline(TinyLM(), ScriptedSource([3, 4]), PipelineOptions(decode=DecodeOptions(route="seek")),
+                    bridge=IdentityBridge.for_request)
+    assert seek.route(1).as_dict() == {"route": "seek", "wave_size": 1, "drafts": True,
+                                       "why": f"{SEEK_WHY}; drafts: {UNPRICED}"}
+    alone = Pipeline(TinyLM(), None, PipelineOptions(method="target-only", decode=DecodeOptions(route="seek")))
+    assert UNPRICED not in alone.route(1).why  # nothing to price
 
 
 def test_as2d_run_takes_this_machines_profile_by_itself(tmp_path, monkeypatch):

@@ -119,11 +119,15 @@ def _transcript_line(transcript) -> str:
         w = windows[0]
         return _summary_line(w.result, w.reference, w.exact)
     route = transcript.route or {}
-    waves = (f", waves of {route['wave_size']} {'drafting' if route['drafts'] else 'target-only'} ({route['why']})"
-             if route.get("route") == "windows" else "")
+    drafting = "drafting" if route.get("drafts") else "target-only"
+    if route.get("route") == "seek":
+        how = f"{len(windows)} requests (Whisper's seek{', ' + transcript.detector if transcript.detector else ''}), " \
+              f"{drafting} ({route['why']})"
+    else:
+        waves = f", waves of {route['wave_size']} {drafting} ({route['why']})" if route.get("route") == "windows" else ""
+        how = f"{len(windows)} windows ({transcript.detector or 'fixed cuts'}){waves}"
     parts = [
-        f"[{windows[0].result.method if windows else '-'}] {transcript.duration_s:.1f} s of audio in "
-        f"{len(windows)} windows ({transcript.detector or 'fixed cuts'}){waves}",
+        f"[{windows[0].result.method if windows else '-'}] {transcript.duration_s:.1f} s of audio in {how}",
         f"{totals['tokens']} tokens, audio to last token {totals['e2e_s']:.2f} s summed over windows, "
         f"decode clock {totals['decode_s']:.2f} s ({totals['tps']:.1f} tok/s)",
         f"wall {totals['wall_s']:.2f} s (RTF {totals['rtf']:.2f})",

@@ -54,7 +54,7 @@ from as2d_core.decode.words import add_words, prepare_words, speech_end_s
 from as2d_core.input.stream import BLOCK_S, CONTEXT_S, StreamSession
 from as2d_core.input.sequential import long_form_steps, sequential_windows, speech_only, window_result
 from as2d_core.input.transcript import Transcript, WindowResult
-from as2d_core.input.waves import WaveRoute, choose_waves, decoded_in_waves
+from as2d_core.input.waves import UNPRICED, WaveRoute, choose_waves, decoded_in_waves
 from as2d_core.input.windows import (CLIPS, SpeechDetector, Window, WindowPlan, clip_windows, outside_clips,
                                      plan_windows)
 
@@ -188,6 +188,8 @@ class Pipeline:
                                  "decoding alone on this device")
             if profile is not None and drafting_pays_alone(profile):
                 why += f"; drafts: profile {o.profile} prices drafting below decoding alone on this device"
+            elif drafts and profile is None:
+                why += f"; drafts: {UNPRICED}"
             return WaveRoute("seek", 1, drafts, why)
         process = drafts and drafts_one_job_at_a_time(self.source)  # a drafter process
         beams = o.beam_size > 1 and o.temperature[0] == 0  # each window's one decode: beam search, target-only

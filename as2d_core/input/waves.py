@@ -6,7 +6,9 @@ size) or ``"auto"``, the default. Auto takes the cheapest way per committed toke
 (``--profile``, a configuration's ``profile``: ``decode.scheduler.wave_prices`` over its ``batch_s``): waves of 1,
 2, 4 or 8 windows (no more than the file has), each window drafting (as2d) or target-only. Without a profile
 that measured batches it takes the default rule, ``decode.scheduler.DEFAULT_WAVE_SIZE``: waves of 4 drafting, the
-fastest exact setting measured on this repository's 2 cores (BENCHMARKS.md section 15). A serial baseline
+fastest exact setting measured on this repository's 2 cores on as2d's own windows (BENCHMARKS.md section 15;
+on faster-whisper's batched windows an AMD host measured it at 0.9x, section 45), and the route's reason says that
+no profile priced it (``UNPRICED``). A serial baseline
 (``sd-kN``) drafts on demand, taking turns with the target: auto leaves it one window at a time.
 
 Whatever is chosen, each window's tokens are exactly its target-only tokens (``decode.together``); what is
@@ -49,6 +51,10 @@ class WaveRoute:
         return out
 
 
+# what a route that drafts by default says where no profile prices it (``decode.profile.profile_path``)
+UNPRICED = "no device profile of this machine prices drafting: `as2d profile` measures one"
+
+
 def choose_waves(options: DecodeOptions, method: str, has_source: bool, windows: int, profile: dict | None,
                  alone_because: str | None = None) -> WaveRoute:
     """The route of ``windows`` windows decoded by ``method`` (``has_source``: a drafter is loaded), priced from
@@ -73,6 +79,7 @@ def choose_waves(options: DecodeOptions, method: str, has_source: bool, windows:
         return WaveRoute("windows", best.size, best.drafts, f"profile {options.profile}" + apart,
                          best.seconds_per_token)
     unpriced = f" ({options.profile} has no batch costs, batch_s)" if profile is not None else ""
+    unpriced = unpriced or (f" ({UNPRICED})" if drafting else "")
     return WaveRoute("windows", min(DEFAULT_WAVE_SIZE, most), drafting, "default rule" + unpriced + apart)
 
 
