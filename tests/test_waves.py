@@ -311,8 +311,9 @@ def test_beams_on_the_windows_route_run_one_window_at_a_time_and_say_they_do_not
     assert sampled.route(3).drafts is True
 
 
-def test_a_route_that_drafts_unpriced_says_how_to_price_it():
-    """Without a device profile of this machine both routes draft by their default rule, and say what measures one."""
+def test_a_route_that_drafts_unpriced_says_how_to_price_it_and_beams_say_they_do_not_draft():
+    """Without a device profile of this machine both routes draft by their default rule, and say what measures one;
+    the seek route's beams run target-only, and only the fallback's sampled rounds draft."""
     from as2d_core.input.pipeline import Pipeline, PipelineOptions
     from tiny_lm import ScriptedSource, TinyLM
     from tokenizer_bridges import IdentityBridge
@@ -323,6 +324,11 @@ def test_a_route_that_drafts_unpriced_says_how_to_price_it():
                                        "why": f"{SEEK_WHY}; drafts: {UNPRICED}"}
     alone = Pipeline(TinyLM(), None, PipelineOptions(method="target-only", decode=DecodeOptions(route="seek")))
     assert UNPRICED not in alone.route(1).why  # nothing to price
+    beams = seek.evolve(decode=DecodeOptions(route="seek", beam_size=5, temperature=0))
+    assert beams.route(1).as_dict() == {"route": "seek", "wave_size": 1, "drafts": False, "why": f"{SEEK_WHY}; "
+                                        "target-only: beams decode their hypotheses side by side instead"}
+    fallback = seek.evolve(decode=DecodeOptions(route="seek", beam_size=5))  # its sampled rounds draft
+    assert fallback.route(1).drafts is True and "the fallback's sampled rounds draft" in fallback.route(1).why
 
 
 def test_as2d_run_takes_this_machines_profile_by_itself(tmp_path, monkeypatch):

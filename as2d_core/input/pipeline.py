@@ -182,6 +182,11 @@ class Pipeline:
         drafts = self.source is not None and get_method(self.options.method).needs_source
         if o.route == "seek":
             why = "Whisper's long form: each request starts where the one before ended"
+            if drafts and o.beam_size > 1 and o.temperature[0] == 0:  # beams run target-only; sampled rounds may draft
+                if not any(o.temperature):
+                    return WaveRoute("seek", 1, False, f"{why}; target-only: beams decode their hypotheses side by "
+                                     "side instead")
+                why += "; beams decode target-only, the fallback's sampled rounds draft"
             profile = self.device_profile() if drafts else None
             if profile is not None and speculate_rows_from(profile) == 0:  # one request at a time: a batch of 1
                 return WaveRoute("seek", 1, False, f"{why}; target-only: profile {o.profile} prices drafting above "
