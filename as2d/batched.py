@@ -8,8 +8,9 @@ their verifications made in one call of the target's windows graph, and each win
 its own greedy output. The segments and the info are ``WhisperModel.transcribe``'s, which this runs.
 ``batch_size="auto"`` (as2d's default; faster-whisper's is 8) prices the wave size and whether the windows draft
 from a device profile (``profile=``), else takes waves of 4 drafting (``as2d_core.input.waves``); a number is the
-wave size, its windows drafting unless the profile prices that above target-only. ``info.route`` says what was
-taken and why.
+wave size, its windows drafting unless the profile prices that above target-only. With ``beam_size`` over 1
+the windows' beam searches step side by side in waves of ``batch_size`` (auto: 4), one call a step for all
+their rows, as faster-whisper's batched pipeline searches its batch. ``info.route`` says what was taken and why.
 """
 from __future__ import annotations
 

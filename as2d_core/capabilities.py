@@ -6,7 +6,7 @@ several windows in one call, timestamps, scores, beams, word timing, language de
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -245,6 +245,33 @@ class BeamScoring(Protocol):
         """``width`` rows holding the prompt alone (the session's own cache is left as it is); ``as_verified``:
         scored with the arithmetic of the session's own verification, never a faster one for beams alone (sampled
         rows must draw what a decode alone draws)."""
+
+
+@runtime_checkable
+class BeamWave(Protocol):
+    """The beam rows of several prepared sessions (a wave of windows), each step of all of them in one call, as
+    faster-whisper's batched pipeline searches its batch: a decoder call reads all its weights however few rows
+    it appends. Made by ``BeamWaves.beam_wave``; ``decode.together.BeamsTogether`` gathers the steps."""
+
+    size: int  # windows side by side at most
+
+    def rows(self, session: TargetSession, width: int, gather: "Callable[[object], list[np.ndarray]]") -> BeamRows:
+        """``session``'s ``width`` rows in the wave. Their ``advance`` stages its step and hands it to ``gather``,
+        which returns, once one call served every member of the wave, what ``step`` gave for it."""
+
+    def step(self, asks: Sequence[tuple[TargetSession, object]]) -> list[list[np.ndarray]]:
+        """One call for every member's staged step ``(session, staged)``: each member's raw logits per row,
+        what its rows would get alone (the rows' contract)."""
+
+
+@runtime_checkable
+class BeamWaves(Protocol):
+    """Optional for a target: beam search of several windows side by side (``BeamWave``)."""
+
+    def beam_wave(self, size: int, width: int, threads: int) -> BeamWave | None:
+        """A wave of up to ``size`` windows with ``width`` rows each, or None where this target (its backend, its
+        model files) cannot. A row scores as it would in a wave of one, on the same arithmetic (as a
+        ``WindowGroup``'s rows)."""
 
 
 @runtime_checkable

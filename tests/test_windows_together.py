@@ -1,5 +1,6 @@
-"""Windows decoded side by side (``DecodeOptions.batch_windows``): one call verifies a wave's windows, and
-every window's tokens are still the ones it gets alone.
+"""Windows decoded side by side (``DecodeOptions.batch_windows``): one call verifies a wave's windows, or makes a
+step of all their beam searches (``decode.together.BeamsTogether``), and every window's tokens are still the ones
+it gets alone.
 
 The rendezvous is checked with real threads on a small deterministic model (any drafts, any budget, a
 window that fails); the Whisper group on the real models and real speech kept in the repository:
@@ -18,15 +19,16 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from as2d_core.contracts import Request
+from as2d_core.decode.beam import BeamOptions, run_beam_request
 from as2d_core.decode.request import run_request
-from as2d_core.decode.together import WindowsTogether
+from as2d_core.decode.together import BeamsTogether, WindowsTogether
 from as2d_core.input.audio import load_audio
 from as2d_core.input.pipeline import Pipeline, PipelineOptions
 from as2d_core.setup.build import build_pipeline
 from as2d_core.decode.options import DecodeOptions
 from conftest import full_only
 from drafting import options_that_draft
-from tiny_lm import ScriptedSource, TinyLM
+from tiny_lm import ScriptedSource, TinyBeamRows, TinyLM
 
 REPO = Path(__file__).resolve().parents[1]
 SR = 16000
@@ -114,6 +116,94 @@ def test_a_failed_call_fails_its_windows_and_a_failed_window_holds_no_one_up():
     results = _wave(WindowsTogether(model, OneBadPrepare(model, 3), 3), requests)
     assert isinstance(results[1], ValueError)
     assert [results[0].tokens, results[2].tokens] == [alone[0], alone[2]]
+
+
+class TinyBeamWave:
+    """A beam wave on the tiny model (``capabilities.BeamWave``): each window's rows advance on their own, the
+    steps of the wave counted by the windows they carry."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.steps: list[int] = []
+
+    def rows(self, session, width, gather):
+        return _TinyWaveRows(TinyBeamRows(session, width), gather)
+
+    def step(self, asks):
+        self.steps.append(len(asks))
+        return [rows.inner.advance(spec) for _, (rows, spec) in asks]
+
+
+class _TinyWaveRows:
+    def __init__(self, inner: TinyBeamRows, gather):
+        self.inner, self._gather, self.width = inner, gather, inner.width
+
+    def first_logits(self):
+        return self.inner.first_logits()
+
+    def advance(self, rows):
+        return self._gather((self, rows))
+
+    def close(self):
+        self.inner.close()
+
+
+def _beam_wave(target, requests, beam_size, as_verified_id=None):
+    """``requests`` searched at once, each in a thread of its own, as the pipeline runs a wave of beams."""
+    results: list = [None] * len(requests)
+
+    def one(i):
+        try:
+            if requests[i].request_id == as_verified_id:  # sampled rows: the window's own, outside the wave
+                session = target.prepare(requests[i], 1)
+                rows = session.beam_rows(beam_size, True)
+                results[i] = rows.first_logits().argmax()
+                rows.close()
+                session.close()
+            else:
+                results[i] = run_beam_request(requests[i], target, BeamOptions(beam_size))
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            results[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "a window of the wave never ended"
+    return results
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(windows=st.integers(2, 4), beam_size=st.integers(2, 4), seed=st.integers(0, 10_000))
+def test_a_wave_of_beam_searches_equals_each_search_alone(windows, beam_size, seed):
+    """Each window's beam search steps at the wave's rendezvous and still finds its own best hypothesis; a step
+    carried every window still searching."""
+    model = TinyLM(seed=seed)
+    requests = _requests(windows)
+    alone = [run_beam_request(r, model, BeamOptions(beam_size)).tokens for r in requests]
+    wave = TinyBeamWave(windows)
+    together = _beam_wave(BeamsTogether(model, wave, windows), requests, beam_size)
+    assert [r.tokens for r in together] == alone
+    assert wave.steps and wave.steps[0] == windows  # the first step waited for every window, then served them all
+
+
+def test_a_window_that_leaves_a_beam_wave_or_fails_holds_no_one_up():
+    model = TinyLM(seed=3)
+    requests = _requests(3)
+    alone = [run_beam_request(r, model, BeamOptions(3)).tokens for r in requests]
+
+    class OneBadPrepare(TinyLM):
+        def prepare(self, request, threads):
+            if request.request_id == "w1":
+                raise ValueError("bad audio")
+            return super().prepare(request, threads)
+
+    results = _beam_wave(BeamsTogether(OneBadPrepare(seed=3), TinyBeamWave(3), 3), requests, 3)
+    assert isinstance(results[1], ValueError)
+    assert [results[0].tokens, results[2].tokens] == [alone[0], alone[2]]
+    results = _beam_wave(BeamsTogether(model, TinyBeamWave(3), 3), requests, 3, as_verified_id="w0")
+    assert [results[1].tokens, results[2].tokens] == [alone[1], alone[2]]
 
 
 # --------------------------------------------------------------------------- Whisper, real speech
@@ -212,3 +302,80 @@ def test_a_target_without_a_windows_graph_decodes_one_window_at_a_time(whisper_s
     transcript = build_pipeline(tiny, None, PipelineOptions(method="target-only", language="en", decode=decode)).transcribe(
         file_audio[: 40 * SR], request_id="tiny")
     assert len(transcript.windows) >= 2 and transcript.text.strip()
+
+
+def test_whisper_beam_wave_rows_equal_rows_of_their_own(whisper_target, group_rows):
+    """Three windows' beam rows stepping in one call of the windows graph, under arbitrary forks (any parent, any
+    prefix kept, one or two tokens appended), the windows leaving after 4, 8 and 12 steps: every row's logits are
+    those of the same window's rows alone on that graph (``beams.WindowsRows``), the same masks, the scores equal
+    but for the rounding of reductions whose length follows the call's widest row and longest cache (as in the
+    greedy windows group: the file test below and the batched pipeline's tests compare the tokens)."""
+    from as2d_whisper.beams import WindowsRows
+
+    width = 4
+    together = BeamsTogether(whisper_target, whisper_target.beam_wave(3, width, 2), 3)
+    failures: list = []
+
+    def one(i: int, steps: int) -> None:
+        rng = np.random.default_rng(i)
+        session = together.prepare(group_rows[i], 2)
+        own_session = whisper_target.prepare(group_rows[i], 2)
+        rows, own = session.beam_rows(width), WindowsRows(own_session, width)
+        held = [0] * width
+        try:
+            for step in range(steps):
+                spec = []
+                for _ in range(width):
+                    parent = int(rng.integers(0, width))
+                    spec.append((parent, int(rng.integers(0, held[parent] + 1)),
+                                 [int(t) for t in rng.integers(0, 50_000, rng.integers(1, 3))]))
+                held = [kept + len(tokens) for _, kept, tokens in spec]
+                got, expected = rows.advance(spec), own.advance(spec)
+                for a, b in zip(got, expected):  # the same masks, the same scores to the last bits' rounding
+                    assert np.array_equal(np.isfinite(a), np.isfinite(b)), (i, step)
+                    assert np.allclose(a[np.isfinite(a)], b[np.isfinite(b)], rtol=0, atol=1e-4), (i, step)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+        finally:
+            rows.close()
+            session.close()
+            own.close()
+            own_session.close()
+
+    threads = [threading.Thread(target=one, args=(i, steps)) for i, steps in enumerate((8, 4, 12))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads), "a window of the wave never ended"
+    assert not failures, failures
+
+
+def test_a_file_searched_by_beams_in_waves_equals_one_window_at_a_time(whisper_target, whisper_int8_target, file_audio,
+                                                                       monkeypatch):
+    """The windows route's beams step side by side (as faster-whisper's batched pipeline searches its batch): the
+    same tokens in waves of 3 as one window at a time, and as each window's search on the beams graph; an int8
+    folder, whose beams graph scores in int8 layers, searches one window at a time and says why."""
+    from as2d_whisper.beams import WhisperBeamWave
+    from as2d_whisper.target import WhisperTarget
+
+    def transcribe(target, batch_windows):
+        decode = DecodeOptions(route="windows", beam_size=5, temperature=0, batch_windows=batch_windows, profile=None)
+        return build_pipeline(target, None, PipelineOptions(method="target-only", language="en", decode=decode)
+                              ).transcribe(file_audio, request_id=f"beams{batch_windows}")
+
+    windows_per_step: list[int] = []
+    step = WhisperBeamWave.step
+    monkeypatch.setattr(WhisperBeamWave, "step",
+                        lambda self, asks: windows_per_step.append(len(asks)) or step(self, asks))
+    waves = transcribe(whisper_target, 3)
+    assert waves.route == {"route": "windows", "wave_size": 3, "drafts": False, "beams": True,
+                           "why": "batch_windows 3; beam search side by side, target-only"}
+    assert max(windows_per_step) == 3 and len(waves.windows) >= 4
+    monkeypatch.setattr(WhisperTarget, "beam_wave", lambda self, size, width, threads: None)  # the beams graph alone
+    alone = transcribe(whisper_target, 3)
+    assert alone.route == {"route": "windows", "wave_size": 1, "drafts": False, "why": "batch_windows 3; one window "
+                           "at a time: beams decode their hypotheses side by side instead"}
+    assert [w.tokens for w in waves.windows] == [w.tokens for w in alone.windows]
+    monkeypatch.undo()
+    assert whisper_int8_target.beam_wave(3, 5, 2) is None  # its own int8 beams graph, one window at a time

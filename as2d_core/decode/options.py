@@ -172,9 +172,10 @@ class DecodeOptions:
         "one call of a target that can (whisper-base and whisper-base-int8 on ONNX Runtime); each window's tokens are "
         "the ones it gets alone. auto: the wave size (1, 2, 4 or 8) and whether the windows draft, priced from "
         "--profile's batch costs, else waves of 4 drafting (measured on 2 cores); a number: waves of that many, drafting "
-        "unless --profile prices it above target-only at that size; 1: one window at a time. Files "
-        "only, and not with --condition-on-previous-text (a window waits for the text before it) nor while text is "
-        "streamed as it is committed.", converter=wave_size, config_kinds=(str, int))
+        "unless --profile prices it above target-only at that size; 1: one window at a time. Beams (--beam-size over "
+        "1 at --temperature 0) search a wave's windows side by side, target-only, in waves of this many (auto: 4). "
+        "Files only, and not with --condition-on-previous-text (a window waits for the text before it) nor while "
+        "text is streamed as it is committed.", converter=wave_size, config_kinds=(str, int))
     profile: str | None = _option(
         "auto", "profile", "A device profile (as2d profile's JSON) whose costs decide whether drafting pays: on the "
         "seek route, --batch-windows' waves and as2d serve's --speculate-rows; in a configuration, a relative "

@@ -8,27 +8,31 @@ still decoding has asked; the last to ask makes one call of the group for all of
 for it. Every row gets the tokens its own call would give (the group's contract), so every method
 stays exact; what changes is how many calls the target makes. Measured in BENCHMARKS.md section 14:
 windows that verify while others encode share few calls, so a wave's windows are all prepared first.
+
+Beam search gathers the same way (``BeamsTogether``): each window's search runs ``run_beam_request`` unchanged,
+and every step of its rows waits at the wave's rendezvous for one call of the target's ``BeamWave``.
 """
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from as2d_core.capabilities import WindowGroup
+from as2d_core.capabilities import BeamRows, BeamWave, WindowGroup
 from as2d_core.contracts import Request, Target, TargetSession
 from as2d_core.decode.wrappers import SessionWrapper, TargetWrapper
 
 
 class Rendezvous:
-    """Where the sessions of a wave meet to verify together."""
+    """Where the sessions of a wave meet: each asks, and once every member has asked one ``call`` answers all
+    (``call(asks)``: each ask's answer, in order; the group's ``verify_rows``, a beam wave's ``step``)."""
 
-    def __init__(self, group: WindowGroup, expected: int) -> None:
-        self.group = group
+    def __init__(self, call: Callable[[list[tuple]], list], expected: int) -> None:
+        self._call = call
         self._ready = threading.Condition()
         self._expected = expected  # windows of the wave not joined yet
         self._members: set[int] = set()  # sessions that verify together, by id
-        self._asked: dict[int, tuple[TargetSession, int, Sequence[int]]] = {}
-        self._answers: dict[int, list[int] | BaseException] = {}
+        self._asked: dict[int, tuple] = {}
+        self._answers: dict[int, object] = {}
 
     def join(self, session: TargetSession) -> None:
         """``session`` (prepared) verifies with the others from now on."""
@@ -45,9 +49,13 @@ class Rendezvous:
 
     def verify(self, session: TargetSession, root: int, candidates: Sequence[int]) -> list[int]:
         """``session``'s predictions, from the first call made once every member has asked."""
+        return self.ask(session, root, candidates)
+
+    def ask(self, session: TargetSession, *asked):
+        """The answer to ``(session, *asked)`` from the first call made once every member has asked."""
         key = id(session)
         with self._ready:
-            self._asked[key] = (session, root, candidates)
+            self._asked[key] = (session, *asked)
             self._answer_if_all_asked()
             while key not in self._answers:
                 self._ready.wait()
@@ -69,7 +77,7 @@ class Rendezvous:
         keys, rows = list(self._asked), list(self._asked.values())
         self._asked.clear()
         try:
-            answers: list = self.group.verify_rows(rows)
+            answers: list = self._call(rows)
         except BaseException as exc:  # every waiting window hears it, none hangs
             answers = [exc] * len(rows)
         self._answers.update(zip(keys, answers))
@@ -101,7 +109,7 @@ class WindowsTogether(TargetWrapper):
     def __init__(self, target: Target, group: WindowGroup, windows: int) -> None:
         super().__init__(target)
         self.group = group
-        self.rendezvous = Rendezvous(group, windows)
+        self.rendezvous = Rendezvous(group.verify_rows, windows)
 
     def prepare(self, request: Request, threads: int) -> TargetSession:
         try:
@@ -111,3 +119,77 @@ class WindowsTogether(TargetWrapper):
             raise
         self.rendezvous.join(session)
         return GatheredSession(session, self.rendezvous)
+
+
+class BeamsTogether(TargetWrapper):
+    """``target`` for one wave of ``windows`` concurrent ``run_beam_request`` calls: each request is prepared as
+    alone and joins the wave's rendezvous; its beam rows are the wave's (``BeamWave.rows``), whose every step
+    waits there for one call of all the wave's rows."""
+
+    def __init__(self, target: Target, wave: BeamWave, windows: int) -> None:
+        super().__init__(target)
+        self.wave = wave
+        self.rendezvous = Rendezvous(wave.step, windows)
+        self._preparing = threading.Lock()  # one window's encoder at a time, on all the threads
+
+    def prepare(self, request: Request, threads: int) -> TargetSession:
+        try:
+            with self._preparing:
+                session = self.inner.prepare(request, threads)
+        except BaseException:
+            self.rendezvous.abandon()
+            raise
+        self.rendezvous.join(session)
+        return _WaveSession(session, self)
+
+
+class _WaveSession(SessionWrapper):
+    """A session of a beam wave: its beam rows step at the wave's rendezvous; it leaves the wave when its rows or
+    itself close, and before anything else it does (a greedy decode, sampled rows) that the wave cannot serve."""
+
+    def __init__(self, inner: TargetSession, together: BeamsTogether) -> None:
+        super().__init__(inner)
+        self._together = together
+        self.beam_rows = self._rows_in_wave  # not the inner session's own, which the wrapper forwards
+
+    def _rows_in_wave(self, width: int, as_verified: bool = False) -> BeamRows:
+        rendezvous, inner = self._together.rendezvous, self.inner
+        if as_verified:  # rows scored as the session verifies: its own, outside the wave
+            rendezvous.leave(inner)
+            return inner.beam_rows(width, as_verified)
+        try:
+            rows = self._together.wave.rows(inner, width, lambda staged: rendezvous.ask(inner, staged))
+        except BaseException:
+            rendezvous.leave(inner)
+            raise
+        return _LeavingRows(rows, lambda: rendezvous.leave(inner))
+
+    def verify(self, root: int, candidates: Sequence[int]) -> list[int]:
+        self._together.rendezvous.leave(self.inner)
+        return self.inner.verify(root, candidates)
+
+    def close(self) -> None:
+        try:
+            self._together.rendezvous.leave(self.inner)
+        finally:
+            self.inner.close()
+
+
+class _LeavingRows:
+    """A wave's rows that leave its rendezvous when closed, so the other windows stop waiting for them."""
+
+    def __init__(self, rows: BeamRows, leave: Callable[[], None]) -> None:
+        self._rows, self._leave = rows, leave
+        self.width = rows.width
+
+    def first_logits(self):
+        return self._rows.first_logits()
+
+    def advance(self, rows):
+        return self._rows.advance(rows)
+
+    def close(self) -> None:
+        try:
+            self._rows.close()
+        finally:
+            self._leave()

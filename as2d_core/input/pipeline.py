@@ -36,7 +36,7 @@ import attrs
 import numpy as np
 
 from as2d_core.input.audio import AudioInfo, DecodedAudio, mono_samples, read_audio
-from as2d_core.capabilities import WindowBatching, WindowGroup, drafts_one_job_at_a_time
+from as2d_core.capabilities import BeamWave, BeamWaves, WindowBatching, WindowGroup, drafts_one_job_at_a_time
 from as2d_core.decode.profile import cached_profile, profile_path
 from as2d_core.decode.scheduler import drafting_pays_alone, speculate_rows_from, wave_prices
 from as2d_core.contracts import SAMPLE_RATE, BridgeFactory, Recording, Request, Source, Target, TokenPrompt
@@ -54,7 +54,7 @@ from as2d_core.decode.words import add_words, prepare_words, speech_end_s
 from as2d_core.input.stream import BLOCK_S, CONTEXT_S, StreamSession
 from as2d_core.input.sequential import long_form_steps, sequential_windows, speech_only, window_result
 from as2d_core.input.transcript import Transcript, WindowResult
-from as2d_core.input.waves import UNPRICED, WaveRoute, choose_waves, decoded_in_waves
+from as2d_core.input.waves import UNPRICED, WaveRoute, choose_beam_waves, choose_waves, decoded_in_waves
 from as2d_core.input.windows import (CLIPS, SpeechDetector, Window, WindowPlan, clip_windows, outside_clips,
                                      plan_windows)
 
@@ -146,6 +146,7 @@ class Pipeline:
         self._long_form_detector = long_form_detector
         self._decode = decode
         self._rows = True  # until a prepared session says otherwise: the target decodes samples side by side
+        self._side_by_side: bool | None = None  # whether the target searches windows' beams side by side (unasked)
         self._lock = threading.Lock()
         self.device_profile()  # a file that is no device profile fails here, before any audio is read
 
@@ -164,6 +165,14 @@ class Pipeline:
     def long_form_detector(self) -> SpeechDetector | None:
         self._long_form_detector = _made(self._long_form_detector)
         return self._long_form_detector
+
+    def _searches_side_by_side(self) -> bool:
+        """Whether the target searches windows' beams side by side (``capabilities.BeamWaves``: it makes a wave)."""
+        if self._side_by_side is None:
+            o = self.options.decode
+            self._side_by_side = isinstance(self.target, BeamWaves) and \
+                self.target.beam_wave(1, o.beam_size, o.target_threads) is not None
+        return self._side_by_side
 
     def device_profile(self) -> dict | None:
         """The device profile ``decode.profile`` names, or None; ``decode.profile.NotAProfile`` (a ValueError)
@@ -198,6 +207,9 @@ class Pipeline:
             return WaveRoute("seek", 1, drafts, why)
         process = drafts and drafts_one_job_at_a_time(self.source)  # a drafter process
         beams = o.beam_size > 1 and o.temperature[0] == 0  # each window's one decode: beam search, target-only
+        if beams and not streamed and not o.condition_on_previous_text and self._decode is None \
+                and self._searches_side_by_side():
+            return choose_beam_waves(o, windows)
         alone = ("text is streamed as it is committed" if streamed else
                  "each window is conditioned on the text before it" if o.condition_on_previous_text else
                  "beams decode their hypotheses side by side instead" if o.beam_size > 1 else
@@ -255,13 +267,15 @@ class Pipeline:
         return add_words(self.target, request, result, self.options.decode.target_threads, last_speech_s, tokens)
 
     def _in_mode(self, request: Request, method: str, options: DecodeOptions, on_commit: OnCommit | None = None,
-                 source: Source | None = None) -> DecodeResult:
-        """The request in its mode: the target's beam search at temperature 0 when the options ask for beams
-        (``decode.beam``: beams run target-only), else ``method`` (greedy or seeded sampling)."""
+                 source: Source | None = None, target: Target | None = None) -> DecodeResult:
+        """The request in its mode on ``target`` (a wave's; the pipeline's own by default): the target's beam search
+        at temperature 0 when the options ask for beams (``decode.beam``: beams run target-only), else ``method``
+        (greedy or seeded sampling)."""
+        target = target or self.target
         if request.temperature == 0 and options.beam_size > 1:
             beam = BeamOptions(options.beam_size, options.patience, options.length_penalty)
-            return run_beam_request(request, self.target, beam, options, source, self.bridge)
-        return run_request(request, self.target, source, method, options, on_commit, self.bridge)
+            return run_beam_request(request, target, beam, options, source, self.bridge)
+        return run_request(request, target, source, method, options, on_commit, self.bridge)
 
     def transcribe(
         self, audio: str | Path | np.ndarray | DecodedAudio, request_id: str | None = None, check: bool = False,
@@ -369,10 +383,13 @@ class Pipeline:
             finally:  # a caller that stops early stops the lookahead before the lock is free
                 decoded.close()
 
-    def _waves(self, windows: int, streamed: bool = False) -> tuple[WaveRoute, WindowGroup | None]:
+    def _waves(self, windows: int, streamed: bool = False) -> tuple[WaveRoute, WindowGroup | BeamWave | None]:
         """The file's route (``route``) and, for waves, the target's group of that size; a target whose group
         cannot be made (no windows graph) decodes one window at a time, and the route says so."""
         route = self.route(windows, streamed)
+        o = self.options.decode
+        if route.beams:  # every size, one at a time too: a row scores alike in any wave
+            return route, self.target.beam_wave(route.size, o.beam_size, o.target_threads)
         if route.size < 2:
             return route, None
         group = self.target.window_group(route.size, self.options.decode.target_threads)
@@ -383,7 +400,7 @@ class Pipeline:
 
     def _decoded(self, samples: np.ndarray, windows: tuple[Window, ...], request_id: str,
                  on_text: Callable[[str], None] | None, route: WaveRoute | None = None,
-                 group: WindowGroup | None = None) -> Iterator[tuple[Request, DecodeResult]]:
+                 group: WindowGroup | BeamWave | None = None) -> Iterator[tuple[Request, DecodeResult]]:
         """Each window's request and result, by ``route`` (in waves with ``group``, else one window at a time; the
         caller holds the lock), its words timed in window order (``_timed_in_order``)."""
         decoded = self._untimed(samples, windows, request_id, on_text, route, group)
@@ -405,7 +422,7 @@ class Pipeline:
 
     def _untimed(self, samples: np.ndarray, windows: tuple[Window, ...], request_id: str,
                  on_text: Callable[[str], None] | None, route: WaveRoute | None,
-                 group: WindowGroup | None) -> Iterator[tuple[Request, DecodeResult]]:
+                 group: WindowGroup | BeamWave | None) -> Iterator[tuple[Request, DecodeResult]]:
         """``_decoded`` before the words are timed."""
 
         def make(w: Window, previous: str | None) -> Request:  # previous: the text before it, when conditioning
@@ -455,10 +472,11 @@ class Pipeline:
                 ahead.cancel()
 
     def _in_wave(self, options: DecodeOptions, method: str, request: Request, target: Target) -> DecodeResult:
-        """One window of a wave on the wave's ``target`` (``decode.together``), with a drafter job of its own."""
+        """One window of a wave on the wave's ``target`` (``decode.together``), with a drafter job of its own, or its
+        beam search (a beam wave's)."""
         source = self._ahead.inner if self._ahead is not None else self.source
         source = source if get_method(method).needs_source else None
-        return run_request(request, target, source, method, options, None, self.bridge)
+        return self._in_mode(request, method, options, None, source, target)
 
     def stream(self, block_s: float = BLOCK_S, context_s: float = CONTEXT_S, check: bool = False):
         """A stream fed block by block (``feed``), each block one request over the current context view."""

@@ -21,13 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import attrs
 
-from as2d_core.capabilities import WindowGroup
+from as2d_core.capabilities import BeamWave, WindowGroup
 from as2d_core.contracts import Request, Target
 from as2d_core.decode.methods import get_method
 from as2d_core.decode.options import AUTO, DecodeOptions
 from as2d_core.decode.result import DecodeResult
 from as2d_core.decode.scheduler import DEFAULT_WAVE_SIZE, drafting_pays_in_waves, wave_prices
-from as2d_core.decode.together import WindowsTogether
+from as2d_core.decode.together import BeamsTogether, WindowsTogether
 
 
 @attrs.frozen
@@ -39,6 +39,7 @@ class WaveRoute:
     drafts: bool = False
     why: str = ""  # "profile PATH", "default rule", "batch_windows N", and what kept the windows apart
     seconds_per_token: float | None = None  # the profile's price of the choice
+    beams: bool = False  # each window's beam search, its steps made with the wave's others (``BeamWave``)
 
     def method(self, asked: str) -> str:
         """The method each window runs: the one ``asked`` for, or target-only where the route does not draft."""
@@ -48,9 +49,15 @@ class WaveRoute:
         out = {"route": self.route, "wave_size": self.size, "drafts": self.drafts, "why": self.why}
         if self.seconds_per_token is not None:
             out["priced_s_per_token"] = self.seconds_per_token
+        if self.beams:
+            out["beams"] = True
         return out
 
 
+# beam search's waves without a size from the user: whisper-base's beam 5 on the 330 s recording took 17.77 s in
+# waves of 4 and 20.76 s one window at a time, and 17.18 s in waves of 8 for 180 MB more at its peak (1,565 MB
+# against 1,383 MB; fp32, 2 cores; BENCHMARKS.md section 46)
+BEAM_WAVE_SIZE = 4
 # what a route that drafts by default says where no profile prices it (``decode.profile.profile_path``)
 UNPRICED = "no device profile of this machine prices drafting: `as2d profile` measures one"
 
@@ -83,16 +90,29 @@ def choose_waves(options: DecodeOptions, method: str, has_source: bool, windows:
     return WaveRoute("windows", min(DEFAULT_WAVE_SIZE, most), drafting, "default rule" + unpriced + apart)
 
 
-def decoded_in_waves(requests: list[Request], target: Target, group: WindowGroup,
+def choose_beam_waves(options: DecodeOptions, windows: int) -> WaveRoute:
+    """The route of ``windows`` windows decoded by beam search (target-only: drafts do not pay for beams), each
+    window's rows stepping with the wave's others: the user's ``batch_windows``, else waves of
+    ``BEAM_WAVE_SIZE``, which no profile prices yet (BENCHMARKS.md section 46 measured the sizes)."""
+    if options.batch_windows != AUTO:
+        size, why = options.batch_windows, f"batch_windows {options.batch_windows}"
+    else:
+        size, why = BEAM_WAVE_SIZE, f"beams: waves of {BEAM_WAVE_SIZE}"
+    return WaveRoute("windows", max(1, min(size, windows)), False, f"{why}; beam search side by side, target-only",
+                     beams=True)
+
+
+def decoded_in_waves(requests: list[Request], target: Target, group: WindowGroup | BeamWave,
                      decode_one: Callable[[Request, Target], DecodeResult]) -> Iterator[tuple[Request, DecodeResult]]:
-    """The windows decoded in waves of ``group.size`` (a group of ``target``'s), each window in a thread of its own
-    (``decode_one``: its request on the wave's target, with its own drafter job), a wave's verifications made together
-    (``decode.together``); results in window order."""
+    """The windows decoded in waves of ``group.size`` (a group of ``target``'s, or its beam wave), each window in a
+    thread of its own (``decode_one``: its request on the wave's target, with its own drafter job), a wave's
+    verifications, or beam steps, made together (``decode.together``); results in window order."""
+    together = WindowsTogether if isinstance(group, WindowGroup) else BeamsTogether
     with ThreadPoolExecutor(group.size, thread_name_prefix="as2d-window") as pool:
         for first in range(0, len(requests), group.size):
             wave = requests[first : first + group.size]
-            together = WindowsTogether(target, group, len(wave))
-            futures = [pool.submit(decode_one, request, together) for request in wave]
+            wave_target = together(target, group, len(wave))
+            futures = [pool.submit(decode_one, request, wave_target) for request in wave]
             results = [future.result() for future in futures]  # the wave's windows all end before the next starts
             for request, result in zip(wave, results):
                 yield request, result

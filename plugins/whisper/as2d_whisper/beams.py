@@ -20,11 +20,12 @@ verification applies them.
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Sequence
 
 import numpy as np
 
-from .graph_io import BEAMS_FILE, OWN, PROMPT, WINDOWS_FILE, audio_feed, kv_feed
+from .graph_io import BEAMS_FILE, OWN, PROMPT, WINDOWS_FILE, audio_feed, audio_input_names, kv_feed
 
 
 class _Rows:
@@ -206,6 +207,141 @@ class SeparateRows(_Rows):
     def close(self) -> None:
         for state in self._states:
             state.close()
+
+
+class WaveRows(_Rows):
+    """One window's rows in a beam wave (``WhisperBeamWave``): a block of the wave's cache, its audio the wave's
+    for this window; each step staged and handed to ``gather``, which returns once the wave's call made it."""
+
+    def __init__(self, session, width: int, wave: "WhisperBeamWave", gather):
+        super().__init__(session, width)
+        self._wave, self._gather = wave, gather
+        self.block = wave.join(self, session.state)
+        session.state.close()  # its audio and prompt now live in the wave (as ``window_group`` moves them): 47 MB
+
+    def _copy_rows(self, rows: list[int], parents: list[int], kept: int) -> None:
+        self._wave.copy_rows(self, rows, parents, slice(self._prompt, self._prompt + kept))
+
+    def _append(self, starts: list[int], appended: list[list[int]]) -> list[np.ndarray]:
+        if not any(appended):
+            return [np.empty((0, self._model.n_vocab), np.float32) for _ in appended]
+        if max(starts) + max(len(tokens) for tokens in appended) > self._model.max_length:
+            raise ValueError(f"decoder context is {self._model.max_length} positions; a row of {max(starts)} "
+                             "positions cannot take more")
+        return self._gather((self, starts, appended))
+
+    def close(self) -> None:
+        self._wave.leave(self)
+
+
+class WhisperBeamWave:
+    """Up to ``size`` windows' beam rows, ``width`` each, in one call of the windows graph a step
+    (``capabilities.BeamWave``). The rows are grouped by window, so the graph reads each window's audio once
+    for its rows (``torch_model.Attention.attend_audio``); the cache is position-major over the live windows'
+    rows, laid out again in place when a window joins or leaves (a fresh array a time cost a second of page
+    faults on the 330 s recording, and a second buffer 150 MB). A row scores as ``WindowsRows`` scores it, on
+    the same graph; as in the greedy windows group (``window_group``), reductions whose length follows the
+    call's widest row and longest cache may round differently in the last bits: waves of other sizes give the
+    same tokens unless a near-tie turns on those bits (the tests compare the tokens on real speech)."""
+
+    def __init__(self, model, size: int, width: int, threads: int):
+        if size < 1 or width < 1:
+            raise ValueError(f"a beam wave needs at least one window and one row, got {size} and {width}")
+        self._model, self.size, self.width = model, size, width
+        self._graph = model.executor.session(WINDOWS_FILE, threads)
+        self._names = audio_input_names(model.n_layers)
+        self._row_shape = (model.n_layers, 2, model.n_heads, model.head_dim)
+        frames = model.meta["dims"]["n_audio_ctx"]
+        self._audio = [np.zeros((size, model.n_heads, frames, model.head_dim), np.float32) for _ in self._names]
+        self._row_size = int(np.prod(self._row_shape))
+        self._buffer = np.zeros(model.max_length * size * width * self._row_size, np.float32)
+        self._cache = self._view(0)
+        self._members: list[WaveRows] = []
+        self._lengths: dict[int, int] = {}  # positions each member's rows hold at most, by id
+        self._lock = threading.Lock()
+
+    def rows(self, session, width: int, gather) -> WaveRows:
+        if width != self.width:
+            raise ValueError(f"this beam wave holds {self.width} rows a window, not {width}")
+        return WaveRows(session, width, self, gather)
+
+    def join(self, rows: WaveRows, alone) -> int:
+        """A window's block, its rows holding its prompt (``alone``: its session's own decoder state)."""
+        with self._lock:
+            if len(self._members) == self.size:
+                raise RuntimeError(f"all {self.size} windows of the beam wave are taken")
+            block = len(self._members)
+            for column, audio in zip(self._audio, audio_feed(alone.audio).values()):
+                column[block] = audio
+            self._lay_out([self._columns(b) for b in range(block)], joining=True)
+            self._cache[: alone.length, block * self.width :] = alone.cache[: alone.length, None]
+            self._members.append(rows)
+            self._lengths[id(rows)] = alone.length
+            return block
+
+    def leave(self, rows: WaveRows) -> None:
+        """``rows``' window is done: the last window's block takes its place."""
+        with self._lock:
+            if rows not in self._members:
+                return
+            del self._lengths[id(rows)]
+            last = self._members.pop()
+            blocks = [self._columns(b) for b in range(len(self._members))]
+            if last is not rows:
+                for column in self._audio:
+                    column[rows.block] = column[last.block]
+                blocks[rows.block] = self._columns(last.block)
+                self._members[rows.block], last.block = last, rows.block
+            self._lay_out(blocks)
+
+    def copy_rows(self, rows: WaveRows, moved: list[int], parents: list[int], positions: slice) -> None:
+        with self._lock:
+            block = self._columns(rows.block)
+            self._cache[positions, [block[r] for r in moved]] = self._cache[positions, [block[p] for p in parents]]
+
+    def step(self, asks) -> list[list[np.ndarray]]:
+        """One call of the windows graph for every window's staged step ``(rows, starts, appended)``."""
+        with self._lock:
+            n = len(self._members) * self.width
+            width = max(len(tokens) for _, (_, _, appended) in asks for tokens in appended)
+            ids = np.full((n, width), self._model.eot, np.int64)
+            lengths = np.zeros(n, np.int64)  # a row not in the call sees nothing of its cache
+            for _, (rows, starts, appended) in asks:
+                for row, start, tokens in zip(self._columns(rows.block), starts, appended):
+                    ids[row, : len(tokens)] = tokens
+                    lengths[row] = start
+            logits, new_kv = self._graph.run(None, {
+                "tokens": ids, "cache": self._cache[: int(lengths.max())], "lengths": lengths,
+                **{name: column[: len(self._members)] for name, column in zip(self._names, self._audio)}})
+            answers = []
+            for _, (rows, starts, appended) in asks:
+                for row, start, tokens in zip(self._columns(rows.block), starts, appended):
+                    self._cache[start : start + len(tokens), row] = new_kv[row, : len(tokens)]
+                    self._lengths[id(rows)] = max(self._lengths[id(rows)], start + len(tokens))
+                answers.append([logits[row] for row in self._columns(rows.block)])
+            return answers
+
+    def _columns(self, block: int) -> range:
+        """The cache's rows of the window in ``block``."""
+        return range(block * self.width, (block + 1) * self.width)
+
+    def _view(self, rows: int) -> np.ndarray:
+        """The buffer's start as a contiguous position-major cache of ``rows`` rows."""
+        return self._buffer[: self._model.max_length * rows * self._row_size].reshape(
+            self._model.max_length, rows, *self._row_shape)
+
+    def _lay_out(self, blocks: list[range], joining: bool = False) -> None:
+        """The cache laid out again in place for the old cache's ``blocks`` of rows, then a ``joining`` window's:
+        position by position, from the last when it grows and from the first when it shrinks, so no position is
+        written before it is read."""
+        used = max(self._lengths.values(), default=0)
+        old, new = self._cache.shape[1], (len(blocks) + joining) * self.width
+        columns = np.concatenate([np.arange(b.start, b.stop) for b in blocks]) if blocks else np.empty(0, np.int64)
+        size = self._row_size
+        for p in (range(used - 1, -1, -1) if new > old else range(used)):
+            kept = self._buffer[p * old * size : (p + 1) * old * size].reshape(old, size)[columns]  # a copy
+            self._buffer[p * new * size : p * new * size + kept.size] = kept.ravel()
+        self._cache = self._view(new)
 
 
 def beam_rows(session, width: int, as_verified: bool = False) -> _Rows:

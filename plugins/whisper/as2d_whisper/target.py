@@ -223,6 +223,17 @@ class WhisperTarget(WordTimestamps):
             return None
         return WhisperWindowGroup(self, size, threads)
 
+    def beam_wave(self, size: int, width: int, threads: int):
+        """Up to ``size`` windows' beam searches stepping in one call of ``decoder.windows.onnx`` (``beams``), or
+        None where this backend or folder has no windows graph, or scores beams in int8 layers that the windows
+        graph lacks (an int8 folder's own beams graph, ``convert.quantize``)."""
+        from .beams import WhisperBeamWave
+        from .window_group import WINDOWS_FILE
+
+        if self.backend != "onnxruntime" or not (self.model.dir / WINDOWS_FILE).is_file() or "int8" in self.model.meta:
+            return None
+        return WhisperBeamWave(self.model, size, width, threads)
+
     def detect_language(self, request: Request, threads: int, cross_kv: np.ndarray | None = None) -> str:
         """Whisper's language id: decoder on [SOT], argmax over the language tokens.
 
