@@ -6,11 +6,19 @@ same text and times (and words with their times where asked), else the first seg
 
     .venv/bin/python examples/compare_batched_with_faster_whisper.py bench-out/long_once.wav
 
+``--time BEAM`` times faster-whisper's README batched snippet instead (``batch_size=8``, the language detected,
+``beam_size=BEAM``) on both, ``--rounds`` rounds alternating which runs first, and prints each wall, the medians,
+their ratio and whether the segments are the same (CTranslate2 spins on its threads: run it on idle cores)::
+
+    .venv/bin/python examples/compare_batched_with_faster_whisper.py bench-out/long_once.wav --time 5
+
 Needs faster-whisper (``pip install 'as2d[bench]'``) and the installed models (``as2d models install``).
 """
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
 
 CALLS = [
     dict(batch_size=16, language="en"),
@@ -39,6 +47,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("audio")
     parser.add_argument("--seconds", type=float, default=None, help="only the audio's first seconds")
+    parser.add_argument("--time", type=int, default=None, metavar="BEAM", help="time the README batched snippet")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
     from faster_whisper import BatchedInferencePipeline as TheirBatched
@@ -52,6 +62,8 @@ def main() -> None:
     audio = audio if args.seconds is None else audio[: int(args.seconds * 16_000)]
     theirs = TheirBatched(TheirModel(str(models_dir() / "ct2-whisper-base"), compute_type="float32"))
     ours = as2d.BatchedInferencePipeline(as2d.WhisperModel("base", compute_type="float32"))
+    if args.time is not None:
+        return timed(ours, theirs, audio, args.time, args.rounds)
     same = 0
     for options in CALLS:
         options = {"beam_size": 1, **options}
@@ -63,6 +75,24 @@ def main() -> None:
                 print("   faster-whisper", str(a)[:200], "\n   as2d          ", str(b)[:200])
                 break
     print(f"{same} of {len(CALLS)} calls the same")
+
+
+def timed(ours, theirs, audio, beam_size: int, rounds: int) -> None:
+    """The README batched snippet on both, ``rounds`` times, alternating which runs first."""
+    walls: dict[str, list[float]] = {"faster-whisper": [], "as2d": []}
+    found = {}
+    for round_ in range(rounds):
+        pair = [("faster-whisper", theirs), ("as2d", ours)]
+        for name, pipeline in pair if round_ % 2 == 0 else pair[::-1]:
+            start = time.perf_counter()
+            found[name] = segments(pipeline, audio, dict(batch_size=8, beam_size=beam_size))
+            walls[name].append(round(time.perf_counter() - start, 2))
+    medians = {name: statistics.median(w) for name, w in walls.items()}
+    same = sum(a == b for a, b in zip(found["faster-whisper"][0], found["as2d"][0]))
+    print(f"beam_size={beam_size}: faster-whisper {walls['faster-whisper']}, as2d {walls['as2d']} (s); medians "
+          f"{medians['faster-whisper']:.2f} and {medians['as2d']:.2f} s, "
+          f"{medians['faster-whisper'] / medians['as2d']:.2f}x; {same} of {len(found['faster-whisper'][0])} "
+          "segments the same")
 
 
 if __name__ == "__main__":
