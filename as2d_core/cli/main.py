@@ -121,11 +121,12 @@ def _transcript_line(transcript) -> str:
     route = transcript.route or {}
     drafting = "drafting" if route.get("drafts") else "target-only"
     if route.get("route") == "seek":
-        how = f"{len(windows)} requests (Whisper's seek{', ' + transcript.detector if transcript.detector else ''}), " \
-              f"{drafting} ({route['why']})"
+        seek = ", ".join(["Whisper's seek", *([transcript.detector] if transcript.detector else [])])
+        how = f"{len(windows)} requests ({seek}), {drafting} ({route['why']})"
     else:
-        waves = f", waves of {route['wave_size']} {drafting} ({route['why']})" if route.get("route") == "windows" else ""
-        how = f"{len(windows)} windows ({transcript.detector or 'fixed cuts'}){waves}"
+        how = f"{len(windows)} windows ({transcript.detector or 'fixed cuts'})"
+        if route.get("route") == "windows":
+            how += f", waves of {route['wave_size']} {drafting} ({route['why']})"
     parts = [
         f"[{windows[0].result.method if windows else '-'}] {transcript.duration_s:.1f} s of audio in {how}",
         f"{totals['tokens']} tokens, audio to last token {totals['e2e_s']:.2f} s summed over windows, "

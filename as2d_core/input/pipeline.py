@@ -384,8 +384,8 @@ class Pipeline:
                 decoded.close()
 
     def _waves(self, windows: int, streamed: bool = False) -> tuple[WaveRoute, WindowGroup | BeamWave | None]:
-        """The file's route (``route``) and, for waves, the target's group of that size; a target whose group
-        cannot be made (no windows graph) decodes one window at a time, and the route says so."""
+        """The file's route (``route``) and, for waves, the target's group of that size (for beams its beam wave);
+        a target whose group cannot be made (no windows graph) decodes one window at a time, and the route says so."""
         route = self.route(windows, streamed)
         o = self.options.decode
         if route.beams:  # every size, one at a time too: a row scores alike in any wave
