@@ -61,13 +61,14 @@ def _requests(count: int) -> list[Request]:
     return [Request(f"w{i}", rng.normal(size=1600).astype(np.float32), language="en") for i in range(count)]
 
 
-def _wave(target, requests, source=None, method="target-only", budget=7):
-    """``requests`` decoded at once, each in a thread of its own, as the pipeline runs a wave."""
+def _in_threads(requests, decode) -> list:
+    """``decode(request)`` of every request at once, each in a thread of its own, as the pipeline runs a wave:
+    each result, or the exception it raised."""
     results: list = [None] * len(requests)
 
     def one(i):
         try:
-            results[i] = run_request(requests[i], target, source, method, DecodeOptions(budget=budget))
+            results[i] = decode(requests[i])
         except Exception as exc:  # noqa: BLE001 - the test looks at it
             results[i] = exc
 
@@ -78,6 +79,11 @@ def _wave(target, requests, source=None, method="target-only", budget=7):
         thread.join(timeout=60)
     assert not any(thread.is_alive() for thread in threads), "a window of the wave never ended"
     return results
+
+
+def _wave(target, requests, source=None, method="target-only", budget=7):
+    """``requests`` decoded at once as the pipeline runs a wave."""
+    return _in_threads(requests, lambda r: run_request(r, target, source, method, DecodeOptions(budget=budget)))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -149,29 +155,20 @@ class _TinyWaveRows:
 
 
 def _beam_wave(target, requests, beam_size, as_verified_id=None):
-    """``requests`` searched at once, each in a thread of its own, as the pipeline runs a wave of beams."""
-    results: list = [None] * len(requests)
+    """``requests`` searched at once as the pipeline runs a wave of beams; the one named ``as_verified_id`` asks for
+    sampled rows instead (the window's own, outside the wave) and gives its first row's best token."""
 
-    def one(i):
-        try:
-            if requests[i].request_id == as_verified_id:  # sampled rows: the window's own, outside the wave
-                session = target.prepare(requests[i], 1)
-                rows = session.beam_rows(beam_size, True)
-                results[i] = rows.first_logits().argmax()
-                rows.close()
-                session.close()
-            else:
-                results[i] = run_beam_request(requests[i], target, BeamOptions(beam_size))
-        except Exception as exc:  # noqa: BLE001 - the test looks at it
-            results[i] = exc
+    def search(request):
+        if request.request_id != as_verified_id:
+            return run_beam_request(request, target, BeamOptions(beam_size))
+        session = target.prepare(request, 1)
+        rows = session.beam_rows(beam_size, True)
+        best = rows.first_logits().argmax()
+        rows.close()
+        session.close()
+        return best
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(requests))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not any(thread.is_alive() for thread in threads), "a window of the wave never ended"
-    return results
+    return _in_threads(requests, search)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .graph_io import BEAMS_FILE, OWN, PROMPT, WINDOWS_FILE, audio_feed, audio_input_names, kv_feed
+from .graph_io import BEAMS_FILE, OWN, PROMPT, WINDOWS_FILE, audio_feed, kv_feed, windows_graph_room
 
 
 class _Rows:
@@ -248,11 +248,7 @@ class WhisperBeamWave:
         if size < 1 or width < 1:
             raise ValueError(f"a beam wave needs at least one window and one row, got {size} and {width}")
         self._model, self.size, self.width = model, size, width
-        self._graph = model.executor.session(WINDOWS_FILE, threads)
-        self._names = audio_input_names(model.n_layers)
-        self._row_shape = (model.n_layers, 2, model.n_heads, model.head_dim)
-        frames = model.meta["dims"]["n_audio_ctx"]
-        self._audio = [np.zeros((size, model.n_heads, frames, model.head_dim), np.float32) for _ in self._names]
+        self._graph, self._names, self._row_shape, self._audio = windows_graph_room(model, size, threads)
         self._row_size = int(np.prod(self._row_shape))
         self._buffer = np.zeros(model.max_length * size * width * self._row_size, np.float32)
         self._cache = self._view(0)

@@ -40,3 +40,14 @@ def kv_feed(blocks: np.ndarray, prefix: str = AUDIO) -> dict[str, np.ndarray]:
 def audio_feed(cross_kv: np.ndarray) -> dict[str, np.ndarray]:
     """The encoder's array as the decoder's audio inputs: views of it, no copies."""
     return kv_feed(cross_kv, AUDIO)
+
+
+def windows_graph_room(model, windows: int, threads: int) -> tuple:
+    """What a caller of the windows graph holds for ``windows`` windows (a window group, a beam wave): the graph's
+    session on ``threads`` threads, its audio input names, the shape of one cache row ``[layers, 2, heads,
+    head_dim]``, and room for the windows' audio K/V, per input ``[windows, heads, frames, head_dim]``."""
+    names = audio_input_names(model.n_layers)
+    frames = model.meta["dims"]["n_audio_ctx"]
+    audio = [np.zeros((windows, model.n_heads, frames, model.head_dim), np.float32) for _ in names]
+    row_shape = (model.n_layers, 2, model.n_heads, model.head_dim)
+    return model.executor.session(WINDOWS_FILE, threads), names, row_shape, audio

@@ -22,7 +22,7 @@ import numpy as np
 
 from as2d_core.contracts import Request
 
-from .graph_io import WINDOWS_FILE, audio_feed, audio_input_names
+from .graph_io import WINDOWS_FILE, audio_feed, windows_graph_room
 from .target import WhisperTargetSession
 
 __all__ = ["WINDOWS_FILE", "WhisperWindowGroup"]
@@ -70,11 +70,7 @@ class WhisperWindowGroup:
             raise ValueError(f"a window group needs at least one row, got {size}")
         model = self._model = target.model
         self._target, self.size, self._threads = target, size, threads
-        self._session = model.executor.session(WINDOWS_FILE, threads)
-        self._names = audio_input_names(model.n_layers)
-        self._row_shape = (model.n_layers, 2, model.n_heads, model.head_dim)
-        frames = model.meta["dims"]["n_audio_ctx"]
-        self._audio = [np.zeros((size, model.n_heads, frames, model.head_dim), np.float32) for _ in self._names]
+        self._session, self._names, self._row_shape, self._audio = windows_graph_room(model, size, threads)
         self._cache = np.zeros((model.max_length, 0, *self._row_shape), np.float32)
         self.lengths = np.zeros(size, np.int64)
         self._rows: list[_Row] = []
