@@ -7,7 +7,8 @@ core's ``Pipeline`` (windows of at most 30 s at pauses), as ``as2d run`` does.
 With ``slots`` over 1 the requests share one copy of the models: each decodes in its
 own thread and the scheduler (``as2d_core.decode.scheduler``) verifies all of them in
 one target call per step; a request admitted beside ``speculate_rows`` others or more
-runs target-only. Beam search runs alone (its hypotheses are its batch).
+runs target-only. Beam searches step together the same way, every request's hypotheses in one call of the
+scheduler's beam wave (where the target makes one).
 """
 from __future__ import annotations
 
@@ -194,8 +195,9 @@ class Worker:
                 prepare_words(self.target, decode.target_threads)
             except (ValueError, OSError) as exc:
                 raise InputError(f"word timestamps are not available on this server: {exc}") from exc
-        # beams batch their own hypotheses (decode.beam): such a request runs alone
-        base = scheduler.target(self.target) if scheduler is not None and decode.beam_size <= 1 else self.target
+        base = self.target
+        if scheduler is not None:  # beams step in the scheduler's wave, prepared alone; other decodes are its rows
+            base = scheduler.beam_target(base) if decode.beam_size > 1 else scheduler.target(base)
         target = _CancellableTarget(base, cancel)
         source = source_name = bridge = None
         if get_method(method).needs_source:

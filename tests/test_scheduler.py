@@ -21,7 +21,8 @@ from as2d_core.decode.request import run_request
 from as2d_core.decode.scheduler import (Scheduler, drafting_pays_alone, scheduler_for, speculate_rows_from,
                                          wave_prices)
 from as2d_tuning.batching import WaveDecodes, batch_section, batch_sweep, time_waves
-from test_windows_together import TinyGroup
+from as2d_core.decode.beam import BeamOptions, run_beam_request
+from test_windows_together import TinyBeamWave, TinyGroup
 from tiny_lm import ScriptedSource, TinyLM
 
 
@@ -30,20 +31,23 @@ def _requests(count: int, seed: int) -> list[Request]:
     return [Request(f"r{i}", rng.normal(size=1600).astype(np.float32), language="en") for i in range(count)]
 
 
-def _staggered(scheduler: Scheduler, target, requests, starts, source, budget):
+def _staggered(scheduler: Scheduler, target, requests, starts, source, budget, decode=None):
     """Each request in a thread of its own, started once the scheduler has made ``starts[i]`` calls (or once
-    nothing else runs): rows join mid-decode of the others and leave when they end."""
+    nothing else runs): rows join mid-decode of the others and leave when they end. ``decode(i, admission)``
+    decodes request ``i`` (by default ``run_request``, drafting where admitted to)."""
     results: list = [None] * len(requests)
     started = [False] * len(requests)
     lock = threading.Lock()
     threads: list[threading.Thread] = []
 
+    def by_run_request(i, admission):
+        method = "as2d" if admission.drafts and source is not None else "target-only"
+        return run_request(requests[i], target, source, method, DecodeOptions(budget=budget)), admission.drafts
+
     def one(i):
         try:
             with scheduler.admit() as admission:
-                method = "as2d" if admission.drafts and source is not None else "target-only"
-                results[i] = (run_request(requests[i], target, source, method, DecodeOptions(budget=budget)),
-                              admission.drafts)
+                results[i] = (decode or by_run_request)(i, admission)
         except Exception as exc:  # noqa: BLE001 - the test looks at it
             results[i] = exc
 
@@ -117,6 +121,83 @@ def test_rows_side_by_side_share_calls_and_only_the_first_drafts():
     assert [r.tokens for r in results] == alone
     assert [r.source is not None for r in results] == [True, False, False]
     assert max(group.calls) > 1
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(starts=st.lists(st.integers(0, 20), min_size=2, max_size=5), widths=st.lists(st.integers(1, 4), min_size=5,
+       max_size=5), seed=st.integers(0, 10_000), budget=st.integers(1, 6))
+def test_beam_searches_joining_and_leaving_at_any_step_find_their_beams_alone(starts, widths, seed, budget):
+    """Requests of any beam widths (1: greedy, a row of the group) start at any step of the others: each width's
+    searches step together in the scheduler's wave of that width, and each finds the hypothesis it finds alone."""
+    model = TinyLM(seed=seed)
+    requests = _requests(len(starts), seed)
+    widths = widths[: len(starts)]
+
+    def alone(i):
+        if widths[i] == 1:
+            return run_request(requests[i], model, None, "target-only").tokens
+        return run_beam_request(requests[i], model, BeamOptions(widths[i])).tokens
+
+    waves: dict[int, TinyBeamWave] = {}
+    scheduler = Scheduler(TinyGroup(model, len(starts)), 0,
+                          lambda width: waves.setdefault(width, TinyBeamWave(len(starts))))
+    beams, rows = scheduler.beam_target(model), scheduler.target(model)
+
+    def decode(i, admission):
+        if widths[i] == 1:
+            return run_request(requests[i], rows, None, "target-only", DecodeOptions(budget=budget)), False
+        return run_beam_request(requests[i], beams, BeamOptions(widths[i])), False
+
+    results = _staggered(scheduler, None, requests, starts, None, budget, decode)
+    assert [r[0].tokens for r in results] == [alone(i) for i in range(len(starts))]
+    for width, wave in waves.items():  # every step of a wave was one call, carrying at most its searches
+        assert wave.steps and max(wave.steps) <= widths.count(width)
+    assert scheduler.calls >= sum(len(wave.steps) for wave in waves.values())
+
+
+def test_a_beam_search_that_fails_or_asks_for_its_own_rows_holds_no_one_up():
+    model = TinyLM(seed=3)
+    requests = _requests(3, 3)
+    alone = [run_beam_request(r, model, BeamOptions(3)).tokens for r in requests]
+    scheduler = Scheduler(TinyGroup(model, 3), 0, lambda width: TinyBeamWave(3))
+
+    class OneBadPrepare(TinyLM):
+        def prepare(self, request, threads):
+            if request.request_id == "r1":
+                raise ValueError("bad audio")
+            return super().prepare(request, threads)
+
+    beams = scheduler.beam_target(OneBadPrepare(seed=3))
+    results = _staggered(scheduler, None, requests, [0, 0, 0], None, 1,
+                         lambda i, _: (run_beam_request(requests[i], beams, BeamOptions(3)), False))
+    assert isinstance(results[1], ValueError)
+    assert [results[0][0].tokens, results[2][0].tokens] == [alone[0], alone[2]]
+
+    def own_rows_for_r0(i, _):  # sampled rows are the session's own, outside the wave: it leaves
+        if i:
+            return run_beam_request(requests[i], scheduler.beam_target(model), BeamOptions(3)), False
+        session = scheduler.beam_target(model).prepare(requests[0], 1)
+        rows = session.beam_rows(3, True)
+        rows.close()
+        session.close()
+        return None, False
+
+    results = _staggered(scheduler, None, requests, [0, 0, 0], None, 1, own_rows_for_r0)
+    assert [results[1][0].tokens, results[2][0].tokens] == [alone[1], alone[2]]
+    seated = threading.Thread(target=lambda: [scheduler.beam_rows(model.prepare(r, 1), 3) for r in requests],
+                              daemon=True)
+    seated.start()
+    seated.join(timeout=30)
+    assert not seated.is_alive(), "a search that ended kept its seat in the wave"
+
+
+def test_a_target_without_beam_waves_searches_alone_under_the_scheduler():
+    model = TinyLM(seed=4)
+    request = _requests(1, 4)[0]
+    scheduler = Scheduler(TinyGroup(model, 2))
+    found = run_beam_request(request, scheduler.beam_target(model), BeamOptions(3))
+    assert found.tokens == run_beam_request(request, model, BeamOptions(3)).tokens
+    assert scheduler.calls == 0
 
 
 def test_a_failed_call_fails_its_rows_and_frees_them():

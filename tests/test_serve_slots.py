@@ -35,12 +35,13 @@ def test_a_client_that_disconnects_leaves_the_batch(slots_server, clips):
     disconnect_while_decoding(slots_server, clips[2])
 
 
-def _three_at_once(server, clips, alone) -> list[dict]:
-    """The clips posted at once, each checked exact and equal to its tokens alone; their batch records."""
+def _three_at_once(server, clips, alone, **fields) -> list[dict]:
+    """The clips posted at once (with form ``fields``), each checked exact and equal to its tokens alone; their
+    batch records."""
     answers: list = [None] * len(clips)
 
     def ask(i):
-        answers[i] = server.post(clips[i], response_format="verbose_json", check="true")
+        answers[i] = server.post(clips[i], response_format="verbose_json", check="true", **fields)
 
     threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(clips))]
     for thread in threads:
@@ -54,26 +55,45 @@ def _three_at_once(server, clips, alone) -> list[dict]:
         assert body["as2d"]["tokens"] == tokens  # what the request gets alone, through the single-window graph
     batches = [body["as2d"]["batch"] for body in bodies]
     for batch in batches:  # the rule: a request drafts only when admitted beside fewer than speculate_rows
-        assert batch["drafted"] == (batch["beside"] < batch["speculate_rows"]), batches
+        assert batch["drafted"] == (batch["beside"] < batch["speculate_rows"] and not fields.get("beam_size")), \
+            batches
     return batches
+
+
+def _shared_calls(server) -> float:
+    """Target calls so far that carried more than one request."""
+    return server.metric("as2d_batch_rows_count") - server.metric('as2d_batch_rows_bucket{le="1.0"}')
+
+
+def _until_a_call_is_shared(server, clips, alone, **fields) -> None:
+    """Three at once until a target call carried several of them (requests that overlap may still meet no call
+    together: the timing is the host's); skips where they never overlapped."""
+    shared, overlapped = _shared_calls(server), 0
+    for _ in range(5):
+        batches = _three_at_once(server, clips, alone, **fields)
+        overlapped += any(batch["beside"] for batch in batches)
+        if _shared_calls(server) > shared:
+            return
+    if not overlapped:  # each finished before the next was admitted, every time
+        pytest.skip(f"the requests never overlapped on this machine (load {os.getloadavg()[0]:.1f}): "
+                    "nothing to batch")
+    pytest.fail(f"requests decoded side by side {overlapped} time(s) never shared a target call")
 
 
 def test_three_requests_at_once_are_each_exact(slots_server, clips):
     alone = [slots_server.post(clip, method="target-only", response_format="verbose_json").json()["as2d"]["tokens"]
              for clip in clips]
-    overlapped = 0
-    for _ in range(5):  # requests that overlap may still meet no call together (the timing is the host's): try again
-        batches = _three_at_once(slots_server, clips, alone)
-        overlapped += any(batch["beside"] for batch in batches)
-        if slots_server.metric("as2d_batch_rows_count") > slots_server.metric('as2d_batch_rows_bucket{le="1.0"}'):
-            break  # a call carried several requests at once, and every call was counted
-    else:
-        if not overlapped:  # each finished before the next was admitted, three times
-            pytest.skip(f"the requests never overlapped on this machine (load {os.getloadavg()[0]:.1f}): "
-                        "nothing to batch")
-        pytest.fail(f"requests decoded side by side {overlapped} time(s) never shared a target call")
+    _until_a_call_is_shared(slots_server, clips, alone)
     assert slots_server.metric("as2d_rows_speculating") == 0
     assert slots_server.metric("as2d_queue_wait_seconds_count") >= len(clips) + len(alone)
+
+
+def test_three_beam_searches_at_once_each_find_their_search_alone(slots_server, clips):
+    """faster-whisper's ``beam_size=5`` from three clients at once: their searches step together in the
+    scheduler's beam wave, and each finds what it finds alone (on the same wave's graph)."""
+    alone = [slots_server.post(clip, beam_size=5, response_format="verbose_json").json()["as2d"]["tokens"]
+             for clip in clips]
+    _until_a_call_is_shared(slots_server, clips, alone, beam_size=5)
 
 
 def test_a_profile_without_batch_costs_is_refused_in_one_line(tmp_path):

@@ -11,6 +11,13 @@ as the last call took (counted from that call's end): a row busy elsewhere (a se
 one call's time, and is taken at the next step. Every row gets the tokens its own session would give
 (the group's contract), so every method stays exact whatever shares a call.
 
+Beam searches are gathered the same way (``ContinuousCalls``, the one policy for both): a request prepared alone
+keeps its session, and its beam rows are a block of the scheduler's ``BeamWave`` of their width, every request's
+rows stepping in one call, as a file's windows do in ``decode.together`` but joining and leaving at any step. A row
+scores as it would in a wave of one; the wave's graph may round the last bits otherwise than the beams graph a
+request alone searches on (``capabilities.BeamWaves``), and beams run target-only, so every method's beams are
+target-only's on the same server.
+
 Speculation by what it is worth: a decode admitted while fewer than ``speculate_rows`` others are
 decoding uses its drafter (the threshold from the device profile's batch costs, ``speculate_rows_from``); one admitted beside more runs target-only, and its drafter never starts
 (``admit``). Drafting pays while the target's calls are small; once many rows share a call, the call
@@ -25,9 +32,9 @@ from collections.abc import Callable, Iterator, Sequence
 
 import attrs
 
-from as2d_core.capabilities import WindowBatching, WindowGroup
+from as2d_core.capabilities import BeamRows, BeamWave, BeamWaves, WindowBatching, WindowGroup
 from as2d_core.contracts import Request, Target, TargetSession
-from as2d_core.decode.together import GatheredSession
+from as2d_core.decode.together import BeamWaveSession, GatheredSession
 from as2d_core.decode.wrappers import TargetWrapper
 
 # Decodes that draft beside others, where no device profile prices it (``speculate_rows_from``): drafting
@@ -50,67 +57,49 @@ class Admission:
     beside: int  # decodes already running when it was admitted
 
 
-class Scheduler:
-    """The rows of one ``WindowGroup``, verified together step by step (see the module's docstring)."""
+class ContinuousCalls:
+    """Asks of members that join and leave at any step, gathered into calls of ``call`` (``call(asks)``: each
+    ask's answer, in order): a call is made once every member has asked, or once the first to ask has waited as
+    long as the last call took, counted from that call's end (see the module's docstring). At most ``seats``
+    members at once; ``heard(asks)`` runs after each call."""
 
-    def __init__(self, group: WindowGroup, speculate_rows: int = SPECULATE_ROWS):
-        if speculate_rows < 0:
-            raise ValueError(f"speculate_rows must be 0 or more, got {speculate_rows}")
-        self.group, self.speculate_rows = group, speculate_rows
+    def __init__(self, call: Callable[[list[tuple]], list], seats: int, heard: Callable[[int], None]):
+        self._make_call, self._heard = call, heard
         self._ready = threading.Condition()
-        self._members: set[int] = set()  # rows in the group, by their session's id
-        self._asked: dict[int, tuple[TargetSession, int, Sequence[int]]] = {}
-        self._answers: dict[int, list[int] | BaseException] = {}
+        self._members: set[int] = set()  # by their key
+        self._asked: dict[int, tuple] = {}
+        self._answers: dict[int, object] = {}
         self._first_ask: float | None = None  # when the oldest unanswered ask came
         self._calling = False
         self._last_call_s = self._last_call_end = 0.0
-        self._rows = threading.BoundedSemaphore(group.size)  # a row free in the group for each prepared session
-        self.calls = 0
-        self.decoding = self.drafting = 0
-        self.listeners: list[Callable[[int], None]] = []  # each hears the rows of every call, after it
+        self._seats = threading.BoundedSemaphore(seats)
 
-    @contextlib.contextmanager
-    def admit(self) -> Iterator[Admission]:
-        """Around one decode (all its windows): it drafts only if fewer than ``speculate_rows`` run beside it."""
-        with self._ready:
-            admission = Admission(self.decoding < self.speculate_rows, self.decoding)
-            self.decoding += 1
-            self.drafting += admission.drafts
+    def enter(self, make: Callable[[], object], key: int | None = None):
+        """What ``make`` makes (waiting for a free seat first), a member from now on under ``key`` (by default
+        the id of what it made)."""
+        self._seats.acquire()
         try:
-            yield admission
-        finally:
-            with self._ready:
-                self.decoding -= 1
-                self.drafting -= admission.drafts
-
-    def target(self, inner: Target) -> Target:
-        """``inner`` (the target the group belongs to) whose sessions are rows verified by this scheduler."""
-        return ScheduledTarget(inner, self)
-
-    def join(self, request: Request, threads: int) -> TargetSession:
-        """``request`` prepared into a row of the group (waiting for one to be free), verified from now on."""
-        self._rows.acquire()
-        try:
-            session = self.group.prepare(request, threads)
+            made = make()
         except BaseException:
-            self._rows.release()
+            self._seats.release()
             raise
         with self._ready:
-            self._members.add(id(session))
-        return session
+            self._members.add(id(made) if key is None else key)
+        return made
 
-    def leave(self, session: TargetSession) -> None:
-        """``session`` verifies no more: nobody waits for it, and its row is free."""
+    def leave(self, key: int) -> None:
+        """``key`` asks no more: nobody waits for it, and its seat is free (once, however often it leaves)."""
         with self._ready:
-            self._members.discard(id(session))
+            if key not in self._members:
+                return
+            self._members.discard(key)
             self._ready.notify_all()
-        self._rows.release()
+        self._seats.release()
 
-    def verify(self, session: TargetSession, root: int, candidates: Sequence[int]) -> list[int]:
-        """``session``'s predictions, from the next call that takes it."""
-        key = id(session)
+    def ask(self, key: int, asked: tuple):
+        """The answer to ``asked`` from the next call that takes it."""
         with self._ready:
-            self._asked[key] = (session, root, candidates)
+            self._asked[key] = asked
             if self._first_ask is None:
                 self._first_ask = time.perf_counter()
             self._ready.notify_all()
@@ -131,44 +120,140 @@ class Scheduler:
             return None
         if self._members.issubset(self._asked):
             return 0.0
-        # counted from the last call's end: rows answered by it are on their way back, not late
+        # counted from the last call's end: members answered by it are on their way back, not late
         left = max(self._first_ask, self._last_call_end) + self._last_call_s - time.perf_counter()
         return 0.0 if left <= 0 else left
 
     def _call(self) -> None:
-        """Under the lock, released during the call: one group call for every row that has asked."""
-        keys, rows = list(self._asked), list(self._asked.values())
+        """Under the lock, released during the call: one call for every member that has asked."""
+        keys, asks = list(self._asked), list(self._asked.values())
         self._asked.clear()
         self._first_ask, self._calling = None, True
         self._ready.release()
         start = time.perf_counter()
         try:
-            answers: list = self.group.verify_rows(rows)
-        except BaseException as exc:  # every row of the call hears it, none hangs
-            answers = [exc] * len(rows)
+            answers: list = self._make_call(asks)
+        except BaseException as exc:  # every member of the call hears it, none hangs
+            answers = [exc] * len(asks)
         finally:
             self._ready.acquire()
         self._last_call_end = time.perf_counter()
         self._last_call_s = self._last_call_end - start
         self._calling = False
-        self.calls += 1
         self._answers.update(zip(keys, answers))
         self._ready.notify_all()
+        self._heard(len(asks))
+
+
+class Scheduler:
+    """The rows of one ``WindowGroup``, verified together step by step, and the beam searches of every request,
+    stepped together in one ``BeamWave`` per width (see the module's docstring)."""
+
+    def __init__(self, group: WindowGroup, speculate_rows: int = SPECULATE_ROWS,
+                 beam_wave: Callable[[int], BeamWave | None] | None = None):
+        if speculate_rows < 0:
+            raise ValueError(f"speculate_rows must be 0 or more, got {speculate_rows}")
+        self.group, self.speculate_rows = group, speculate_rows
+        self._rows = ContinuousCalls(group.verify_rows, group.size, self._heard)
+        self._beam_wave = beam_wave  # width -> a wave of the group's size, or None where the target cannot
+        self._beams: dict[int, tuple[BeamWave, ContinuousCalls] | None] = {}
+        self._admitting, self._counting = threading.Lock(), threading.Lock()
+        self.calls = 0
+        self.decoding = self.drafting = 0
+        self.listeners: list[Callable[[int], None]] = []  # each hears the asks of every call, after it
+
+    @contextlib.contextmanager
+    def admit(self) -> Iterator[Admission]:
+        """Around one decode (all its windows): it drafts only if fewer than ``speculate_rows`` run beside it."""
+        with self._admitting:
+            admission = Admission(self.decoding < self.speculate_rows, self.decoding)
+            self.decoding += 1
+            self.drafting += admission.drafts
+        try:
+            yield admission
+        finally:
+            with self._admitting:
+                self.decoding -= 1
+                self.drafting -= admission.drafts
+
+    def target(self, inner: Target) -> Target:
+        """``inner`` (the target the group belongs to) whose sessions are rows verified by this scheduler."""
+        return ScheduledTarget(inner, self)
+
+    def beam_target(self, inner: Target) -> Target:
+        """``inner`` whose sessions are prepared alone and whose beam rows step in this scheduler's waves."""
+        return ScheduledBeams(inner, self)
+
+    def join(self, request: Request, threads: int) -> TargetSession:
+        """``request`` prepared into a row of the group (waiting for one to be free), verified from now on."""
+        return self._rows.enter(lambda: self.group.prepare(request, threads))
+
+    def leave(self, session: TargetSession) -> None:
+        """``session`` verifies no more: nobody waits for it, and its row is free."""
+        self._rows.leave(id(session))
+
+    def verify(self, session: TargetSession, root: int, candidates: Sequence[int]) -> list[int]:
+        """``session``'s predictions, from the next call that takes it."""
+        return self._rows.ask(id(session), (session, root, candidates))
+
+    def beam_rows(self, session: TargetSession, width: int) -> BeamRows | None:
+        """``session``'s (prepared alone) ``width`` rows in this scheduler's wave of that width, each step one
+        call with the other requests' rows (waiting for a free window of the wave); None where the target makes
+        no wave."""
+        with self._admitting:
+            if width not in self._beams:
+                wave = self._beam_wave(width) if self._beam_wave is not None else None
+                self._beams[width] = None if wave is None else (wave, ContinuousCalls(wave.step, wave.size,
+                                                                                      self._heard))
+            place = self._beams[width]
+        if place is None:
+            return None
+        wave, steps = place
+        key = id(session)
+        return steps.enter(lambda: wave.rows(session, width, lambda staged: steps.ask(key, (session, staged))), key)
+
+    def leave_beams(self, session: TargetSession) -> None:
+        """``session``'s beam rows step no more: the other requests stop waiting for them."""
+        for place in list(self._beams.values()):
+            if place is not None:
+                place[1].leave(id(session))
+
+    def _heard(self, asks: int) -> None:
+        with self._counting:  # the rows' calls and each wave's may end at once
+            self.calls += 1
         for listener in self.listeners:
-            listener(len(rows))
+            listener(asks)
 
 
-class ScheduledTarget(TargetWrapper):
-    """``target`` whose every prepared request is a row of the scheduler; it offers no window group of its own
-    (its windows already share the scheduler's calls)."""
+class _Scheduled(TargetWrapper):
+    """``target`` whose calls the scheduler gathers; it offers no window group of its own (its windows already
+    share the scheduler's calls)."""
 
     def __init__(self, target: Target, scheduler: Scheduler) -> None:
         super().__init__(target)
         self.__dict__.pop("window_group", None)
         self.scheduler = scheduler
 
+
+class ScheduledTarget(_Scheduled):
+    """``target`` whose every prepared request is a row of the scheduler."""
+
     def prepare(self, request: Request, threads: int) -> TargetSession:
         return GatheredSession(self.scheduler.join(request, threads), self.scheduler)
+
+
+class ScheduledBeams(_Scheduled):
+    """``target`` whose sessions are prepared alone, as one request's, and whose beam rows step in the scheduler's
+    wave of their width (``together.BeamPlace``): the beam searches of every request, one call a step."""
+
+    def prepare(self, request: Request, threads: int) -> TargetSession:
+        return BeamWaveSession(self.inner.prepare(request, threads), self)
+
+    def rows(self, session: TargetSession, width: int) -> BeamRows | None:
+        return self.scheduler.beam_rows(session, width)
+
+    def leave(self, session: TargetSession) -> None:
+        self.scheduler.leave_beams(session)
 
 
 def _batch_costs(profile: dict) -> tuple[dict[int, tuple[float, float]], float] | None:
@@ -350,6 +435,10 @@ def drafting_pays_in_waves(profile: dict, size: int, windows: int) -> bool | Non
 
 
 def scheduler_for(target: Target, rows: int, threads: int, speculate_rows: int = SPECULATE_ROWS) -> Scheduler | None:
-    """A scheduler over a group of ``rows`` rows of ``target``, or None where the target cannot batch."""
+    """A scheduler over a group of ``rows`` rows of ``target`` (and beam waves of ``rows`` requests where it makes
+    them), or None where the target cannot batch."""
     group = target.window_group(rows, threads) if isinstance(target, WindowBatching) else None
-    return None if group is None else Scheduler(group, speculate_rows)
+    if group is None:
+        return None
+    waves = (lambda width: target.beam_wave(rows, width, threads)) if isinstance(target, BeamWaves) else None
+    return Scheduler(group, speculate_rows, waves)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from as2d_core.capabilities import BeamRows, BeamWave, WindowGroup
 from as2d_core.contracts import Request, Target, TargetSession
@@ -121,6 +122,17 @@ class WindowsTogether(TargetWrapper):
         return GatheredSession(session, self.rendezvous)
 
 
+class BeamPlace(Protocol):
+    """Where a session's beam rows step with others' (a file's wave, the scheduler's waves)."""
+
+    def rows(self, session: TargetSession, width: int) -> BeamRows | None:
+        """``session``'s ``width`` rows there, each step one call with the others' (None: it has no room for
+        them, and the session's own rows search alone)."""
+
+    def leave(self, session: TargetSession) -> None:
+        """``session``'s rows step there no more: the others stop waiting for them (once or more)."""
+
+
 class BeamsTogether(TargetWrapper):
     """``target`` for one wave of ``windows`` concurrent ``run_beam_request`` calls: each request is prepared as
     alone and joins the wave's rendezvous; its beam rows are the wave's (``BeamWave.rows``), whose every step
@@ -140,37 +152,45 @@ class BeamsTogether(TargetWrapper):
             self.rendezvous.abandon()
             raise
         self.rendezvous.join(session)
-        return _WaveSession(session, self)
+        return BeamWaveSession(session, self)
+
+    def rows(self, session: TargetSession, width: int) -> BeamRows:
+        return self.wave.rows(session, width, lambda staged: self.rendezvous.ask(session, staged))
+
+    def leave(self, session: TargetSession) -> None:
+        self.rendezvous.leave(session)
 
 
-class _WaveSession(SessionWrapper):
-    """A session of a beam wave: its beam rows step at the wave's rendezvous; it leaves the wave when its rows or
-    itself close, and before anything else it does (a greedy decode, sampled rows) that the wave cannot serve."""
+class BeamWaveSession(SessionWrapper):
+    """A session whose beam rows step where others' do (``place``); it leaves that place when its rows or itself
+    close, and before anything else it does (a greedy decode, sampled rows) that a wave cannot serve."""
 
-    def __init__(self, inner: TargetSession, together: BeamsTogether) -> None:
+    def __init__(self, inner: TargetSession, place: BeamPlace) -> None:
         super().__init__(inner)
-        self._together = together
+        self._place = place
         self.beam_rows = self._rows_in_wave  # not the inner session's own, which the wrapper forwards
 
     def _rows_in_wave(self, width: int, as_verified: bool = False) -> BeamRows:
-        rendezvous, inner = self._together.rendezvous, self.inner
+        place, inner = self._place, self.inner
         if as_verified:  # rows scored as the session verifies: its own, outside the wave
-            rendezvous.leave(inner)
+            place.leave(inner)
             return inner.beam_rows(width, as_verified)
         try:
-            rows = self._together.wave.rows(inner, width, lambda staged: rendezvous.ask(inner, staged))
+            rows = place.rows(inner, width)
         except BaseException:
-            rendezvous.leave(inner)
+            place.leave(inner)
             raise
-        return _LeavingRows(rows, lambda: rendezvous.leave(inner))
+        if rows is None:
+            return inner.beam_rows(width)
+        return _LeavingRows(rows, lambda: place.leave(inner))
 
     def verify(self, root: int, candidates: Sequence[int]) -> list[int]:
-        self._together.rendezvous.leave(self.inner)
+        self._place.leave(self.inner)
         return self.inner.verify(root, candidates)
 
     def close(self) -> None:
         try:
-            self._together.rendezvous.leave(self.inner)
+            self._place.leave(self.inner)
         finally:
             self.inner.close()
 
