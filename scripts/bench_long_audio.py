@@ -8,7 +8,8 @@ Any other method is an outside peer that a plugin offers through ``register_peer
 ``whole_file=True`` (``as2d_core.setup.peers.FilePeer``), run the way its users run it, with its own
 VAD: the Whisper plugin's ``faster-whisper`` (sequential, temperature 0, no fallback, no conditioning:
 the equal-decoding row), ``faster-whisper-default`` (its shipped temperature fallback and conditioning),
-``faster-whisper-batched4``/``-batched8`` (``BatchedInferencePipeline``), each also ``-int8``; and
+``faster-whisper-batched4``/``-batched8`` (``BatchedInferencePipeline``, greedy) and ``-batched8-beam5``, each
+also ``-int8``; and
 ``whisper.cpp`` (pywhispercpp on whisper-base written as ggml f16: greedy, temperature 0, no fallback,
 no conditioning, its own 30 s windows walked by the timestamps it predicts, no VAD).
 One JSON line per method and round, then a Markdown table of each method's median over the rounds.

@@ -101,7 +101,8 @@ def _whisper_model(threads: int, root: Path | None, compute_type: str):
 
 
 class FasterWhisperPipelinePeer:
-    """faster-whisper as its users run it: ``transcribe()`` with its own VAD (Silero), beam 1, no timestamps.
+    """faster-whisper as its users run it: ``transcribe()`` with its own VAD (Silero), beam 1 (or ``beam_size``), no
+    timestamps.
 
     ``batch_size``: faster-whisper's ``BatchedInferencePipeline`` decodes that many VAD segments per call
     (it never conditions on earlier text and uses only the first temperature); None: the sequential
@@ -111,12 +112,12 @@ class FasterWhisperPipelinePeer:
     """
 
     def __init__(self, threads: int, root: Path | None = None, compute_type: str = "float32",
-                 batch_size: int | None = None, fallback: bool = False, model=None):
+                 batch_size: int | None = None, fallback: bool = False, model=None, beam_size: int = 1):
         if batch_size is not None and fallback:
             raise ValueError("the batched pipeline has no temperature fallback")
         self.model = model or _whisper_model(threads, root, compute_type)
         self.batch_size = batch_size
-        options = {"beam_size": 1, "vad_filter": True, "without_timestamps": True}
+        options = {"beam_size": beam_size, "vad_filter": True, "without_timestamps": True}
         if batch_size is not None:
             from faster_whisper import BatchedInferencePipeline
 
@@ -131,7 +132,7 @@ class FasterWhisperPipelinePeer:
         import faster_whisper
 
         self.note = (f"wall clock of transcribe() from samples in memory (VAD, features, encoder, decoding): "
-                     f"faster-whisper {faster_whisper.__version__} {how}, beam 1, {compute_type}")
+                     f"faster-whisper {faster_whisper.__version__} {how}, beam {beam_size}, {compute_type}")
         self.eot = self.model.hf_tokenizer.token_to_id("<|endoftext|>")
 
     def _transcribe(self, audio: np.ndarray, language: str | None):

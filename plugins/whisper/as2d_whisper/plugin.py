@@ -306,12 +306,13 @@ def _faster_whisper(compute_type: str):
     return factory
 
 
-def _faster_whisper_pipeline(compute_type: str, batch_size: int | None = None, fallback: bool = False):
+def _faster_whisper_pipeline(compute_type: str, batch_size: int | None = None, fallback: bool = False,
+                             beam_size: int = 1):
     def factory(options: dict):
         from .peers import FasterWhisperPipelinePeer
 
         return FasterWhisperPipelinePeer(options["threads"], options.get("models_dir"), compute_type,
-                                         batch_size=batch_size, fallback=fallback)
+                                         batch_size=batch_size, fallback=fallback, beam_size=beam_size)
 
     return factory
 
@@ -378,6 +379,9 @@ def register_peers(register):
             register(f"faster-whisper-batched{batch}{suffix}", _faster_whisper_pipeline(compute_type, batch),
                      whole_file=True, description=f"faster-whisper BatchedInferencePipeline, batch {batch}, "
                                                   f"{compute_type}, greedy")
+        register(f"faster-whisper-batched8-beam5{suffix}", _faster_whisper_pipeline(compute_type, 8, beam_size=5),
+                 whole_file=True, description=f"faster-whisper BatchedInferencePipeline, batch 8, {compute_type}, "
+                                              "beam 5 (its README's batched snippet)")
         register(f"crisperwhisper-sd-k5{suffix}", _crisperwhisper(compute_type, 5),
                  description=f"CrisperWhisper's generate_speculative, K=5: whisper-base {compute_type}, tiny.en "
                              "int8 draft (English; own environment)")
