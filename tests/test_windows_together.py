@@ -351,8 +351,10 @@ def test_whisper_beam_wave_rows_equal_rows_of_their_own(whisper_target, group_ro
 def test_a_file_searched_by_beams_in_waves_equals_one_window_at_a_time(whisper_target, whisper_int8_target, file_audio,
                                                                        monkeypatch):
     """The windows route's beams step side by side (as faster-whisper's batched pipeline searches its batch): the
-    same tokens in waves of 3 as one window at a time, and as each window's search on the beams graph; an int8
-    folder, whose beams graph scores in int8 layers, searches one window at a time and says why."""
+    same tokens in waves of 3 as one window at a time, and as each window's search on the beams graph. The int8
+    target's waves step on its own windows graph for beams, int8 layers as its beams graph's: the same tokens in
+    waves of 3 as in waves of 1 and as on the beams graph alone; an int8 folder made before that graph searches one
+    window at a time."""
     from as2d_whisper.beams import WhisperBeamWave
     from as2d_whisper.target import WhisperTarget
 
@@ -375,4 +377,14 @@ def test_a_file_searched_by_beams_in_waves_equals_one_window_at_a_time(whisper_t
                            "at a time: beams decode their hypotheses side by side instead"}
     assert [w.tokens for w in waves.windows] == [w.tokens for w in alone.windows]
     monkeypatch.undo()
-    assert whisper_int8_target.beam_wave(3, 5, 2) is None  # its own int8 beams graph, one window at a time
+
+    int8_waves = transcribe(whisper_int8_target, 3)
+    assert int8_waves.route["wave_size"] == 3 and int8_waves.route["beams"]
+    int8_one = transcribe(whisper_int8_target, 1)
+    assert int8_one.route["wave_size"] == 1 and int8_one.route["beams"]  # a wave of one: on the same graph
+    monkeypatch.setattr("as2d_whisper.graph_io.BEAM_WAVE_FILE", "absent.onnx")  # a folder made before it
+    assert whisper_int8_target.beam_wave(3, 5, 2) is None
+    int8_alone = transcribe(whisper_int8_target, 3)  # its beams graph, one window at a time
+    assert int8_alone.route["wave_size"] == 1 and "beams" not in int8_alone.route
+    assert [w.tokens for w in int8_waves.windows] == [w.tokens for w in int8_one.windows] == \
+        [w.tokens for w in int8_alone.windows]

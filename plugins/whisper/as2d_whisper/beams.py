@@ -244,11 +244,11 @@ class WhisperBeamWave:
     call's widest row and longest cache may round differently in the last bits: waves of other sizes give the
     same tokens unless a near-tie turns on those bits (the tests compare the tokens on real speech)."""
 
-    def __init__(self, model, size: int, width: int, threads: int):
+    def __init__(self, model, size: int, width: int, threads: int, graph_file: str = WINDOWS_FILE):
         if size < 1 or width < 1:
             raise ValueError(f"a beam wave needs at least one window and one row, got {size} and {width}")
         self._model, self.size, self.width = model, size, width
-        self._graph, self._names, self._row_shape, self._audio = windows_graph_room(model, size, threads)
+        self._graph, self._names, self._row_shape, self._audio = windows_graph_room(model, size, threads, graph_file)
         self._row_size = int(np.prod(self._row_shape))
         self._buffer = np.zeros(model.max_length * size * width * self._row_size, np.float32)
         self._cache = self._view(0)

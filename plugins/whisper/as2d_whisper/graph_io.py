@@ -15,6 +15,9 @@ WINDOWS_FILE = "decoder.windows.onnx"
 # Beam search's windows graph where a folder has one of its own (the int8 target's: every weight product in int8,
 # ``convert.quantize``); beams read only it, so both as2d and target-only beams decode on it. Else WINDOWS_FILE.
 BEAMS_FILE = "decoder.beams.onnx"
+# The int8 target's windows graph for beams searched side by side (a beam wave, ``beams.WhisperBeamWave``): every
+# weight product in int8, as its beams graph, where its WINDOWS_FILE keeps the layers in fp32 for verification.
+BEAM_WAVE_FILE = "decoder.windows.beams.onnx"
 
 
 # The beams graph's inputs besides tokens and lengths (``torch_model.decode_beams``): per layer and kind, the prompt's
@@ -42,12 +45,12 @@ def audio_feed(cross_kv: np.ndarray) -> dict[str, np.ndarray]:
     return kv_feed(cross_kv, AUDIO)
 
 
-def windows_graph_room(model, windows: int, threads: int) -> tuple:
-    """What a caller of the windows graph holds for ``windows`` windows (a window group, a beam wave): the graph's
-    session on ``threads`` threads, its audio input names, the shape of one cache row ``[layers, 2, heads,
+def windows_graph_room(model, windows: int, threads: int, graph_file: str = WINDOWS_FILE) -> tuple:
+    """What a caller of a windows graph (``graph_file``) holds for ``windows`` windows (a window group, a beam
+    wave): the graph's session on ``threads`` threads, its audio input names, the shape of one cache row ``[layers, 2, heads,
     head_dim]``, and room for the windows' audio K/V, per input ``[windows, heads, frames, head_dim]``."""
     names = audio_input_names(model.n_layers)
     frames = model.meta["dims"]["n_audio_ctx"]
     audio = [np.zeros((windows, model.n_heads, frames, model.head_dim), np.float32) for _ in names]
     row_shape = (model.n_layers, 2, model.n_heads, model.head_dim)
-    return model.executor.session(WINDOWS_FILE, threads), names, row_shape, audio
+    return model.executor.session(graph_file, threads), names, row_shape, audio

@@ -224,15 +224,17 @@ class WhisperTarget(WordTimestamps):
         return WhisperWindowGroup(self, size, threads)
 
     def beam_wave(self, size: int, width: int, threads: int):
-        """Up to ``size`` windows' beam searches stepping in one call of ``decoder.windows.onnx`` (``beams``), or
-        None where this backend or folder has no windows graph, or scores beams in int8 layers that the windows
-        graph lacks (an int8 folder's own beams graph, ``convert.quantize``)."""
+        """Up to ``size`` windows' beam searches stepping in one call of a windows graph (``beams``): the int8
+        target's own for beams (``decoder.windows.beams.onnx``, its layers in int8 as its beams graph's,
+        ``convert.quantize``), else ``decoder.windows.onnx``; None on another backend, or where the folder lacks
+        that graph (an int8 folder made before it)."""
         from .beams import WhisperBeamWave
-        from .window_group import WINDOWS_FILE
+        from .graph_io import BEAM_WAVE_FILE, WINDOWS_FILE
 
-        if self.backend != "onnxruntime" or not (self.model.dir / WINDOWS_FILE).is_file() or "int8" in self.model.meta:
+        graph = BEAM_WAVE_FILE if "int8" in self.model.meta else WINDOWS_FILE
+        if self.backend != "onnxruntime" or not (self.model.dir / graph).is_file():
             return None
-        return WhisperBeamWave(self.model, size, width, threads)
+        return WhisperBeamWave(self.model, size, width, threads, graph)
 
     def detect_language(self, request: Request, threads: int, cross_kv: np.ndarray | None = None) -> str:
         """Whisper's language id: decoder on [SOT], argmax over the language tokens.

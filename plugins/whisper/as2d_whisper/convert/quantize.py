@@ -8,15 +8,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..graph_io import BEAMS_FILE, WINDOWS_FILE
+from ..graph_io import BEAM_WAVE_FILE, BEAMS_FILE, WINDOWS_FILE
 from .onnx_export import DECODER_FILE, ENCODER_FILE, listing_graphs, save_graph
 from .weights import package_version
 
 # model.json's ``int8.recipe``: a folder quantized by an older recipe is quantized again on install
-# (5: the beams graph quantized from the fp32 folder's own, which its rows read the prompt from once; 4: the same
+# (6: and a windows graph for beam waves, its layers in int8 as the beams graph's; 5: the beams graph quantized from the fp32 folder's own, which its rows read the prompt from once; 4: the same
 # numbers in fewer nodes, opset 21; 3: and a beams graph with every decoder layer in int8; 2: weights per column,
 # activations per row, the encoder's first layer fp32, the token lookup untied; 1: per tensor)
-INT8_RECIPE = 5
+INT8_RECIPE = 6
 
 
 def per_row_activations(model) -> int:
@@ -245,7 +245,9 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
     - Beam search's own graph (``decoder.beams.onnx``, ``torch_model.decode_beams``): every weight product in int8,
       the layers' too, as CTranslate2's int8 has them. Beams compare no batched call with one-token steps (as2d
       runs beams as target-only does, ``as2d_core.decode.beam``), so nothing needs the layers in fp32 there, and
-      a 5-beam step costs 27% less (BENCHMARKS.md section 18).
+      a 5-beam step costs 27% less (BENCHMARKS.md section 18). Beams searched side by side (a file's windows, the
+      server's requests: ``beams.WhisperBeamWave``) step on a windows graph of their own quantized the same way
+      (``decoder.windows.beams.onnx``): every window's beams on it, a wave of one too.
 
     The graphs keep the fp32 folder's file names, so the runtime reads the folder like any
     other; the model is one of its own, exact against its own greedy output.
@@ -260,7 +262,8 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
                                 f"(`as2d models install {fp32_dir.name}`)")
     meta = json.loads((fp32_dir / "model.json").read_text())
     out_dir.mkdir(parents=True, exist_ok=True)
-    plan = ((DECODER_FILE, DECODER_FILE, False), (WINDOWS_FILE, WINDOWS_FILE, False), (BEAMS_FILE, BEAMS_FILE, True))
+    plan = ((DECODER_FILE, DECODER_FILE, False), (WINDOWS_FILE, WINDOWS_FILE, False), (BEAMS_FILE, BEAMS_FILE, True),
+            (WINDOWS_FILE, BEAM_WAVE_FILE, True))
     outputs = {out: quantize_decoder(onnx.load(str(fp32_dir / source)), meta["dims"]["n_vocab"], out_dir / out, layers)
                for source, out, layers in plan if (fp32_dir / source).is_file()}
     meta["files"] = listing_graphs(meta["files"], out_dir, list(outputs))
@@ -276,7 +279,7 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
                     "recipe": INT8_RECIPE,
                     "method": "onnxruntime.quantization.quantize_dynamic, QInt8 weights per column: the encoder's "
                               "products after its first layer, the decoder's output projection and, untied from it, "
-                              "the token lookup; activations per row; the beams graph: every decoder product",
+                              "the token lookup; activations per row; the beams graphs (alone and side by side): every decoder product",
                     "decoder_nodes": output_nodes,
                     "onnxruntime_version": package_version("onnxruntime")}
     tmp = out_dir / "model.json.tmp"
