@@ -8,7 +8,8 @@ same text and times (and words with their times where asked), else the first seg
 
 ``--time BEAM`` times faster-whisper's README batched snippet instead (``batch_size=8``, the language detected,
 ``beam_size=BEAM``) on both, ``--rounds`` rounds alternating which runs first, and prints each wall, the medians,
-their ratio and whether the segments are the same (CTranslate2 spins on its threads: run it on idle cores)::
+their ratio and whether the segments are the same (CTranslate2 spins on its threads: run it on idle cores);
+``--compute-type int8`` times both at int8, where the two runtimes' int8 arithmetic differs and so may a few words::
 
     .venv/bin/python examples/compare_batched_with_faster_whisper.py bench-out/long_once.wav --time 5
 
@@ -49,6 +50,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=None, help="only the audio's first seconds")
     parser.add_argument("--time", type=int, default=None, metavar="BEAM", help="time the README batched snippet")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--compute-type", default="float32", choices=("float32", "int8"))
     args = parser.parse_args()
 
     from faster_whisper import BatchedInferencePipeline as TheirBatched
@@ -60,8 +62,8 @@ def main() -> None:
 
     audio = decode_audio(args.audio)
     audio = audio if args.seconds is None else audio[: int(args.seconds * 16_000)]
-    theirs = TheirBatched(TheirModel(str(models_dir() / "ct2-whisper-base"), compute_type="float32"))
-    ours = as2d.BatchedInferencePipeline(as2d.WhisperModel("base", compute_type="float32"))
+    theirs = TheirBatched(TheirModel(str(models_dir() / "ct2-whisper-base"), compute_type=args.compute_type))
+    ours = as2d.BatchedInferencePipeline(as2d.WhisperModel("base", compute_type=args.compute_type))
     if args.time is not None:
         return timed(ours, theirs, audio, args.time, args.rounds)
     same = 0
