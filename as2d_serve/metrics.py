@@ -28,8 +28,8 @@ class Metrics:
         self.queue_wait = Histogram("as2d_queue_wait_seconds", "Time from arrival to a decode slot", registry=r,
                                     buckets=(0.01, 0.1, 0.5, 1, 2, 4, 8, 16, 32, 64))
         # with --slots: the scheduler's target calls and the decodes that draft (as2d_core.decode.scheduler)
-        self.batch_rows = Histogram("as2d_batch_rows", "Decodes in each target call (rows verified together, or beam searches stepped together)",
-                                    registry=r, buckets=(1, 2, 3, 4, 6, 8, 12, 16))
+        self.batch_rows = Histogram("as2d_batch_rows", "Decodes in each target call (rows verified together, or "
+                                    "beam searches stepped together)", registry=r, buckets=(1, 2, 3, 4, 6, 8, 12, 16))
         self.speculating = Gauge("as2d_rows_speculating", "Decodes drafting now (the others run target-only)",
                                  registry=r)
 

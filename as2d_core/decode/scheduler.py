@@ -157,7 +157,8 @@ class Scheduler:
         self._rows = ContinuousCalls(group.verify_rows, group.size, self._heard)
         self._beam_wave = beam_wave  # width -> a wave of the group's size, or None where the target cannot
         self._beams: dict[int, tuple[BeamWave, ContinuousCalls] | None] = {}
-        self._admitting, self._counting = threading.Lock(), threading.Lock()
+        self._admitting = threading.Lock()  # the counts of decodes, and the waves made so far
+        self._counting = threading.Lock()
         self.calls = 0
         self.decoding = self.drafting = 0
         self.listeners: list[Callable[[int], None]] = []  # each hears the asks of every call, after it

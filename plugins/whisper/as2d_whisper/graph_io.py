@@ -47,8 +47,9 @@ def audio_feed(cross_kv: np.ndarray) -> dict[str, np.ndarray]:
 
 def windows_graph_room(model, windows: int, threads: int, graph_file: str = WINDOWS_FILE) -> tuple:
     """What a caller of a windows graph (``graph_file``) holds for ``windows`` windows (a window group, a beam
-    wave): the graph's session on ``threads`` threads, its audio input names, the shape of one cache row ``[layers, 2, heads,
-    head_dim]``, and room for the windows' audio K/V, per input ``[windows, heads, frames, head_dim]``."""
+    wave): the graph's session on ``threads`` threads, its audio input names, the shape of one cache row
+    ``[layers, 2, heads, head_dim]``, and room for the windows' audio K/V, per input
+    ``[windows, heads, frames, head_dim]``."""
     names = audio_input_names(model.n_layers)
     frames = model.meta["dims"]["n_audio_ctx"]
     audio = [np.zeros((windows, model.n_heads, frames, model.head_dim), np.float32) for _ in names]

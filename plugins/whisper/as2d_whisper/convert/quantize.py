@@ -13,8 +13,8 @@ from .onnx_export import DECODER_FILE, ENCODER_FILE, listing_graphs, save_graph
 from .weights import package_version
 
 # model.json's ``int8.recipe``: a folder quantized by an older recipe is quantized again on install
-# (6: and a windows graph for beam waves, its layers in int8 as the beams graph's; 5: the beams graph quantized from the fp32 folder's own, which its rows read the prompt from once; 4: the same
-# numbers in fewer nodes, opset 21; 3: and a beams graph with every decoder layer in int8; 2: weights per column,
+# (6: and a windows graph for beam waves, its layers in int8 as the beams graph's; 5: the beams graph quantized from
+# the fp32 folder's own, which its rows read the prompt from once; 4: the same numbers in fewer nodes, opset 21; 3: and a beams graph with every decoder layer in int8; 2: weights per column,
 # activations per row, the encoder's first layer fp32, the token lookup untied; 1: per tensor)
 INT8_RECIPE = 6
 
@@ -279,7 +279,8 @@ def quantize_target(fp32_dir: str | Path, out_dir: str | Path) -> Path:
                     "recipe": INT8_RECIPE,
                     "method": "onnxruntime.quantization.quantize_dynamic, QInt8 weights per column: the encoder's "
                               "products after its first layer, the decoder's output projection and, untied from it, "
-                              "the token lookup; activations per row; the beams graphs (alone and side by side): every decoder product",
+                              "the token lookup; activations per row; the beams graphs (alone and side by side): "
+                              "every decoder product",
                     "decoder_nodes": output_nodes,
                     "onnxruntime_version": package_version("onnxruntime")}
     tmp = out_dir / "model.json.tmp"
