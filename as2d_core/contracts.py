@@ -16,6 +16,8 @@ What a part may offer beyond these (timestamps, scores, beams, several windows i
 """
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import Future
@@ -35,41 +37,73 @@ TIMESTAMPS = ("none", "segment")  # segment: the target decodes timestamp tokens
 T = TypeVar("T")
 
 
-class FeatureCache:
-    """Features that several models compute from one request's audio, computed once while they overlap.
+_NICENESS_PER_THREAD = sys.platform.startswith("linux") or sys.platform == "android"
 
-    The target and a drafter started with the request may both want the same features at arrival
-    (a Whisper target and a Whisper drafter: the log-mel); the later caller waits for the first one's
-    result instead of repeating it. Nothing is kept after the computation: each decode of a request
-    pays for its own features (a bench compares methods on one request), and the requests of a long
-    file hold none. Results are shared, so ``compute`` should return a read-only value.
-    """
 
-    def __init__(self) -> None:
+def thread_niceness() -> int | None:
+    """The calling thread's niceness; None where niceness is not per thread (``workers.priority`` sets it)."""
+    if not _NICENESS_PER_THREAD:
+        return None
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+class _SharedComputations:
+    """Computations by key that concurrent callers share: a later caller waits for the first one's result, unless
+    the first runs at a lower priority than its own (a drafter's niced thread, which on a busy host may wait
+    seconds for a core): it then computes its own rather than wait on it (the README's first call beside two busy
+    processes waited 2-4 s for a guessed-language drafter's log-mel; BENCHMARKS.md section 47). ``keep``: a result
+    stays for later callers; else only while it is being computed."""
+
+    def __init__(self, keep: bool) -> None:
+        self._keep = keep
         self._lock = threading.Lock()
-        self._in_flight: dict[Hashable, Future] = {}
+        self._entries: dict[Hashable, Future] = {}
 
     def shared(self, key: Hashable, compute: Callable[[], T]) -> T:
-        """``compute()``, or the result of a call for the same ``key`` that is running right now."""
+        mine = thread_niceness()
         with self._lock:
-            future = self._in_flight.get(key)
+            future = self._entries.get(key)
             owner = future is None
             if owner:
-                future = self._in_flight[key] = Future()
-        if owner:
-            try:
-                future.set_result(compute())
-            except BaseException as exc:
-                future.set_exception(exc)
-            finally:
+                future = self._entries[key] = Future()
+                future.niceness = mine
+        if not owner:
+            if not future.done() and None not in (mine, future.niceness) and future.niceness > mine:
+                return compute()
+            return future.result()
+        try:
+            future.set_result(compute())
+        except BaseException as exc:
+            future.set_exception(exc)
+        finally:
+            if not self._keep or future.exception() is not None:
                 with self._lock:
-                    del self._in_flight[key]
+                    del self._entries[key]
         return future.result()
 
     def computing(self) -> bool:
         """Whether a computation is under way (for tests of the sharing)."""
         with self._lock:
-            return bool(self._in_flight)
+            return any(not future.done() for future in self._entries.values())
+
+
+class FeatureCache(_SharedComputations):
+    """Features that several models compute from one request's audio, computed once while they overlap.
+
+    The target and a drafter started with the request may both want the same features at arrival
+    (a Whisper target and a Whisper drafter: the log-mel); the later caller waits for the first one's
+    result instead of repeating it, unless the first runs at a lower priority (``_SharedComputations``).
+    Nothing is kept after the computation: each decode of a request
+    pays for its own features (a bench compares methods on one request), and the requests of a long
+    file hold none. Results are shared, so ``compute`` should return a read-only value.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(keep=False)
+
+    def shared(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()``, or the result of a call for the same ``key`` that is running right now."""
+        return super().shared(key, compute)
 
     def __reduce__(self):  # a copied or pickled request shares nothing in flight with the original
         return (FeatureCache, ())
@@ -89,15 +123,12 @@ class Recording:
 
     def __init__(self, audio: np.ndarray) -> None:
         self.audio = _readonly_audio(audio)
-        self._lock = threading.Lock()
-        self._kept: dict[Hashable, object] = {}
+        self._computed = _SharedComputations(keep=True)
 
     def shared(self, key: Hashable, compute: Callable[[], T]) -> T:
-        """``compute()`` once per ``key`` for the whole recording (the first caller computes, the others wait)."""
-        with self._lock:
-            if key not in self._kept:
-                self._kept[key] = compute()
-            return self._kept[key]
+        """``compute()`` once per ``key`` for the whole recording (the first caller computes, the others wait,
+        unless it runs at a lower priority than theirs: ``_SharedComputations``)."""
+        return self._computed.shared(key, compute)
 
     def __reduce__(self):  # a drafter process gets the samples and computes its own
         return (Recording, (self.audio,))

@@ -14,6 +14,7 @@ import attrs
 import numpy as np
 import pytest
 
+from as2d_core.contracts import FeatureCache, Recording
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.request import run_request
 from as2d_core.input.pipeline import PipelineOptions
@@ -176,3 +177,38 @@ def test_a_drafter_process_runs_at_the_drafters_niceness(tiny_request):
     finally:
         source.close()
     assert drafted == [(min(19, thread_niceness() + 6),)]
+
+
+@pytest.mark.parametrize("make", [FeatureCache, lambda: Recording(np.zeros(16, np.float32))],
+                         ids=["request features", "a recording's features"])
+def test_a_shared_computation_on_a_nicer_thread_holds_no_one_up(make):
+    """A drafter's niced thread that starts a shared computation first (the log-mel, at arrival) is not waited on
+    by the target's thread, which on a busy host would wait seconds for it: the target computes its own. A caller
+    at the same priority waits for the first one's result, and a recording keeps it."""
+    cache = make()
+    started, release = threading.Event(), threading.Event()
+
+    def first_result():
+        started.set()
+        release.wait(30)
+        return "first"
+
+    def at(nice: int, key: str) -> threading.Thread:
+        thread = threading.Thread(target=lambda: (lower_thread_priority(nice), cache.shared(key, first_result)))
+        thread.start()
+        assert started.wait(30)
+        return thread
+
+    nicer = at(5, "mel")
+    assert cache.shared("mel", lambda: "own") == "own"  # did not wait for the nicer thread
+    release.set()
+    nicer.join(30)
+
+    started.clear()
+    release.clear()
+    same = at(0, "mel, again")
+    threading.Timer(0.2, release.set).start()
+    assert cache.shared("mel, again", lambda: "own") == "first"  # waited for the first caller at its own priority
+    same.join(30)
+    kept = isinstance(cache, Recording)
+    assert cache.shared("mel, again", lambda: "later") == ("first" if kept else "later")

@@ -118,7 +118,7 @@ def test_the_log_mel_is_computed_once_for_the_target_and_the_drafter(monkeypatch
         threading.Event().wait(0.001)
     second = threading.Thread(target=lambda: out.append(features.request_log_mel(request)))
     second.start()
-    future = next(iter(cache._in_flight.values()))
+    future = next(iter(cache._entries.values()))
     for _ in range(5000):  # until the second caller waits on the first one's result
         if future._condition._waiters:
             break

@@ -15,20 +15,12 @@ privilege; lowering it again does, so each request's producer is a fresh thread.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 
+from as2d_core.contracts import thread_niceness  # noqa: F401 - here too, beside the rest of the priority helpers
 from as2d_core.workers import lifetimes
 
 MAX_NICENESS = 19
-_PER_THREAD = sys.platform.startswith("linux") or sys.platform == "android"
-
-
-def thread_niceness() -> int | None:
-    """The calling thread's niceness; None where niceness is not per thread."""
-    if not _PER_THREAD:
-        return None
-    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
 
 def lower_thread_priority(increment: int) -> int | None:
