@@ -51,7 +51,7 @@ class _SharedComputations:
     """Computations by key that concurrent callers share: a later caller waits for the first one's result, unless
     the first runs at a lower priority than its own (a drafter's niced thread, which on a busy host may wait
     seconds for a core): it then computes its own rather than wait on it (the README's first call beside two busy
-    processes waited 2-4 s for a guessed-language drafter's log-mel; BENCHMARKS.md section 47). ``keep``: a result
+    processes waited about 0.7 s for a guessed-language drafter's log-mel; BENCHMARKS.md section 47). ``keep``: a result
     stays for later callers; else only while it is being computed."""
 
     def __init__(self, keep: bool) -> None:

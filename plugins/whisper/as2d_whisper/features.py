@@ -11,8 +11,8 @@ import functools
 
 import numpy as np
 import numpy.fft  # noqa: F401 - numpy imports it on first use, and a drafter thread at a low priority (a busy
-# host, a guessed language) that first used it held its import lock while the target's log-mel waited: 4 s on the
-# README's first call beside two busy processes (BENCHMARKS.md section 47). Imported here, by the loading thread.
+# host, a guessed language) that first used it held its import lock while the target's log-mel waited: about a
+# second of the README's first call beside two busy processes (BENCHMARKS.md section 47). Imported here, at load.
 from threadpoolctl import ThreadpoolController
 
 from as2d_core.contracts import Request
