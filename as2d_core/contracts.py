@@ -60,6 +60,7 @@ class _SharedComputations:
         self._entries: dict[Hashable, Future] = {}
 
     def shared(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """``compute()``, or the result of the first call for the same ``key``: running now, or kept."""
         mine = thread_niceness()
         with self._lock:
             future = self._entries.get(key)
@@ -100,10 +101,6 @@ class FeatureCache(_SharedComputations):
 
     def __init__(self) -> None:
         super().__init__(keep=False)
-
-    def shared(self, key: Hashable, compute: Callable[[], T]) -> T:
-        """``compute()``, or the result of a call for the same ``key`` that is running right now."""
-        return super().shared(key, compute)
 
     def __reduce__(self):  # a copied or pickled request shares nothing in flight with the original
         return (FeatureCache, ())

@@ -14,7 +14,8 @@ from .weights import package_version
 
 # model.json's ``int8.recipe``: a folder quantized by an older recipe is quantized again on install
 # (6: and a windows graph for beam waves, its layers in int8 as the beams graph's; 5: the beams graph quantized from
-# the fp32 folder's own, which its rows read the prompt from once; 4: the same numbers in fewer nodes, opset 21; 3: and a beams graph with every decoder layer in int8; 2: weights per column,
+# the fp32 folder's own, which its rows read the prompt from once; 4: the same numbers in fewer nodes, opset 21;
+# 3: and a beams graph with every decoder layer in int8; 2: weights per column,
 # activations per row, the encoder's first layer fp32, the token lookup untied; 1: per tensor)
 INT8_RECIPE = 6
 
