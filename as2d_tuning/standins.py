@@ -13,6 +13,8 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from as2d_core.decode.options import DEFAULTS
+
 from .records import Batch
 
 
@@ -64,12 +66,15 @@ class PricedTarget(LoopSession):
 
     Its greedy tokens come from the traced reference (greedy output does not depend on cost) and
     each call is charged ``price(width, alone)`` on the simulated clock; ``use_threads`` is the
-    engine's switch to all target threads once the drafter's record has closed.
+    engine's switch between its shared threads and all of them (``all_threads``, the replayed
+    options' own), priced alone: the record has closed, or the drafter is starved.
     """
 
     def __init__(self, reference: Sequence[int], eos: int | None, max_new_tokens: int,
-                 price: Callable[[int, bool], float], clock: Clock, alone: bool) -> None:
+                 price: Callable[[int, bool], float], clock: Clock, alone: bool,
+                 all_threads: int = DEFAULTS.target_threads) -> None:
         self.reference = reference
+        self.all_threads = all_threads
         self.eos_token = eos if eos is not None else -1  # -1: a response cut by its length, never by a token
         self.max_new_tokens = max_new_tokens
         self.price = price
@@ -94,7 +99,7 @@ class PricedTarget(LoopSession):
         self.cache_length = cache_length
 
     def use_threads(self, threads: int) -> None:
-        self.alone = True
+        self.alone = threads == self.all_threads
 
 
 @attrs.frozen

@@ -85,6 +85,78 @@ def test_stalled_drafter_does_not_stop_target(tiny_request):
     assert time.perf_counter() - start < 10  # the stall lasts 30 s unless the job is closed
 
 
+class _StarvedUntilCalled:
+    """A drafter held before its first token until the target's ``release_at``-th call, then held again after it
+    (a starved drafter that gets one slice of a core); ``ThreadsSeen`` releases it and waits for the publication."""
+
+    vocabulary, languages, eos_token, name = "tiny", frozenset({"en"}), 1, "starved"
+
+    def __init__(self, tokens):
+        self.tokens, self.go, self.published, self.done = tokens, threading.Event(), threading.Event(), threading.Event()
+
+    def decode_text(self, tokens):
+        return " ".join(f"t{t}" for t in tokens)
+
+    def prepare(self, request, language, threads):
+        return self
+
+    def pieces(self):
+        from as2d_core.contracts import DraftPiece
+
+        self.go.wait(30)
+        yield DraftPiece(tokens=tuple(self.tokens[:1]))
+        self.published.set()  # the producer asks for the next piece once it has published this one
+        self.done.wait(30)
+
+    ended_with_eos = False
+
+    def cancel(self):  # the engine stops the drafter when the response is done
+        self.done.set()
+
+    close = cancel
+
+
+class ThreadsSeen:
+    """TinyLM whose sessions note the thread count of each call, and release ``source`` at call ``release_at``."""
+
+    name, vocabulary, device_in_use = TinyLM.name, TinyLM.vocabulary, TinyLM.device_in_use
+
+    def __init__(self, source: _StarvedUntilCalled, release_at: int):
+        self.source, self.release_at, self.threads = source, release_at, []
+
+    def prepare(self, request, threads):
+        from as2d_core.decode.wrappers import SessionWrapper
+
+        target = self
+
+        class Session(SessionWrapper):
+            def verify(self, root, candidates):
+                target.threads.append(self.inner.threads)
+                if len(target.threads) == target.release_at:
+                    target.source.go.set()
+                    assert target.source.published.wait(10)
+                return self.inner.verify(root, candidates)
+
+        return Session(MODEL.prepare(request, threads))
+
+
+def test_a_starved_drafter_leaves_the_target_all_its_threads_until_it_publishes(tiny_request):
+    """Beside a drafter that has published nothing, the target decodes on its shared threads only until it has
+    decoded more tokens alone than the budget; then on all of them, and on its shared ones again once a batch
+    arrives (the drafter runs again). The tokens are the target's own throughout."""
+    request = tiny_request(0)
+    ref = reference(request)
+    source = _StarvedUntilCalled(ref)
+    target = ThreadsSeen(source, release_at=7)  # the 5th call of the loop
+    options = DecodeOptions(budget=3, target_threads=2, shared_target_threads=1, publication_size=1, start="prepared")
+    result = run_request(request, target, source, "as2d", options)
+    assert result.tokens == ref and result.published == 1
+    warm, loop = target.threads[:2], target.threads[2:]  # the prepared start warms both thread counts first
+    assert sorted(warm) == [1, 2]
+    assert loop[:5] == [1, 1, 1, 2, 2]  # after 1, 2 and 3 tokens alone; after 4 and more: starved
+    assert set(loop[5:]) == {1}  # published at the 5th call, after it: shared again
+
+
 def test_empty_drafter_runs_target_alone(tiny_request):
     request = tiny_request(4)
     result = run_request(request, MODEL, ScriptedSource([]), "as2d")

@@ -115,8 +115,10 @@ def test_parse_budgets():
     st.integers(1, 3),
 )
 def test_replay_is_causal_and_exact(reference, batches, budget):
-    """Whatever the record, the response equals the reference, and every round offered only
-    published-by-then tokens (its anchor and candidates lie inside what it saw)."""
+    """Whatever the record, the response equals the reference, every round offered only
+    published-by-then tokens (its anchor and candidates lie inside what it saw), and the target
+    took all its threads once the record closed, or while nothing was published after it had
+    decoded more tokens alone than the budget (a starved drafter)."""
     times = sorted(t for _, t in batches)
     trace = {
         "window": "h", "method": "as2d", "source": "s", "budget": budget, "language": "en", "tokens": reference,
@@ -130,11 +132,14 @@ def test_replay_is_causal_and_exact(reference, batches, budget):
     lengths = []
     for b in record.batches:
         lengths.append((lengths[-1] if lengths else 0) + len(b.tokens))
+    decoded = 1  # the response as each round proposes: the first token, then each round's accepted and next
     for r in out.rounds:
         published = max([n for n, b in zip(lengths, record.batches) if b.t <= r["t0"]], default=0)
         assert r["visible"] == published
         assert r["width"] - 1 <= min(budget, published)
-        assert r["alone"] == (record.batches[-1].t <= r["t0"])
+        starved = published == 0 and decoded > budget
+        assert r["alone"] == (record.batches[-1].t <= r["t0"] or starved)
+        decoded += r["accepted"] + 1
 
 
 def test_replays_real_engine_traces(tmp_path, tiny_request):

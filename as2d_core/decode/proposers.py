@@ -39,8 +39,11 @@ class PublishedProposer:
     token for two-token agreement, limited by the budget, then the optional confidence cut.
 
     ``record`` is anything with ``snapshot()`` (tokens, closed) and ``batches``: the engine's
-    :class:`CandidateBuffer`, or replay's priced record. When the record closes the drafter is done,
-    so the target takes all its threads (``session.use_threads``).
+    :class:`CandidateBuffer`, or replay's priced record. The target decodes on its shared threads
+    while the drafter drafts, and takes all its threads (``session.use_threads``) once the record
+    closes, or while a starved drafter has published nothing after the target decoded a whole
+    verification's worth of tokens alone (a niced drafter on a busy host: the core left to it drafts
+    nothing; BENCHMARKS.md section 48) until its first batch arrives.
     """
 
     def __init__(self, record, session: TargetSession, options: DecodeOptions, events: EventLog | None = None,
@@ -52,7 +55,7 @@ class PublishedProposer:
         # in timestamp mode, (first timestamp id, end token): the aligner reads the record's text (``TextView``)
         self.text_view = TextView(*timestamps) if timestamps is not None else None
         self.aligner = Aligner(window=options.align_window)
-        self.widened = False
+        self.threads = options.shared_target_threads  # as the drafting kind left the session
         self.proposal = None
         self._confidences: list[float | None] = []
         self._batches_seen = 0
@@ -60,9 +63,7 @@ class PublishedProposer:
     def propose(self, response: list[int], root: int, limit: int) -> tuple[list[int], dict]:
         start = time.perf_counter()
         snapshot = self.record.snapshot()
-        if not self.widened and snapshot.closed:
-            self.session.use_threads(self.options.target_threads)
-            self.widened = True
+        self._use_threads(snapshot, len(response))
         limit = min(self.options.budget, limit)
         lead, positions = [], None
         if self.text_view is None:
@@ -82,6 +83,13 @@ class PublishedProposer:
         if self.events is not None:
             self.events.add("align", start)
         return lead + candidates, {"anchor": proposal.anchor, "published": len(snapshot)}
+
+    def _use_threads(self, snapshot, decoded: int) -> None:
+        starved = not len(snapshot) and decoded > self.options.budget
+        threads = self.options.target_threads if snapshot.closed or starved else self.options.shared_target_threads
+        if threads != self.threads:
+            self.session.use_threads(threads)
+            self.threads = threads
 
     def _published_confidences(self, needed: int) -> list[float | None]:
         if needed > len(self._confidences):  # read only the batches published since the last look
