@@ -87,9 +87,10 @@ def test_stalled_drafter_does_not_stop_target(tiny_request):
 
 class _StarvedUntilCalled:
     """A drafter held before its first token until the target's ``release_at``-th call, then held again after it
-    (a starved drafter that gets one slice of a core); ``ThreadsSeen`` releases it and waits for the publication."""
+    (a starved drafter that gets one slice of a core); ``_ThreadsSeen`` releases it and waits for the publication."""
 
     vocabulary, languages, eos_token, name = "tiny", frozenset({"en"}), 1, "starved"
+    ended_with_eos = False
 
     def __init__(self, tokens):
         self.tokens, self.go, self.published, self.done = tokens, threading.Event(), threading.Event(), threading.Event()
@@ -108,15 +109,13 @@ class _StarvedUntilCalled:
         self.published.set()  # the producer asks for the next piece once it has published this one
         self.done.wait(30)
 
-    ended_with_eos = False
-
     def cancel(self):  # the engine stops the drafter when the response is done
         self.done.set()
 
     close = cancel
 
 
-class ThreadsSeen:
+class _ThreadsSeen:
     """TinyLM whose sessions note the thread count of each call, and release ``source`` at call ``release_at``."""
 
     name, vocabulary, device_in_use = TinyLM.name, TinyLM.vocabulary, TinyLM.device_in_use
@@ -147,7 +146,7 @@ def test_a_starved_drafter_leaves_the_target_all_its_threads_until_it_publishes(
     request = tiny_request(0)
     ref = reference(request)
     source = _StarvedUntilCalled(ref)
-    target = ThreadsSeen(source, release_at=7)  # the 5th call of the loop
+    target = _ThreadsSeen(source, release_at=7)  # the 5th call of the loop
     options = DecodeOptions(budget=3, target_threads=2, shared_target_threads=1, publication_size=1, start="prepared")
     result = run_request(request, target, source, "as2d", options)
     assert result.tokens == ref and result.published == 1
