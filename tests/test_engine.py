@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.request import run_request
 from as2d_core.decode.events import decompose
+from as2d_core.decode.wrappers import SessionWrapper
 from tiny_lm import ScriptedSource, SlowTarget, TinyLM, edited_draft
 
 MODEL = TinyLM()
@@ -124,19 +125,21 @@ class _ThreadsSeen:
         self.source, self.release_at, self.threads = source, release_at, []
 
     def prepare(self, request, threads):
-        from as2d_core.decode.wrappers import SessionWrapper
+        return _ThreadsSeenSession(MODEL.prepare(request, threads), self)
 
-        target = self
 
-        class Session(SessionWrapper):
-            def verify(self, root, candidates):
-                target.threads.append(self.inner.threads)
-                if len(target.threads) == target.release_at:
-                    target.source.go.set()
-                    assert target.source.published.wait(10)
-                return self.inner.verify(root, candidates)
+class _ThreadsSeenSession(SessionWrapper):
+    def __init__(self, session, seen: _ThreadsSeen):
+        super().__init__(session)
+        self._seen = seen
 
-        return Session(MODEL.prepare(request, threads))
+    def verify(self, root, candidates):
+        seen = self._seen
+        seen.threads.append(self.inner.threads)
+        if len(seen.threads) == seen.release_at:
+            seen.source.go.set()
+            assert seen.source.published.wait(10)
+        return self.inner.verify(root, candidates)
 
 
 def test_a_starved_drafter_leaves_the_target_all_its_threads_until_it_publishes(tiny_request):
