@@ -26,7 +26,7 @@ AS_DECODE_OPTIONS = {"beam_size": "beam_size", "best_of": "best_of", "patience":
                      "length_penalty": "length_penalty", "temperature": "temperature",
                      "compression_ratio_threshold": "compression_ratio_threshold",
                      "log_prob_threshold": "log_prob_threshold", "no_speech_threshold": "no_speech_threshold",
-                     "condition_on_previous_text": "condition_on_previous_text",
+                     "condition_on_previous_text": "condition_on_previous_text", "multilingual": "multilingual",
                      "prompt_reset_on_temperature": "prompt_reset_on_temperature", "initial_prompt": "prompt",
                      "hotwords": "hotwords", "word_timestamps": "word_timestamps", "vad_filter": "vad_filter",
                      "clip_timestamps": "clip_timestamps",

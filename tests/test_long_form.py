@@ -19,6 +19,7 @@ from as2d_core.input.hallucinations import Cut, hallucination_cut, is_anomaly
 from as2d_core.input.pipeline import PipelineOptions
 from as2d_core.setup.build import build_pipeline
 from as2d_core.input.seek import HOP, kept_segments, seek_steps
+from as2d_core.input.sequential import long_form_steps
 from conftest import full_only, speech_audio
 from drafting import options_that_draft
 from tiny_lm import ScriptedSource, TinyLM, TinySession, edited_draft
@@ -260,6 +261,25 @@ def test_real_speech_long_form_is_exact_in_every_mode(served_whisper_target, ser
         # the greedy attempts are drafted; each temperature's samples run side by side on the target alone, the same
         # for both runs (their tokens against each seed's own decode: the test below)
         assert sum(w.result.accepted for w in transcript.windows) > 0
+
+
+@pytest.mark.parametrize("multilingual", [False, True])
+def test_a_file_without_a_language_keeps_the_first_requests_as_faster_whisper_does(served_whisper_target,
+                                                                                    bundled_recording, multilingual):
+    """faster-whisper reads the language once, from the first 30 s, unless ``multilingual``: the first request
+    detects it, and every later request names it (or, multilingual, detects its own)."""
+    pipeline = build_pipeline(served_whisper_target, None,
+                              PipelineOptions(method="target-only", decode=DecodeOptions(multilingual=multilingual)))
+    asked: dict[str, set[str | None]] = {}  # each request's languages, over its attempts
+
+    def decode(request: Request) -> DecodeResult:
+        asked.setdefault(request.request_id, set()).add(request.language)
+        return pipeline.reference(request, words=False)
+
+    steps = list(long_form_steps(pipeline, bundled_recording, "long", pipeline.options.decode, decode))
+    assert len(steps) >= 2 and [s.result.language for s in steps] == ["en"] * len(steps)
+    later = {None} if multilingual else {"en"}
+    assert list(asked.values()) == [{None}] + [later] * (len(steps) - 1)
 
 
 def test_real_speech_samples_side_by_side_are_each_seeds_own_decode(served_whisper_target):

@@ -167,6 +167,10 @@ class DecodeOptions:
         False, "condition_on_previous_text", "Prompt each window of a file with the text before it (after --prompt), "
         "as Whisper's long-form transcription does; the drafter then drafts a window only once the one before it is "
         "done. Files only: bench windows and stream blocks are each decoded alone.")
+    multilingual: bool = _option(
+        False, "multilingual", "Without --language, the target detects the language on every request of the seek "
+        "route, as faster-whisper's multilingual; off, the first request's language is every later request's, as "
+        "faster-whisper reads it once from the first 30 s. The windows route detects it per window.")
     batch_windows: int | str = _option(
         AUTO, "batch_windows", "Windows of a file decoded side by side (--route windows), their verifications made in "
         "one call of a target that can (whisper-base and whisper-base-int8 on ONNX Runtime); each window's tokens are "

@@ -66,7 +66,7 @@ DetectorOrMaker = SpeechDetector | Callable[[], SpeechDetector | None] | None
 @attrs.frozen
 class PipelineOptions:
     method: str = attrs.field(default="as2d", validator=lambda _self, _attribute, name: get_method(name))
-    language: str | None = None  # None: the target detects it per window
+    language: str | None = None  # None: the target detects it (long form: once, unless decode.multilingual)
     task: str = "asr"
     instruction: str | None = None
     decode: DecodeOptions = attrs.Factory(DecodeOptions)

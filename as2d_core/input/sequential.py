@@ -13,7 +13,7 @@ from typing import Protocol
 import attrs
 import numpy as np
 
-from as2d_core.capabilities import FeatureList
+from as2d_core.capabilities import FeatureList, LanguageDetector
 from as2d_core.contracts import Recording, Request, Target, TokenPrompt
 from as2d_core.decode.options import DecodeOptions
 from as2d_core.decode.result import DecodeResult
@@ -81,10 +81,16 @@ def long_form_steps(pipeline: Decoding, audio: np.ndarray, request_id: str, mode
     mode, _notes = fitted_mode(pipeline.target, mode)
 
     recording = recording or Recording(audio)  # features over the whole recording, as faster-whisper's
+    # a request that names no language: the language the target detects on the first request is every later one's
+    # (faster-whisper reads it once, from the 30 s the first request decodes), unless ``multilingual`` asks for each
+    detected: list[str] = []
+    detect_once = not mode.multilingual and isinstance(pipeline.target, LanguageDetector)
 
     def make(window: Window, previous: TokenPrompt | None, first: bool) -> Request:
         request = pipeline.request(f"{request_id}-s{window.index:03d}", audio[window.start : window.end],
                                    previous_text=previous)
+        if detected:
+            request = attrs.evolve(request, language=detected[0])
         if not first:
             request = attrs.evolve(request, prompt=None)
         if window.start != 0:  # faster-whisper forces the prefix on the request at seek 0 alone
@@ -94,9 +100,16 @@ def long_form_steps(pipeline: Decoding, audio: np.ndarray, request_id: str, mode
                             recording=recording, offset=window.start)
 
     decode = decode or functools.partial(pipeline.decode, words=False)
-    return seek_steps(audio, make, decode, mode, pipeline.target.vocabulary, initial_prompt=True,
-                      time_words=pipeline.time_words if mode.word_timestamps else None,
-                      decode_samples=pipeline.decode_samples)
+    steps = seek_steps(audio, make, decode, mode, pipeline.target.vocabulary, initial_prompt=True,
+                       time_words=pipeline.time_words if mode.word_timestamps else None,
+                       decode_samples=pipeline.decode_samples)
+    try:
+        for step in steps:  # the next request is made only after this one is handed out
+            if detect_once and not detected:
+                detected.append(step.result.language)
+            yield step
+    finally:
+        steps.close()
 
 
 def window_result(step: SeekStep, speech: SpeechMap | None, reference: SeekStep | None = None) -> WindowResult:

@@ -18,7 +18,8 @@ Two levels of checking, kept apart on purpose:
 Example::
 
     task = "asr"                # asr | translate | qa
-    language = "en"             # omit to let the target detect it
+    language = "en"             # omit to let the target detect it (once a file, on its first 30 s)
+    multilingual = false        # true: without a language, detected again on every request of a file
     budget = 7                  # proposals per verification, 1..64
     align_window = 8
     timestamps = "segment"      # Whisper's timestamp tokens and segments; "none": plain text (unset: by the output)

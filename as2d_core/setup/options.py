@@ -55,7 +55,7 @@ def config_schema() -> dict[str, dict[str, tuple]]:
 # The decoding options one request may set (the server's form fields): faster-whisper's ``transcribe`` options that
 # change the tokens, under its names, and as2d's budget; threads, routes and drafting stay the server's own.
 REQUEST_OPTIONS = ("beam_size", "best_of", "patience", "length_penalty", "compression_ratio_threshold",
-                   "log_prob_threshold", "no_speech_threshold", "condition_on_previous_text",
+                   "log_prob_threshold", "no_speech_threshold", "condition_on_previous_text", "multilingual",
                    "prompt_reset_on_temperature", "hotwords", "vad_filter", "clip_timestamps",
                    "hallucination_silence_threshold", "max_new_tokens", "prefix", "suppress_blank",
                    "suppress_tokens", "max_initial_timestamp", "repetition_penalty", "no_repeat_ngram_size", "seed",
