@@ -87,15 +87,15 @@ def test_clips_are_the_windows_as_faster_whispers_batched_pipeline_takes_them(mo
 
 def test_the_segments_and_words_are_faster_whispers_batched_pipelines(model, audio):
     """With its VAD (speech joined, cut between spans into 30 s windows), faster-whisper's batched pipeline and
-    as2d's give the same segments at the same times, and the same words at the same times: with timestamps, with
-    an ``initial_prompt`` (every window's, encoded as faster-whisper's batched pipeline encodes it) and with word
+    as2d's give the same segments at the same times, and the same words at the same times: with timestamps and
+    an ``initial_prompt`` (every window's, encoded as faster-whisper's batched pipeline encodes it), and with word
     timestamps (aligned over each window's whole seconds, the speech's end carried from window to window)."""
     pytest.importorskip("faster_whisper", reason="compares with faster-whisper: pip install 'as2d[bench]'")
     from as2d_whisper import word_check
     from faster_whisper import BatchedInferencePipeline as TheirBatched
 
     theirs_pipeline = TheirBatched(word_check.faster_whisper_model())
-    for options in ({}, {"without_timestamps": False}, {"initial_prompt": "Printing."}, {"word_timestamps": True}):
+    for options in ({}, {"without_timestamps": False, "initial_prompt": "Printing."}, {"word_timestamps": True}):
         ours, info = BatchedInferencePipeline(model).transcribe(audio, language="en", batch_size=4, **options)
         theirs, their_info = theirs_pipeline.transcribe(audio, language="en", batch_size=4, beam_size=1, **options)
         ours, theirs = list(ours), list(theirs)

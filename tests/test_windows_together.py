@@ -348,43 +348,51 @@ def test_whisper_beam_wave_rows_equal_rows_of_their_own(whisper_target, group_ro
     assert not failures, failures
 
 
-def test_a_file_searched_by_beams_in_waves_equals_one_window_at_a_time(whisper_target, whisper_int8_target, file_audio,
-                                                                       monkeypatch):
+def _beams_transcribed(target, batch_windows: int, audio: np.ndarray):
+    """``audio`` by the windows route's beam search (5 beams) target-only, in waves of ``batch_windows``."""
+    decode = DecodeOptions(route="windows", beam_size=5, temperature=0, batch_windows=batch_windows, profile=None)
+    return build_pipeline(target, None, PipelineOptions(method="target-only", language="en", decode=decode)
+                          ).transcribe(audio, request_id=f"beams{batch_windows}")
+
+
+def test_a_file_searched_by_beams_in_waves_equals_one_window_at_a_time(whisper_target, file_audio, monkeypatch):
     """The windows route's beams step side by side (as faster-whisper's batched pipeline searches its batch): the
-    same tokens in waves of 3 as one window at a time, and as each window's search on the beams graph. The int8
-    target's waves step on its own windows graph for beams, int8 layers as its beams graph's: the same tokens in
-    waves of 3 as in waves of 1 and as on the beams graph alone; an int8 folder made before that graph searches one
-    window at a time."""
+    same tokens in waves of 3 as one window at a time, and as each window's search on the beams graph."""
     from as2d_whisper.beams import WhisperBeamWave
     from as2d_whisper.target import WhisperTarget
-
-    def transcribe(target, batch_windows):
-        decode = DecodeOptions(route="windows", beam_size=5, temperature=0, batch_windows=batch_windows, profile=None)
-        return build_pipeline(target, None, PipelineOptions(method="target-only", language="en", decode=decode)
-                              ).transcribe(file_audio, request_id=f"beams{batch_windows}")
 
     windows_per_step: list[int] = []
     step = WhisperBeamWave.step
     monkeypatch.setattr(WhisperBeamWave, "step",
                         lambda self, asks: windows_per_step.append(len(asks)) or step(self, asks))
-    waves = transcribe(whisper_target, 3)
+    waves = _beams_transcribed(whisper_target, 3, file_audio)
     assert waves.route == {"route": "windows", "wave_size": 3, "drafts": False, "beams": True,
                            "why": "batch_windows 3; beam search side by side, target-only"}
     assert max(windows_per_step) == 3 and len(waves.windows) >= 4
     monkeypatch.setattr(WhisperTarget, "beam_wave", lambda self, size, width, threads: None)  # the beams graph alone
-    alone = transcribe(whisper_target, 3)
+    alone = _beams_transcribed(whisper_target, 3, file_audio)
     assert alone.route == {"route": "windows", "wave_size": 1, "drafts": False, "why": "batch_windows 3; one window "
                            "at a time: beams decode their hypotheses side by side instead"}
     assert [w.tokens for w in waves.windows] == [w.tokens for w in alone.windows]
-    monkeypatch.undo()
 
-    int8_waves = transcribe(whisper_int8_target, 3)
+
+def test_an_int8_file_searched_by_beams_in_waves_equals_its_beams_graph_alone(whisper_int8_target, file_audio,
+                                                                              monkeypatch):
+    """The int8 target's waves step on its own windows graph for beams, int8 layers as its beams graph's: the same
+    tokens in waves of 3 as on the beams graph alone, where an int8 folder made before that graph searches one
+    window at a time."""
+    int8_waves = _beams_transcribed(whisper_int8_target, 3, file_audio)
     assert int8_waves.route["wave_size"] == 3 and int8_waves.route["beams"]
-    int8_one = transcribe(whisper_int8_target, 1)
-    assert int8_one.route["wave_size"] == 1 and int8_one.route["beams"]  # a wave of one: on the same graph
     monkeypatch.setattr("as2d_whisper.graph_io.BEAM_WAVE_FILE", "absent.onnx")  # a folder made before it
     assert whisper_int8_target.beam_wave(3, 5, 2) is None
-    int8_alone = transcribe(whisper_int8_target, 3)  # its beams graph, one window at a time
+    int8_alone = _beams_transcribed(whisper_int8_target, 3, file_audio)  # its beams graph, one window at a time
     assert int8_alone.route["wave_size"] == 1 and "beams" not in int8_alone.route
-    assert [w.tokens for w in int8_waves.windows] == [w.tokens for w in int8_one.windows] == \
-        [w.tokens for w in int8_alone.windows]
+    assert [w.tokens for w in int8_waves.windows] == [w.tokens for w in int8_alone.windows]
+
+
+@full_only  # a wave of one row of the same graph (the default run compares waves of 3 with the beams graph alone)
+def test_an_int8_wave_of_one_searches_as_a_wave_of_three(whisper_int8_target, file_audio):
+    int8_one = _beams_transcribed(whisper_int8_target, 1, file_audio)
+    assert int8_one.route["wave_size"] == 1 and int8_one.route["beams"]  # a wave of one: on the same graph
+    int8_waves = _beams_transcribed(whisper_int8_target, 3, file_audio)
+    assert [w.tokens for w in int8_one.windows] == [w.tokens for w in int8_waves.windows]
