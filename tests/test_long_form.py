@@ -282,6 +282,24 @@ def test_a_file_without_a_language_keeps_the_first_requests_as_faster_whisper_do
     assert list(asked.values()) == [{None}] + [later] * (len(steps) - 1)
 
 
+@full_only  # two files of 44 s each way (the default run checks each request's language above)
+def test_a_file_in_two_languages_gives_faster_whispers_words_with_and_without_multilingual(served_whisper_target):
+    """English, then German after 26 s: as faster-whisper, the German is transcribed as English (the language read
+    once), and with ``multilingual`` as German; the same words as faster-whisper's either way."""
+    pytest.importorskip("faster_whisper", reason="compares with faster-whisper: pip install 'as2d[bench]'")
+    from as2d_whisper import word_check
+
+    audio = np.concatenate([speech_audio("ljspeech_en_w00"), np.zeros(8000, np.float32), speech_audio("fleurs_de_w00")])
+    for multilingual, second in ((False, "en"), (True, "de")):
+        pipeline = build_pipeline(served_whisper_target, None, PipelineOptions(
+            method="target-only", decode=DecodeOptions(multilingual=multilingual)))
+        ours = pipeline.transcribe(audio, request_id="two")
+        theirs, _ = word_check.faster_whisper_model().transcribe(audio, beam_size=1, multilingual=multilingual,
+                                                                 condition_on_previous_text=False)
+        assert ours.text.split() == " ".join(s.text for s in theirs).split(), multilingual
+        assert [w.result.language for w in ours.windows] == ["en", second]
+
+
 def test_real_speech_samples_side_by_side_are_each_seeds_own_decode(served_whisper_target):
     """whisper-base's rows (its windows graph) sample the tokens each seed's decode alone samples; the scores agree
     to float32's rounding (another graph's arithmetic)."""
