@@ -3,6 +3,7 @@ proposals, and on real speech with whisper-base, all rows in one call against ea
 from __future__ import annotations
 
 import math
+import types
 
 import numpy as np
 import pytest
@@ -235,6 +236,32 @@ def test_whisper_beams_in_one_call_equal_each_row_alone(whisper_target, timestam
             session.close()
         assert list(found.tokens) == result.tokens, f"{layout.__name__}: {found.tokens} != {result.tokens}"
         assert found.avg_logprob(beam.length_penalty) == pytest.approx(result.avg_logprob, abs=1e-4)
+
+
+def test_rows_on_the_windows_graph_read_no_memory_they_did_not_write(whisper_target, monkeypatch):
+    """Rows of unequal lengths in one call of the windows graph attend to the positions past a shorter row's own
+    with weight 0, and 0 times a NaN is NaN: their cache starts as zeros, so memory handed out full of NaN (as
+    reused memory may be) changes no logit. It gave NaN logits now and then under load."""
+    import as2d_whisper.beams as beams
+
+    request = Request("cards", speech_audio("cmu_cards_en_w00"), language="en")
+    steps = [[(0, 0, [440]), (1, 0, [440, 262]), (2, 0, [50])], [(1, 2, [11]), (0, 1, [300]), (2, 1, [7, 8])]]
+
+    def logits() -> list[np.ndarray]:
+        session = whisper_target.prepare(request, 2)
+        rows = beams.WindowsRows(session, 3)
+        try:
+            return [row for step in steps for row in rows.advance(step)]
+        finally:
+            rows.close()
+            session.close()
+
+    clean = logits()
+    nan_filled = {"empty": lambda shape, dtype=float: np.full(shape, np.nan, dtype)}
+    monkeypatch.setattr(beams, "np", types.SimpleNamespace(**{**vars(np), **nan_filled}))
+    for ours, theirs in zip(logits(), clean, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    assert all(np.isfinite(row).any() for row in clean)
 
 
 @pytest.mark.parametrize("previous_text", [None, PREVIOUS_TEXT])

@@ -122,7 +122,9 @@ class WindowsRows(_OneCall):
     def __init__(self, session, width: int):
         super().__init__(session, width)
         alone = session.state
-        self._cache = np.empty((self._model.max_length, width, *alone.cache.shape[1:]), np.float32)
+        # zeros, not np.empty: a row shorter than the call's longest attends to the positions past its own with
+        # weight 0, and 0 times a NaN left in reused memory is NaN (its logits were NaN now and then, under load)
+        self._cache = np.zeros((self._model.max_length, width, *alone.cache.shape[1:]), np.float32)
         self._cache[: self._prompt] = alone.cache[: self._prompt, None]
 
     def _copy_rows(self, rows: list[int], parents: list[int], kept: int) -> None:
