@@ -390,7 +390,7 @@ def test_an_int8_file_searched_by_beams_in_waves_equals_its_beams_graph_alone(wh
     assert [w.tokens for w in int8_waves.windows] == [w.tokens for w in int8_alone.windows]
 
 
-@full_only  # a wave of one row of the same graph (the default run compares waves of 3 with the beams graph alone)
+@full_only  # a wave of one window on the same graph (the default run compares waves of 3 with the beams graph alone)
 def test_an_int8_wave_of_one_searches_as_a_wave_of_three(whisper_int8_target, file_audio):
     int8_one = _beams_transcribed(whisper_int8_target, 1, file_audio)
     assert int8_one.route["wave_size"] == 1 and int8_one.route["beams"]  # a wave of one: on the same graph
